@@ -1,0 +1,68 @@
+// Command kvtier is kvtier's command-line tool:
+//
+//	kvtier replay   replay a request trace through the block manager (the main job)
+//	kvtier calc     reload or recompute? for a model, context length and link
+//	kvtier probe    the device's facts and measured link figures
+//	kvtier bench    benchmarks against the baselines, in one run
+//
+// Each subcommand lives in its own file and registers itself in init.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one subcommand. run gets the arguments after the subcommand's
+// name and returns the process exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{}
+
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("kvtier: subcommand registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "kvtier: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kvtier <command> [flags]")
+	fmt.Fprintln(w, "commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "run 'kvtier <command> -h' for a command's flags")
+}
