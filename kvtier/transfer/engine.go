@@ -1,0 +1,467 @@
+// Package transfer is kvtier's copy engine: it moves KV blocks between the
+// server's GPU layout and the pinned host pool, and from NVMe through pinned
+// staging buffers to the GPU, at the link's speed and without ever letting a
+// buffer be reused while a copy still reads or writes it.
+//
+// What it promises:
+//
+//   - Onboard (host to device) and offload (device to host) run on two
+//     dedicated streams, separate from the server's compute stream and from
+//     each other: the H200's two copy directions run concurrently (80 GiB/s
+//     both ways), so neither starves the other, and each has its own
+//     submission lock. The onboard stream has the higher priority.
+//   - An offload waits for the server's event for the step that produced the
+//     KV on the device (cuStreamWaitEvent), never on a host synchronisation.
+//   - An onboard records one event per layer, so the compute stream can start
+//     layer 0 while later layers still load (Transfer.LayerEvent).
+//   - Copies are coalesced where both sides are contiguous and submitted in
+//     batches (cuMemcpyBatchAsync, or the driver's fallback loop); descriptor
+//     buffers are reused, so submission allocates nothing per block.
+//   - A Transfer is done only when the device has completed its copies
+//     (design.md, invariant 2). The memory it reads or writes — host slots,
+//     GPU blocks — MUST NOT be reused by the caller before Done is closed, even
+//     after Wait returned early because its context ended. Staging buffers
+//     are the engine's own and are reused only after the event of the copy
+//     that read them has completed (invariant 3).
+//   - Cancellation stops issuing new copies; what was issued still completes
+//     before the Transfer is done, and the Transfer reports the context's
+//     error: its data MUST NOT be used.
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kvtier.dev/cudastream"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// GPU is where the server keeps KV blocks.
+	GPU GPULayout
+	// Host is the pinned host pool. Its SlotBytes must hold a whole block.
+	Host HostLayout
+	// Staging holds the pinned buffers for NVMe (or pageable) onboards, each
+	// a whole number of slots of Host.SlotBytes (at least one). Two or more
+	// make a ring: the engine reads into buffer k while buffer k-1 is being
+	// copied to the device. They come from kvtier/pinned and MUST be
+	// registered with the device. Optional.
+	Staging [][]byte
+	// MaxBatch caps the descriptors per batched copy call (default 4096).
+	MaxBatch int
+	// OnboardPriority and OffloadPriority are stream priorities; lower runs
+	// first (CUDA's convention). Defaults: -1 and 0.
+	OnboardPriority, OffloadPriority int
+	// Now is the clock used for Transfer.Duration (default: wall time since
+	// the engine started). Replays pass the simulator's virtual clock.
+	Now func() time.Duration
+}
+
+// Engine moves blocks. Its methods may be called from many goroutines.
+type Engine struct {
+	dev      cudastream.Device
+	gpu      GPULayout
+	host     HostLayout
+	hostBase uint64
+	maxBatch int
+	now      func() time.Duration
+
+	on, off direction
+
+	stagingMu sync.Mutex
+	staging   []stagingBuf
+	// skipStagingWait disables the wait before a staging buffer is reused.
+	// Tests set it to prove that they would catch the overwrite bug.
+	skipStagingWait bool
+
+	events eventPool
+	stats  Stats
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	wg        sync.WaitGroup
+}
+
+// direction is one stream with its submission state.
+type direction struct {
+	mu      sync.Mutex // serialises submissions to stream
+	stream  cudastream.Stream
+	kind    cudastream.CopyKind
+	co      coalescer
+	pending chan *Transfer // to the completer, in stream order
+}
+
+type stagingBuf struct {
+	layout HostLayout
+	base   uint64
+	ev     cudastream.Event
+	used   bool // ev has been recorded after a copy that reads the buffer
+	pairs  []Pair
+}
+
+// Stats are the engine's counters.
+type Stats struct {
+	OnboardBytes, OffloadBytes atomic.Int64
+	Transfers                  atomic.Int64
+	// Blocks and Descriptors show what coalescing saved: each block of each
+	// layer is one copy before coalescing.
+	Blocks, Descriptors atomic.Int64
+	StagingWaits        atomic.Int64
+}
+
+// New creates an engine and its two streams.
+func New(dev cudastream.Device, cfg Config) (*Engine, error) {
+	if dev == nil {
+		return nil, errors.New("transfer: New: nil device")
+	}
+	if err := cfg.GPU.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Host.SlotBytes < cfg.GPU.BlockBytes() {
+		return nil, fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes", cfg.Host.SlotBytes, cfg.GPU.BlockBytes())
+	}
+	if cfg.Host.Slots() == 0 {
+		return nil, fmt.Errorf("transfer: Config.Host.Pool (%d bytes) holds no slot of %d bytes", len(cfg.Host.Pool), cfg.Host.SlotBytes)
+	}
+	for i, b := range cfg.Staging {
+		if int64(len(b)) < cfg.Host.SlotBytes {
+			return nil, fmt.Errorf("transfer: Config.Staging[%d] (%d bytes) holds no slot of %d bytes", i, len(b), cfg.Host.SlotBytes)
+		}
+	}
+	if cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("transfer: Config.MaxBatch must not be negative, got %d", cfg.MaxBatch)
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = 4096
+	}
+	if cfg.OnboardPriority == 0 && cfg.OffloadPriority == 0 {
+		cfg.OnboardPriority = -1
+	}
+	e := &Engine{
+		dev:      dev,
+		gpu:      cfg.GPU,
+		host:     cfg.Host,
+		hostBase: cudastream.HostAddr(cfg.Host.Pool),
+		maxBatch: cfg.MaxBatch,
+		now:      cfg.Now,
+	}
+	e.events.dev = dev
+	if e.now == nil {
+		start := time.Now()
+		e.now = func() time.Duration { return time.Since(start) }
+	}
+	var err error
+	if e.on.stream, err = dev.NewStream(cfg.OnboardPriority); err != nil {
+		return nil, fmt.Errorf("transfer: onboard stream: %w", err)
+	}
+	if e.off.stream, err = dev.NewStream(cfg.OffloadPriority); err != nil {
+		e.on.stream.Destroy()
+		return nil, fmt.Errorf("transfer: offload stream: %w", err)
+	}
+	e.on.kind, e.off.kind = cudastream.HostToDevice, cudastream.DeviceToHost
+	for _, b := range cfg.Staging {
+		ev, err := dev.NewEvent(cudastream.EventOptions{})
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("transfer: staging event: %w", err)
+		}
+		l := HostLayout{Pool: b, SlotBytes: cfg.Host.SlotBytes}
+		e.staging = append(e.staging, stagingBuf{layout: l, base: cudastream.HostAddr(b), ev: ev, pairs: make([]Pair, 0, l.Slots())})
+	}
+	for _, d := range []*direction{&e.on, &e.off} {
+		d.pending = make(chan *Transfer, 1024)
+		e.wg.Add(1)
+		go e.complete(d)
+	}
+	return e, nil
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// complete waits, in stream order, for each submitted transfer's last event.
+func (e *Engine) complete(d *direction) {
+	defer e.wg.Done()
+	for t := range d.pending {
+		err := t.final.Synchronize()
+		t.finish(err)
+	}
+}
+
+// ErrClosed is returned by submissions to a closed engine.
+var ErrClosed = errors.New("transfer: engine closed")
+
+// Onboard copies blocks from their host slots to the GPU, layer by layer,
+// recording one event per layer. The host slots and GPU blocks MUST NOT be
+// reused until the Transfer is done. Invalid pairs are rejected before any
+// copy is issued.
+func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
+	if err := checkPairs(&e.gpu, &e.host, pairs); err != nil {
+		return nil, err
+	}
+	t, err := e.newTransfer(cudastream.HostToDevice, e.gpu.Layers)
+	if err != nil {
+		return nil, err
+	}
+	d := &e.on
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.closed.Load() {
+		t.release()
+		return nil, ErrClosed
+	}
+	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
+		d.co.reset()
+		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
+		e.issue(ctx, d, t, "onboard layer", l)
+		if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
+			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
+		}
+	}
+	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+	e.stats.OnboardBytes.Add(t.bytes)
+	e.submit(d, t)
+	return t, nil
+}
+
+// Offload copies blocks from the GPU to their host slots once after has
+// completed (the server's event for the step that produced them; nil for
+// none). Each block moves layer after layer, so a block-first GPU layout
+// moves as one copy per block. The host slots MUST NOT be read as KV, nor the
+// GPU blocks reused, until the Transfer is done.
+func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Event) (*Transfer, error) {
+	if err := checkPairs(&e.gpu, &e.host, pairs); err != nil {
+		return nil, err
+	}
+	t, err := e.newTransfer(cudastream.DeviceToHost, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := &e.off
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e.closed.Load() {
+		t.release()
+		return nil, ErrClosed
+	}
+	if after != nil {
+		if err := d.stream.WaitEvent(after); err != nil {
+			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
+		}
+	}
+	if t.err == nil {
+		d.co.reset()
+		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
+		e.issue(ctx, d, t, "offload", -1)
+	}
+	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+	e.stats.OffloadBytes.Add(t.bytes)
+	e.submit(d, t)
+	return t, nil
+}
+
+// issue submits d.co's descriptors in batches, stopping at the first error or
+// when ctx ends. It records what was issued in t. what and n (-1 for none)
+// name the step in an error; they are formatted only then.
+func (e *Engine) issue(ctx context.Context, d *direction, t *Transfer, what string, n int) {
+	ops := d.co.ops
+	for i := 0; i < len(ops); i += e.maxBatch {
+		if err := ctx.Err(); err != nil {
+			t.err = err
+			return
+		}
+		j := min(i+e.maxBatch, len(ops))
+		if err := d.stream.CopyBatch(d.kind, ops[i:j]); err != nil {
+			if n >= 0 {
+				what = fmt.Sprintf("%s %d", what, n)
+			}
+			t.err = fmt.Errorf("transfer: %s: descriptors %d..%d (from pair %d): %w", what, i, j-1, d.co.origin[i], err)
+			return
+		}
+		for _, op := range ops[i:j] {
+			t.bytes += op.Bytes
+		}
+		t.copies += j - i
+		e.stats.Descriptors.Add(int64(j - i))
+	}
+}
+
+// submit records t's final event after everything t issued and hands t to
+// the completer. Called with d.mu held.
+func (e *Engine) submit(d *direction, t *Transfer) {
+	if n := len(t.layerEv); n > 0 {
+		t.final = t.layerEv[n-1]
+		// Layers not issued after an error still get recorded, so that
+		// nothing waiting on them waits forever; the error marks their data
+		// invalid.
+		for l := range t.layerEv {
+			if t.err != nil {
+				t.layerEv[l].Record(d.stream)
+			}
+		}
+	} else {
+		if err := t.final.Record(d.stream); err != nil && t.err == nil {
+			t.err = fmt.Errorf("transfer: record completion event: %w", err)
+		}
+	}
+	e.stats.Transfers.Add(1)
+	d.pending <- t
+}
+
+// Source reads blocks for a staged onboard, for example from the NVMe tier.
+type Source interface {
+	// ReadBlock reads block i of the request into dst, which is one host
+	// slot long and lies in a pinned staging buffer.
+	ReadBlock(ctx context.Context, i int, dst []byte) error
+}
+
+// OnboardStaged reads blocks from src through the pinned staging ring and
+// copies them to the GPU blocks gpuBlocks[i]. It reads into buffer k while
+// buffer k-1 is still being copied, and waits for the copy that last read a
+// buffer before overwriting it. Staged onboards run one at a time; the
+// returned Transfer has no per-layer events.
+func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int32) (*Transfer, error) {
+	if len(e.staging) == 0 {
+		return nil, errors.New("transfer: OnboardStaged: the engine has no staging buffers (Config.Staging)")
+	}
+	for i, b := range gpuBlocks {
+		if b < 0 || int(b) >= e.gpu.NumBlocks {
+			return nil, fmt.Errorf("transfer: OnboardStaged: block %d: GPU block %d outside the layout's %d blocks", i, b, e.gpu.NumBlocks)
+		}
+	}
+	t, err := e.newTransfer(cudastream.HostToDevice, 0)
+	if err != nil {
+		return nil, err
+	}
+	if e.closed.Load() {
+		t.release()
+		return nil, ErrClosed
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.stagingMu.Lock()
+		defer e.stagingMu.Unlock()
+		e.runStaged(ctx, src, gpuBlocks, t)
+		d := &e.on
+		d.mu.Lock()
+		if err := t.final.Record(d.stream); err != nil && t.err == nil {
+			t.err = fmt.Errorf("transfer: staged onboard: record completion event: %w", err)
+		}
+		d.mu.Unlock()
+		e.stats.Transfers.Add(1)
+		e.stats.OnboardBytes.Add(t.bytes)
+		t.finish(t.final.Synchronize())
+	}()
+	return t, nil
+}
+
+func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t *Transfer) {
+	next := 0
+	for k := 0; next < len(gpuBlocks); k++ {
+		buf := &e.staging[k%len(e.staging)]
+		if buf.used && !e.skipStagingWait {
+			e.stats.StagingWaits.Add(1)
+			if err := buf.ev.Synchronize(); err != nil {
+				t.err = fmt.Errorf("transfer: staged onboard: wait for staging buffer %d: %w", k%len(e.staging), err)
+				return
+			}
+		}
+		buf.pairs = buf.pairs[:0]
+		for s := 0; s < buf.layout.Slots() && next < len(gpuBlocks); s++ {
+			if err := ctx.Err(); err != nil {
+				t.err = err
+				return
+			}
+			if err := src.ReadBlock(ctx, next, buf.layout.Slot(int32(s))); err != nil {
+				t.err = fmt.Errorf("transfer: staged onboard: read block %d: %w", next, err)
+				return
+			}
+			buf.pairs = append(buf.pairs, Pair{GPUBlock: gpuBlocks[next], HostSlot: int32(s)})
+			next++
+		}
+		d := &e.on
+		d.mu.Lock()
+		d.co.reset()
+		d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)
+		e.issue(ctx, d, t, "staged onboard, staging buffer", k%len(e.staging))
+		err := buf.ev.Record(d.stream)
+		d.mu.Unlock()
+		buf.used = true
+		e.stats.Blocks.Add(int64(len(buf.pairs) * e.gpu.Layers * e.gpu.Parts))
+		if t.err != nil {
+			return
+		}
+		if err != nil {
+			t.err = fmt.Errorf("transfer: staged onboard: record staging event: %w", err)
+			return
+		}
+	}
+}
+
+// Close waits for submitted transfers to complete, then releases the
+// streams and pooled events. Transfers not yet released keep their events.
+func (e *Engine) Close() error {
+	var errs []error
+	e.closeOnce.Do(func() {
+		for _, d := range []*direction{&e.on, &e.off} {
+			d.mu.Lock()
+			e.closed.Store(true)
+			if d.pending != nil {
+				close(d.pending)
+			}
+			d.mu.Unlock()
+		}
+		e.wg.Wait()
+		for _, d := range []*direction{&e.on, &e.off} {
+			if d.stream != nil {
+				errs = append(errs, d.stream.Destroy())
+			}
+		}
+		for _, b := range e.staging {
+			errs = append(errs, b.ev.Destroy())
+		}
+		errs = append(errs, e.events.close())
+	})
+	return errors.Join(errs...)
+}
+
+// eventPool recycles events between transfers.
+type eventPool struct {
+	dev  cudastream.Device
+	mu   sync.Mutex
+	free []cudastream.Event
+}
+
+func (p *eventPool) get() (cudastream.Event, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		ev := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return ev, nil
+	}
+	p.mu.Unlock()
+	return p.dev.NewEvent(cudastream.EventOptions{BlockingSync: true})
+}
+
+func (p *eventPool) put(ev cudastream.Event) {
+	p.mu.Lock()
+	p.free = append(p.free, ev)
+	p.mu.Unlock()
+}
+
+func (p *eventPool) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, ev := range p.free {
+		errs = append(errs, ev.Destroy())
+	}
+	p.free = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,134 @@
+package transfer
+
+import (
+	"strings"
+	"testing"
+
+	"kvtier.dev/cudastream"
+)
+
+func TestLayoutsAddressTheSameBlockDifferently(t *testing.T) {
+	const layers, parts, blocks, part = 3, 2, 10, 1024
+	lf, err := LayerFirstLayout(1<<20, layers, parts, blocks, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf, err := BlockFirstLayout(1<<20, layers, parts, blocks, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layer-first: (layer 1, V) of block 4 is after 3 whole tensors.
+	if got, want := lf.addr(4, 1, 1), uint64(1<<20+3*blocks*part+4*part); got != want {
+		t.Errorf("layer-first addr = %#x, want %#x", got, want)
+	}
+	// Block-first: block 4 starts after 4 whole blocks, then layer 1 V.
+	if got, want := bf.addr(4, 1, 1), uint64(1<<20+4*layers*parts*part+3*part); got != want {
+		t.Errorf("block-first addr = %#x, want %#x", got, want)
+	}
+	k := []cudastream.DevicePtr{0x1000000, 0x2000000, 0x3000000}
+	v := []cudastream.DevicePtr{0x1800000, 0x2800000, 0x3800000}
+	pl, err := PerLayerLayout(k, v, blocks, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pl.addr(7, 2, 1), uint64(0x3800000+7*part); got != want {
+		t.Errorf("per-layer addr = %#x, want %#x", got, want)
+	}
+	mla, err := PerLayerLayout(k, nil, blocks, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mla.Parts != 1 || mla.BlockBytes() != 3*part {
+		t.Errorf("MLA layout: parts %d block bytes %d", mla.Parts, mla.BlockBytes())
+	}
+}
+
+func TestLayoutRejectsBadShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func() error
+		want  string
+	}{
+		{"zero layers", func() error { _, err := LayerFirstLayout(4096, 0, 2, 1, 64); return err }, "Layers"},
+		{"three parts", func() error { _, err := BlockFirstLayout(4096, 1, 3, 1, 64); return err }, "Parts"},
+		{"zero part bytes", func() error { _, err := BlockFirstLayout(4096, 1, 2, 1, 0); return err }, "PartBytes"},
+		{"zero blocks", func() error { _, err := LayerFirstLayout(4096, 1, 2, 0, 64); return err }, "NumBlocks"},
+		{"K/V mismatch", func() error {
+			_, err := PerLayerLayout([]cudastream.DevicePtr{1, 2}, []cudastream.DevicePtr{3}, 4, 64)
+			return err
+		}, "V tensors"},
+		{"null base", func() error {
+			_, err := PerLayerLayout([]cudastream.DevicePtr{4096, 0}, nil, 4, 64)
+			return err
+		}, "Base[1]"},
+		{"overlapping stride", func() error {
+			g := GPULayout{Layers: 1, Parts: 1, PartBytes: 64, NumBlocks: 2, BlockStride: 32, Base: []cudastream.DevicePtr{4096}}
+			return g.Validate()
+		}, "overlap"},
+	} {
+		err := tc.build()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCoalescing(t *testing.T) {
+	const layers, parts, blocks, part = 2, 2, 8, 256
+	host := HostLayout{Pool: make([]byte, 8*layers*parts*part), SlotBytes: layers * parts * part}
+	base := uint64(1 << 30)
+	t.Run("block-first, consecutive blocks and slots: one copy per block, merged across blocks", func(t *testing.T) {
+		g, _ := BlockFirstLayout(1<<20, layers, parts, blocks, part)
+		var c coalescer
+		c.addBlocks(&g, &host, base, []Pair{{0, 0}, {1, 1}, {2, 2}}, true)
+		if len(c.ops) != 1 || c.ops[0].Bytes != 3*host.SlotBytes {
+			t.Fatalf("ops = %+v, want one copy of 3 slots", c.ops)
+		}
+	})
+	t.Run("block-first, scattered blocks: one copy per block", func(t *testing.T) {
+		g, _ := BlockFirstLayout(1<<20, layers, parts, blocks, part)
+		var c coalescer
+		c.addBlocks(&g, &host, base, []Pair{{5, 0}, {1, 1}, {7, 2}}, false)
+		if len(c.ops) != 3 {
+			t.Fatalf("got %d ops, want 3", len(c.ops))
+		}
+		for i, op := range c.ops {
+			if op.Bytes != host.SlotBytes {
+				t.Errorf("op %d moves %d bytes, want a whole slot %d", i, op.Bytes, host.SlotBytes)
+			}
+		}
+		if c.ops[1].Src != uint64(g.addr(1, 0, 0)) || c.ops[1].Dst != base+uint64(host.SlotBytes) {
+			t.Errorf("op 1 = %+v: wrong direction or address", c.ops[1])
+		}
+	})
+	t.Run("layer-first, per layer: K and V are separate tensors", func(t *testing.T) {
+		g, _ := LayerFirstLayout(1<<20, layers, parts, blocks, part)
+		var c coalescer
+		c.addLayer(&g, &host, base, []Pair{{3, 0}, {4, 1}}, 1, true)
+		// Blocks 3 and 4 are adjacent on the GPU within each tensor but the
+		// host slots interleave K and V, so nothing merges.
+		if len(c.ops) != 4 {
+			t.Fatalf("got %d ops, want 4", len(c.ops))
+		}
+		if c.origin[2] != 1 {
+			t.Errorf("origin of op 2 = %d, want pair 1", c.origin[2])
+		}
+	})
+}
+
+func TestCheckPairs(t *testing.T) {
+	g, _ := BlockFirstLayout(1<<20, 1, 2, 4, 64)
+	h := HostLayout{Pool: make([]byte, 2*128), SlotBytes: 128}
+	if err := checkPairs(&g, &h, []Pair{{3, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPairs(&g, &h, []Pair{{0, 0}, {4, 0}}); err == nil || !strings.Contains(err.Error(), "pair 1: GPU block 4") {
+		t.Errorf("GPU block out of range: %v", err)
+	}
+	if err := checkPairs(&g, &h, []Pair{{0, 2}}); err == nil || !strings.Contains(err.Error(), "host slot 2") {
+		t.Errorf("host slot out of range: %v", err)
+	}
+	if err := checkPairs(&g, &h, []Pair{{-1, 0}}); err == nil {
+		t.Error("negative block accepted")
+	}
+}

@@ -1,0 +1,84 @@
+package transfer
+
+import (
+	"fmt"
+
+	"kvtier.dev/cudastream"
+)
+
+// checkPairs rejects pairs that point outside the GPU layout or the host
+// pool, before any copy is issued, so that bad input changes nothing.
+func checkPairs(g *GPULayout, h *HostLayout, pairs []Pair) error {
+	slots := h.Slots()
+	for i, p := range pairs {
+		if p.GPUBlock < 0 || int(p.GPUBlock) >= g.NumBlocks {
+			return fmt.Errorf("transfer: pair %d: GPU block %d outside the layout's %d blocks", i, p.GPUBlock, g.NumBlocks)
+		}
+		if p.HostSlot < 0 || int(p.HostSlot) >= slots {
+			return fmt.Errorf("transfer: pair %d: host slot %d outside the pool's %d slots", i, p.HostSlot, slots)
+		}
+	}
+	return nil
+}
+
+// coalescer appends copy descriptors to a reusable slice, merging each new
+// copy into the previous one when both sides are contiguous with it.
+type coalescer struct {
+	ops []cudastream.Copy
+	// origin[i] is the index of the pair that opened descriptor i, so that a
+	// failure can be named in the caller's terms.
+	origin []int32
+}
+
+func (c *coalescer) reset() {
+	c.ops = c.ops[:0]
+	c.origin = c.origin[:0]
+}
+
+func (c *coalescer) add(dst, src uint64, n int64, pair int) {
+	if k := len(c.ops) - 1; k >= 0 {
+		last := &c.ops[k]
+		if last.Dst+uint64(last.Bytes) == dst && last.Src+uint64(last.Bytes) == src {
+			last.Bytes += n
+			return
+		}
+	}
+	c.ops = append(c.ops, cudastream.Copy{Dst: dst, Src: src, Bytes: n})
+	c.origin = append(c.origin, int32(pair))
+}
+
+// addLayer appends the copies of one layer of every pair. toDevice selects
+// the direction: host slot to GPU block, or back.
+func (c *coalescer) addLayer(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, layer int, toDevice bool) {
+	for i, p := range pairs {
+		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
+		for part := 0; part < g.Parts; part++ {
+			dev := g.addr(p.GPUBlock, layer, part)
+			host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
+			if toDevice {
+				c.add(dev, host, g.PartBytes, i)
+			} else {
+				c.add(host, dev, g.PartBytes, i)
+			}
+		}
+	}
+}
+
+// addBlocks appends the copies of whole blocks, layer after layer within each
+// block, so that a block-first GPU layout moves each block as one copy.
+func (c *coalescer) addBlocks(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, toDevice bool) {
+	for i, p := range pairs {
+		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
+		for layer := 0; layer < g.Layers; layer++ {
+			for part := 0; part < g.Parts; part++ {
+				dev := g.addr(p.GPUBlock, layer, part)
+				host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
+				if toDevice {
+					c.add(dev, host, g.PartBytes, i)
+				} else {
+					c.add(host, dev, g.PartBytes, i)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"kvtier.dev/cudastream"
+)
+
+// Transfer is the handle of one submitted onboard or offload.
+//
+// The caller MUST call Release once the Transfer is done, to return its
+// events to the engine; a Transfer MUST NOT be used after Release.
+type Transfer struct {
+	eng     *Engine
+	kind    cudastream.CopyKind
+	layerEv []cudastream.Event // onboard: one per layer, recorded in order
+	final   cudastream.Event   // completes when every copy issued has
+	owned   []cudastream.Event // events to hand back on Release
+
+	bytes  int64
+	copies int
+	start  time.Duration
+	end    time.Duration
+	err    error // set before done is closed; read only after
+	done   chan struct{}
+}
+
+func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, error) {
+	n := max(layers, 1)
+	t := &Transfer{eng: e, kind: kind, start: e.now(), done: make(chan struct{}), owned: make([]cudastream.Event, 0, n)}
+	for i := 0; i < n; i++ {
+		ev, err := e.events.get()
+		if err != nil {
+			t.release()
+			return nil, fmt.Errorf("transfer: event: %w", err)
+		}
+		t.owned = append(t.owned, ev)
+	}
+	if layers > 0 {
+		t.layerEv = t.owned
+	}
+	t.final = t.owned[len(t.owned)-1]
+	return t, nil
+}
+
+// finish marks the transfer done. err is the completion's error, if any; a
+// submission error already in t.err wins.
+func (t *Transfer) finish(err error) {
+	if t.err == nil && err != nil {
+		t.err = fmt.Errorf("transfer: %s of %d bytes: %w", t.kind, t.bytes, err)
+	}
+	t.end = t.eng.now()
+	close(t.done)
+}
+
+// Done is closed when every copy the transfer issued has completed on the
+// device. Only then may its memory be reused.
+func (t *Transfer) Done() <-chan struct{} { return t.done }
+
+// Wait blocks until the transfer is done and returns its error, or returns
+// ctx's error first if ctx ends. A Wait that returns early does not stop
+// the copies: the transfer's memory stays in use until Done is closed.
+func (t *Transfer) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Err is the transfer's error once it is done (nil before). A transfer that
+// failed or was cancelled moved some of its bytes and not others: its data
+// MUST NOT be used.
+func (t *Transfer) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Bytes is the number of bytes the transfer issued.
+func (t *Transfer) Bytes() int64 { return t.bytes }
+
+// Copies is the number of copy descriptors issued after coalescing.
+func (t *Transfer) Copies() int { return t.copies }
+
+// Duration is the time from submission to observed completion (zero before
+// Done), on the engine's clock.
+func (t *Transfer) Duration() time.Duration {
+	select {
+	case <-t.done:
+		return t.end - t.start
+	default:
+		return 0
+	}
+}
+
+// Layers is the number of per-layer events (0 for offloads and staged
+// onboards).
+func (t *Transfer) Layers() int { return len(t.layerEv) }
+
+// LayerEvent returns the event that completes when layer l's blocks are on
+// the device. The compute stream waits on it (Stream.WaitEvent) before
+// running layer l. The event belongs to the transfer: do not record or
+// destroy it, and do not use it after Release.
+func (t *Transfer) LayerEvent(l int) cudastream.Event { return t.layerEv[l] }
+
+// LayerReady reports whether layer l's copies have completed.
+func (t *Transfer) LayerReady(l int) (bool, error) { return t.layerEv[l].Query() }
+
+// Release returns the transfer's events to the engine. It MUST be called
+// only after Done is closed.
+func (t *Transfer) Release() {
+	select {
+	case <-t.done:
+	default:
+		panic("transfer: Release before the transfer is done")
+	}
+	t.release()
+}
+
+func (t *Transfer) release() {
+	for _, ev := range t.owned {
+		t.eng.events.put(ev)
+	}
+	t.owned, t.layerEv, t.final = nil, nil, nil
+}
