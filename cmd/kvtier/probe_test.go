@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestProbeNoGPU(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"probe", "--runs", "1", "--size", "64MiB"}, &out, &errb)
+	if code == 0 {
+		t.Skip("a GPU is present; the no-GPU path is not reachable here")
+	}
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1; stderr: %s", code, errb.String())
+	}
+	if msg := errb.String(); !strings.HasPrefix(msg, "kvtier probe: no CUDA driver/GPU found: ") || len(msg) < 50 {
+		t.Fatalf("stderr %q does not say plainly that no driver/GPU was found and why", msg)
+	}
+}
+
+func TestProbeBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--size", "lots"}, "--size"},
+		{[]string{"--size", "0"}, "--size"},
+		{[]string{"--size", "1024"}, "minimum"},
+		{[]string{"--runs", "0"}, "--runs"},
+		{[]string{"--device", "-2"}, "--device"},
+		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--nope"}, "nope"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"probe"}, c.args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit code %d, want 2", c.args, code)
+		}
+		if !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: stderr %q does not mention %q", c.args, errb.String(), c.want)
+		}
+	}
+}
+
+func TestProbeParseBytes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"1073741824", 1 << 30}, {"1GiB", 1 << 30}, {"256MiB", 256 << 20}, {"16KiB", 16 << 10},
+		{"2G", 2 << 30}, {" 4 MiB ", 4 << 20},
+	} {
+		if got, err := probeParseBytes(c.in); err != nil || got != c.want {
+			t.Errorf("probeParseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"", "-1", "0", "1.5GiB", "GiB", "1PiB", "9999999999TiB"} {
+		if got, err := probeParseBytes(in); err == nil {
+			t.Errorf("probeParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+func TestProbeSizeName(t *testing.T) {
+	for n, want := range map[int64]string{1 << 30: "1GiB", 16 << 10: "16KiB", 1000: "1000B", 3 << 29: "1536MiB"} {
+		if got := probeSizeName(n); got != want {
+			t.Errorf("probeSizeName(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestProbeSummariseAndRatio(t *testing.T) {
+	st := probeSummarise([]float64{5, 1, 3, 2, 4})
+	if st != (probeStats{median: 3, min: 1, max: 5}) {
+		t.Errorf("odd runs: %+v", st)
+	}
+	if st := probeSummarise([]float64{4, 1, 3, 2}); st.median != 2.5 {
+		t.Errorf("even runs: median %v, want 2.5", st.median)
+	}
+	base := probeRowOf("HtoD pinned 1GiB", "GiB/s", probeStats{50, 49, 51}, 5, nil, false)
+	if base.Baseline != "" || base.Ratio != 1 {
+		t.Errorf("baseline row: %+v", base)
+	}
+	pg := probeRowOf("HtoD pageable 1GiB", "GiB/s", probeStats{5, 4, 6}, 5, &base, false)
+	if pg.Baseline != base.Name || pg.Ratio != 0.1 {
+		t.Errorf("rate row: %+v", pg)
+	}
+	tb := probeRow{Name: "t", Median: 2}
+	if r := probeRowOf("x", "us", probeStats{median: 4}, 5, &tb, true); r.Ratio != 0.5 {
+		t.Errorf("time row ratio %v, want 0.5 (baseline's time over this one's)", r.Ratio)
+	}
+}
+
+func TestProbeJSONShape(t *testing.T) {
+	res := probeResult{
+		Benchmark: "probe", Machine: "h200", Date: "2026-11-29", Commit: "abc", Command: "kvtier probe --json x",
+		Device:   probeDevice{Name: "NVIDIA H200", CC: "9.0", SMCount: 132, NUMANode: 0, PCIeGen: 5, PCIeWidth: 16, DriverVersion: 13000, BatchCopy: true},
+		Measured: probeMeasured{H2DPinnedBytesPerS: 53e9, SmallCopyBytes: 16384, EventRoundtripSeconds: 3.2e-7},
+		Rows:     []probeRow{{Name: "HtoD pinned 1GiB", Unit: "GiB/s", Median: 49.4, Min: 49, Max: 50, Runs: 5, Ratio: 1}},
+	}
+	path := filepath.Join(t.TempDir(), "probe-test.json")
+	if err := probeWriteJSON(path, &res); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(v any) []string {
+		var k []string
+		for key := range v.(map[string]any) {
+			k = append(k, key)
+		}
+		slices.Sort(k)
+		return k
+	}
+	if got, want := keys(m), []string{"benchmark", "command", "commit", "date", "device", "machine", "measured", "rows"}; !slices.Equal(got, want) {
+		t.Errorf("top-level keys %v, want %v", got, want)
+	}
+	if got, want := keys(m["device"]), []string{"batch_copy", "cc", "copy_engines", "driver_version", "host_numa_alloc", "name", "numa_node", "pci_bus_id", "pcie_gen", "pcie_width", "sm_count", "total_mem_bytes"}; !slices.Equal(got, want) {
+		t.Errorf("device keys %v, want %v", got, want)
+	}
+	if got, want := keys(m["measured"]), []string{"bidir_pinned_bytes_per_s", "d2h_pageable_bytes_per_s", "d2h_pinned_bytes_per_s", "event_roundtrip_seconds", "h2d_pageable_bytes_per_s", "h2d_pinned_bytes_per_s", "small_copy_bytes", "small_copy_bytes_per_s", "small_copy_issue_seconds"}; !slices.Equal(got, want) {
+		t.Errorf("measured keys %v, want %v", got, want)
+	}
+	row := m["rows"].([]any)[0]
+	if got, want := keys(row), []string{"baseline", "max", "median", "min", "name", "ratio", "runs", "unit"}; !slices.Equal(got, want) {
+		t.Errorf("row keys %v, want %v", got, want)
+	}
+	var back probeResult
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Device != res.Device || back.Measured != res.Measured || !slices.Equal(back.Rows, res.Rows) {
+		t.Errorf("round trip changed the result:\n%+v\n%+v", back, res)
+	}
+	if err := probeWriteJSON(filepath.Join(t.TempDir(), "no", "such", "dir.json"), &res); err == nil || !strings.Contains(err.Error(), "--json") {
+		t.Errorf("unwritable path: %v", err)
+	}
+}
+
+func TestProbeCommandLine(t *testing.T) {
+	cfg, err := probeParseFlags([]string{"--json", "out dir/p.json", "--machine", "h200", "--commit", "deadbeef"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `kvtier probe --json "out dir/p.json" --machine h200 --commit deadbeef`; cfg.command != want {
+		t.Errorf("command %q, want %q", cfg.command, want)
+	}
+	if cfg.machine != "h200" || cfg.commit != "deadbeef" || cfg.size != 1<<30 || cfg.runs != 5 {
+		t.Errorf("config %+v", cfg)
+	}
+}

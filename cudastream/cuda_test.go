@@ -1,0 +1,665 @@
+package cudastream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The tests named TestCu* that open a device run on a real GPU. Without a
+// driver they skip, unless KVTIER_REQUIRE_GPU=1 says a GPU must be there.
+// Build them here and run them on the GPU machine:
+//
+//	go test -c -o .gpu/cudastream.test ./cudastream
+//	KVTIER_REQUIRE_GPU=1 ./.gpu/cudastream.test -test.v
+
+func cuOpenOrSkip(t *testing.T) Device {
+	t.Helper()
+	d, err := Open(0)
+	if errors.Is(err, ErrNoDriver) {
+		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
+		}
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open(0): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return d
+}
+
+// cuRandom fills b from a seeded generator, 8 bytes at a time.
+func cuRandom(r *rand.Rand, b []byte) {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		v := r.Uint64()
+		b[i], b[i+1], b[i+2], b[i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+		b[i+4], b[i+5], b[i+6], b[i+7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
+	}
+	for ; i < len(b); i++ {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+func cuMust(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// ---- without a GPU ----
+
+func TestCuOpenNoDriver(t *testing.T) {
+	d, err := Open(0)
+	if err == nil {
+		d.Close()
+		t.Skip("a driver and device are present; the no-driver path is not reachable here")
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("Open(0) without a driver = %v, want an error matching ErrNoDriver", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "libcuda") && !strings.Contains(msg, "device") {
+		t.Errorf("error %q does not say what is missing", msg)
+	}
+}
+
+func TestCuOpenBadOrdinal(t *testing.T) {
+	d, err := Open(-1)
+	if err == nil {
+		d.Close()
+		t.Fatal("Open(-1) succeeded")
+	}
+	if !errors.Is(err, ErrNoDriver) && !errors.Is(err, ErrInvalidValue) {
+		t.Fatalf("Open(-1) = %v, want ErrNoDriver or ErrInvalidValue", err)
+	}
+}
+
+func TestDrvParseLinkSpeed(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		gen  int
+		fail bool
+	}{
+		{"32.0 GT/s PCIe\n", 5, false},
+		{"16.0 GT/s PCIe", 4, false},
+		{"8.0 GT/s PCIe", 3, false},
+		{"8 GT/s", 3, false},
+		{"5.0 GT/s PCIe", 2, false},
+		{"2.5 GT/s PCIe", 1, false},
+		{"64.0 GT/s PCIe", 6, false},
+		{"  16 gt/s  ", 4, false},
+		{"Unknown", 0, true},
+		{"Unknown speed", 0, true},
+		{"", 0, true},
+		{"12.0 GT/s PCIe", 0, true},
+		{"fast GT/s", 0, true},
+		{"32.0 Gb/s", 0, true},
+	} {
+		gen, err := drvParseLinkSpeed(c.in)
+		if (err != nil) != c.fail || gen != c.gen {
+			t.Errorf("drvParseLinkSpeed(%q) = %d, %v; want %d, fail=%v", c.in, gen, err, c.gen, c.fail)
+		}
+	}
+}
+
+func TestDrvParseLinkWidth(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		width int
+		fail  bool
+	}{
+		{"16\n", 16, false},
+		{"x8", 8, false},
+		{"1", 1, false},
+		{"0", 0, true},
+		{"255", 0, true},
+		{"", 0, true},
+		{"sixteen", 0, true},
+	} {
+		w, err := drvParseLinkWidth(c.in)
+		if (err != nil) != c.fail || w != c.width {
+			t.Errorf("drvParseLinkWidth(%q) = %d, %v; want %d, fail=%v", c.in, w, err, c.width, c.fail)
+		}
+	}
+}
+
+func TestDrvNormalizeBusID(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"0000:3B:00.0", "0000:3b:00.0"},
+		{"00000000:3b:00.0", "0000:3b:00.0"},
+		{"0001:c1:1f.7\x00", ""},
+		{"0001:c1:1f.7", "0001:c1:1f.7"},
+		{"3b:00.0", ""},
+		{"0000:3b:00", ""},
+		{"0000:3g:00.0", ""},
+		{"0000:100:00.0", ""},
+		{"0000:3b:20.0", ""},
+		{"0000::00.0", ""},
+	} {
+		got, err := drvNormalizeBusID(c.in)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("drvNormalizeBusID(%q) = %q, want an error", c.in, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("drvNormalizeBusID(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestDrvReadPCIFacts(t *testing.T) {
+	root := t.TempDir()
+	dev := filepath.Join(root, "0000:3b:00.0")
+	cuMust(t, "mkdir", os.MkdirAll(dev, 0o755))
+	write := func(name, s string) { cuMust(t, name, os.WriteFile(filepath.Join(dev, name), []byte(s), 0o644)) }
+	write("numa_node", "1\n")
+	write("current_link_speed", "32.0 GT/s PCIe\n")
+	write("current_link_width", "16\n")
+	if got, want := drvReadPCIFacts(root, "0000:3b:00.0"), (drvPCIFacts{numaNode: 1, linkGen: 5, linkWidth: 16}); got != want {
+		t.Errorf("full sysfs: %+v, want %+v", got, want)
+	}
+	write("numa_node", "-1\n")
+	write("current_link_speed", "Unknown\n")
+	cuMust(t, "remove", os.Remove(filepath.Join(dev, "current_link_width")))
+	if got, want := drvReadPCIFacts(root, "0000:3b:00.0"), (drvPCIFacts{numaNode: -1}); got != want {
+		t.Errorf("VM-like sysfs: %+v, want %+v", got, want)
+	}
+	if got, want := drvReadPCIFacts(root, "0000:99:00.0"), (drvPCIFacts{numaNode: -1}); got != want {
+		t.Errorf("missing device: %+v, want %+v", got, want)
+	}
+}
+
+func TestDrvCheckRegisterLen(t *testing.T) {
+	if err := drvCheckRegisterLen(1 << 30); err != nil {
+		t.Errorf("1 GiB refused: %v", err)
+	}
+	if err := drvCheckRegisterLen(512<<30 - 4096); err != nil {
+		t.Errorf("512 GiB - 4 KiB refused: %v", err)
+	}
+	for _, n := range []int{0, 512 << 30, 600 << 30} {
+		err := drvCheckRegisterLen(n)
+		if !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("drvCheckRegisterLen(%d) = %v, want ErrInvalidValue", n, err)
+		}
+	}
+	if err := drvCheckRegisterLen(512 << 30); !strings.Contains(err.Error(), "512 GiB") {
+		t.Errorf("message %q does not name the limit", err)
+	}
+}
+
+func TestCuErrorFormatAndIs(t *testing.T) {
+	e := &Error{Call: "cuMemcpyHtoDAsync", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE", Text: "invalid argument"}
+	if got, want := e.Error(), "cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE (1): invalid argument"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	wrapped := fmt.Errorf("cudastream: CopyBatch HtoD: descriptor 3 of 10: %w", e)
+	if !errors.Is(wrapped, ErrInvalidValue) || errors.Is(wrapped, ErrOutOfMemory) {
+		t.Errorf("errors.Is on a wrapped INVALID_VALUE is wrong")
+	}
+	var got *Error
+	if !errors.As(wrapped, &got) || got.Code != 1 {
+		t.Errorf("errors.As lost the *Error")
+	}
+	for code, want := range map[int]error{
+		2: ErrOutOfMemory, 100: ErrNoDriver, 600: ErrNotReady, 700: ErrIllegalAddress,
+		712: ErrAlreadyRegistered, 713: ErrNotRegistered, 801: ErrNotSupported, 500: ErrNotSupported,
+	} {
+		if !errors.Is(&Error{Call: "x", Code: code}, want) {
+			t.Errorf("code %d does not match %v", code, want)
+		}
+	}
+	if errors.Is(&Error{Call: "x", Code: 999}, ErrInvalidValue) {
+		t.Errorf("CUDA_ERROR_UNKNOWN matched ErrInvalidValue")
+	}
+}
+
+// ---- on a GPU ----
+
+func TestCuInfo(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	in := d.Info()
+	t.Logf("device: %+v", in)
+	if in.Name == "" || in.SMCount <= 0 || in.TotalMemBytes <= 0 || in.CCMajor <= 0 || in.DriverVersion < 12000 {
+		t.Errorf("implausible Info: %+v", in)
+	}
+	if in.Simulated {
+		t.Errorf("Open returned a simulated device")
+	}
+	free, total, err := d.MemGetInfo()
+	cuMust(t, "MemGetInfo", err)
+	if free <= 0 || free > total || total != in.TotalMemBytes {
+		t.Errorf("MemGetInfo = %d free of %d, Info total %d", free, total, in.TotalMemBytes)
+	}
+}
+
+// cuRoundTrip copies host -> device -> host for each size at unaligned
+// offsets and compares byte for byte, and checks the bytes around the
+// destination window were left alone.
+func cuRoundTrip(t *testing.T, d Device, src, dst []byte, dev DevicePtr) {
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	r := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{1, 2, 3, 7, 15, 4095, 4096, 4097, 65537, 1<<20 + 13, 16<<20 + 5, 256 << 20}
+	for i, n := range sizes {
+		so, do, ho := 1+i%7, 3+i%5, 5+i%3
+		cuRandom(r, src[so:so+n])
+		for j := range dst[:ho+n+8] {
+			dst[j] = 0xA5
+		}
+		cuMust(t, "CopyHtoD", s.CopyHtoD(dev+DevicePtr(do), src[so:so+n]))
+		cuMust(t, "CopyDtoH", s.CopyDtoH(dst[ho:ho+n], dev+DevicePtr(do)))
+		cuMust(t, "Synchronize", s.Synchronize())
+		if !bytes.Equal(dst[ho:ho+n], src[so:so+n]) {
+			t.Fatalf("size %d (src+%d dev+%d dst+%d): data differs", n, so, do, ho)
+		}
+		for j := 0; j < ho; j++ {
+			if dst[j] != 0xA5 {
+				t.Fatalf("size %d: byte %d before the window changed", n, j)
+			}
+		}
+		for j := ho + n; j < ho+n+8; j++ {
+			if dst[j] != 0xA5 {
+				t.Fatalf("size %d: byte %d after the window changed", n, j)
+			}
+		}
+	}
+}
+
+func TestCuRoundTripPinned(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	const n = 256<<20 + 64
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	src, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(src)
+	dst, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(dst)
+	cuRoundTrip(t, d, src, dst, dev)
+}
+
+func TestCuRoundTripPageable(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	const n = 256<<20 + 64
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	cuRoundTrip(t, d, make([]byte, n), make([]byte, n), dev)
+}
+
+func cuBatch(t *testing.T, d Device, src, dst []byte) {
+	const count = 10000
+	r := rand.New(rand.NewPCG(3, 4))
+	ops := make([]Copy, count)
+	back := make([]Copy, count)
+	type span struct{ off, n int }
+	spans := make([]span, count)
+	off := 0
+	for i := range spans {
+		n := 1 + r.IntN(4096)
+		off += r.IntN(64) // gaps, and unaligned starts
+		spans[i] = span{off, n}
+		off += n
+	}
+	if off > len(src) {
+		t.Fatalf("test layout needs %d bytes", off)
+	}
+	dev, err := d.Alloc(int64(off))
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	cuRandom(r, src[:off])
+	clear(dst[:off])
+	for i, sp := range spans {
+		ops[i] = Copy{Dst: uint64(dev) + uint64(sp.off), Src: HostAddr(src[sp.off:]), Bytes: int64(sp.n)}
+		back[i] = Copy{Dst: HostAddr(dst[sp.off:]), Src: uint64(dev) + uint64(sp.off), Bytes: int64(sp.n)}
+	}
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	cuMust(t, "CopyBatch HtoD", s.CopyBatch(HostToDevice, ops))
+	cuMust(t, "CopyBatch DtoH", s.CopyBatch(DeviceToHost, back))
+	cuMust(t, "Synchronize", s.Synchronize())
+	for i, sp := range spans {
+		if !bytes.Equal(dst[sp.off:sp.off+sp.n], src[sp.off:sp.off+sp.n]) {
+			t.Fatalf("descriptor %d (%d bytes at %d): data differs", i, sp.n, sp.off)
+		}
+		gapEnd := off
+		if i+1 < len(spans) {
+			gapEnd = spans[i+1].off
+		}
+		for j := sp.off + sp.n; j < gapEnd; j++ {
+			if dst[j] != 0 {
+				t.Fatalf("byte %d in the gap after descriptor %d was written", j, i)
+			}
+		}
+	}
+}
+
+func TestCuBatch10000(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	t.Logf("BatchCopy (cuMemcpyBatchAsync) = %v, driver %d", d.Info().BatchCopy, d.Info().DriverVersion)
+	const n = 64 << 20
+	src, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(src)
+	dst, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(dst)
+	t.Run("pinned", func(t *testing.T) { cuBatch(t, d, src, dst) })
+	t.Run("pageable", func(t *testing.T) { cuBatch(t, d, make([]byte, n), make([]byte, n)) })
+}
+
+func TestCuBatchZeroAndBadInput(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	cuMust(t, "empty batch", s.CopyBatch(HostToDevice, nil))
+	if err := s.CopyBatch(NumCopyKinds, []Copy{{Bytes: 1}}); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("bad kind: %v", err)
+	}
+	if err := s.CopyBatch(DeviceToDevice, []Copy{{Bytes: 4}, {Bytes: -1}}); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "descriptor 1") {
+		t.Errorf("negative size: %v", err)
+	}
+	// Zero-sized descriptors are no-ops, even with addresses that are not valid.
+	cuMust(t, "zero-sized batch", s.CopyBatch(DeviceToDevice, []Copy{{Dst: 1, Src: 2}, {Dst: 3, Src: 4}}))
+	cuMust(t, "Synchronize", s.Synchronize())
+}
+
+func TestCuStreamsOrderedByEvent(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	const n = 256 << 20
+	src, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(src)
+	out, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(out)
+	a, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(a)
+	b, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(b)
+	sa, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer sa.Destroy()
+	sb, err := d.NewStream(-100) // clamped to the highest priority
+	cuMust(t, "NewStream", err)
+	defer sb.Destroy()
+	ev, err := d.NewEvent(EventOptions{})
+	cuMust(t, "NewEvent", err)
+	defer ev.Destroy()
+	if ok, err := ev.Query(); !ok || err != nil {
+		t.Errorf("never-recorded event: Query = %v, %v; want true, nil", ok, err)
+	}
+
+	r := rand.New(rand.NewPCG(5, 6))
+	for round := range 3 {
+		cuRandom(r, src)
+		cuMust(t, "CopyHtoD", sa.CopyHtoD(a, src)) // long: ~5 ms at 50 GiB/s
+		cuMust(t, "Record", ev.Record(sa))
+		cuMust(t, "WaitEvent", sb.WaitEvent(ev))
+		cuMust(t, "CopyDtoD", sb.CopyDtoD(b, a, n))
+		cuMust(t, "CopyDtoH", sb.CopyDtoH(out, b))
+		cuMust(t, "Synchronize", sb.Synchronize())
+		if ok, err := ev.Query(); !ok || err != nil {
+			t.Fatalf("event after the waiting stream finished: Query = %v, %v", ok, err)
+		}
+		if ok, err := sa.Query(); !ok || err != nil {
+			t.Fatalf("stream A after the waiting stream finished: Query = %v, %v", ok, err)
+		}
+		if !bytes.Equal(out, src) {
+			t.Fatalf("round %d: stream B did not see stream A's copy", round)
+		}
+	}
+}
+
+func TestCuElapsed(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	const n = 64 << 20
+	host, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(host)
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+
+	start, err := d.NewEvent(EventOptions{Timing: true})
+	cuMust(t, "NewEvent", err)
+	defer start.Destroy()
+	end, err := d.NewEvent(EventOptions{Timing: true, BlockingSync: true})
+	cuMust(t, "NewEvent", err)
+	defer end.Destroy()
+	plain, err := d.NewEvent(EventOptions{})
+	cuMust(t, "NewEvent", err)
+	defer plain.Destroy()
+
+	cuMust(t, "Record", start.Record(s))
+	cuMust(t, "CopyHtoD", s.CopyHtoD(dev, host))
+	cuMust(t, "Record", end.Record(s))
+	cuMust(t, "Record", plain.Record(s))
+	cuMust(t, "Synchronize", end.Synchronize())
+	el, err := end.Elapsed(start)
+	cuMust(t, "Elapsed", err)
+	if el <= 0 {
+		t.Errorf("Elapsed = %v for a 64 MiB copy", el)
+	}
+	t.Logf("64 MiB HtoD: %v (%.1f GiB/s)", el, float64(n)/(1<<30)/el.Seconds())
+	if _, err := plain.Elapsed(start); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("Elapsed on an event without timing = %v, want ErrInvalidValue", err)
+	}
+	if _, err := end.Elapsed(plain); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("Elapsed from an event without timing = %v, want ErrInvalidValue", err)
+	}
+}
+
+func TestCuRegisterMmap(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	const n = 64<<20 + 4096
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	cuMust(t, "mmap", err)
+	defer unix.Munmap(m)
+	cuRandom(rand.New(rand.NewPCG(7, 8)), m)
+	if err := d.HostUnregister(m); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("unregister of memory never registered = %v, want ErrNotRegistered", err)
+	}
+	cuMust(t, "HostRegister", d.HostRegister(m))
+	if err := d.HostRegister(m); !errors.Is(err, ErrAlreadyRegistered) {
+		t.Errorf("second register = %v, want ErrAlreadyRegistered", err)
+	}
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	want := bytes.Clone(m)
+	cuMust(t, "CopyHtoD", s.CopyHtoD(dev, m))
+	cuMust(t, "Synchronize", s.Synchronize())
+	clear(m)
+	cuMust(t, "CopyDtoH", s.CopyDtoH(m[1:], dev+1))
+	cuMust(t, "Synchronize", s.Synchronize())
+	if m[0] != 0 || !bytes.Equal(m[1:], want[1:]) {
+		t.Fatalf("copy through registered mmap memory differs")
+	}
+	cuMust(t, "HostUnregister", d.HostUnregister(m))
+}
+
+func TestCuRegisterTooLarge(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	// Address space only: PROT_NONE and NORESERVE, never touched.
+	m, err := unix.Mmap(-1, 0, 512<<30, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Skipf("cannot reserve 512 GiB of address space: %v", err)
+	}
+	defer unix.Munmap(m)
+	err = d.HostRegister(m)
+	if !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "512 GiB") {
+		t.Fatalf("HostRegister(512 GiB) = %v, want our ErrInvalidValue naming the limit", err)
+	}
+	var de *Error
+	if errors.As(err, &de) {
+		t.Fatalf("HostRegister(512 GiB) reached the driver: %v", err)
+	}
+}
+
+func TestCuHostAllocVMM(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	if !d.Info().HostNUMAAlloc {
+		t.Skip("the driver refused cuMemCreate with a HOST_NUMA location at Open")
+	}
+	const n = 3<<20 + 1 // not a multiple of the granularity
+	v, err := d.HostAllocVMM(n, -1)
+	cuMust(t, "HostAllocVMM", err)
+	b := v.Bytes()
+	if len(b) != n {
+		t.Fatalf("len(Bytes()) = %d, want %d", len(b), n)
+	}
+	cuRandom(rand.New(rand.NewPCG(9, 10)), b) // the CPU writes it
+	want := bytes.Clone(b)
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	out := make([]byte, n)
+	cuMust(t, "CopyHtoD", s.CopyHtoD(dev, b))
+	cuMust(t, "CopyDtoH", s.CopyDtoH(out, dev))
+	cuMust(t, "Synchronize", s.Synchronize())
+	if !bytes.Equal(out, want) {
+		t.Fatal("VMM host memory -> device -> host differs")
+	}
+	clear(b)
+	cuMust(t, "CopyDtoH into VMM", s.CopyDtoH(b, dev))
+	cuMust(t, "Synchronize", s.Synchronize())
+	if !bytes.Equal(b, want) { // the CPU reads it
+		t.Fatal("device -> VMM host memory differs")
+	}
+	cuMust(t, "Close", v.Close())
+	if err := v.Close(); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("second Close = %v, want ErrInvalidValue", err)
+	}
+}
+
+func TestCuBadInput(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	if _, err := d.Alloc(0); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("Alloc(0) = %v", err)
+	}
+	if _, err := d.HostAlloc(-1); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("HostAlloc(-1) = %v", err)
+	}
+	if err := d.HostRegister(nil); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("HostRegister(nil) = %v", err)
+	}
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	e, err := d.NewEvent(EventOptions{})
+	cuMust(t, "NewEvent", err)
+	cuMust(t, "Destroy", s.Destroy())
+	if err := s.Destroy(); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("second Destroy = %v", err)
+	}
+	if err := s.CopyHtoD(0, make([]byte, 8)); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("copy on a destroyed stream = %v", err)
+	}
+	if err := e.Record(s); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("record on a destroyed stream = %v", err)
+	}
+	cuMust(t, "Event.Destroy", e.Destroy())
+	if _, err := e.Query(); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("query of a destroyed event = %v", err)
+	}
+}
+
+// The tests below pass invalid addresses to the driver. They come last: a
+// driver that faulted asynchronously would poison the shared primary context.
+
+func TestCuBatchBadPointer(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	const n = 16 << 12
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	host := bytes.Repeat([]byte{0xAA}, n)
+	ops := make([]Copy, 16)
+	for i := range ops {
+		ops[i] = Copy{Dst: HostAddr(host[i*4096:]), Src: uint64(dev) + uint64(i*4096), Bytes: 4096}
+	}
+	ops[5].Src = 0xdead_0000_0000
+	err = s.CopyBatch(DeviceToHost, ops)
+	t.Logf("batch with an invalid device pointer: %v", err)
+	if !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "descriptor 5 ") {
+		t.Fatalf("batch with an invalid device pointer at 5 = %v, want ErrInvalidValue naming descriptor 5", err)
+	}
+	ops[5].Src = uint64(dev) + n - 100 // runs 3996 bytes past the end
+	err = s.CopyBatch(DeviceToHost, ops)
+	t.Logf("batch with a descriptor past the end: %v", err)
+	if !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "descriptor 5 ") {
+		t.Fatalf("batch running past the end at 5 = %v, want ErrInvalidValue naming descriptor 5", err)
+	}
+	cuMust(t, "Synchronize", s.Synchronize())
+	if !bytes.Equal(host, bytes.Repeat([]byte{0xAA}, n)) {
+		t.Fatal("a refused batch still copied some of its descriptors")
+	}
+}
+
+func TestCuInvalidPointer(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	buf := make([]byte, 4096)
+	bad := DevicePtr(0xdead_0000_0000)
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"DtoH from an invalid pointer", s.CopyDtoH(buf, bad)},
+		{"HtoD to an invalid pointer", s.CopyHtoD(bad, buf)},
+		{"DtoD from an invalid pointer", s.CopyDtoD(bad, bad, 4096)},
+	} {
+		t.Logf("%s: %v", c.what, c.err)
+		if !errors.Is(c.err, ErrInvalidValue) {
+			t.Errorf("%s = %v, want ErrInvalidValue", c.what, c.err)
+		}
+	}
+	dev, err := d.Alloc(4096)
+	cuMust(t, "Alloc", err)
+	if err := s.CopyHtoD(dev+1, buf); !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "past the end") {
+		t.Errorf("copy running one byte past the allocation = %v, want ErrInvalidValue", err)
+	}
+	cuMust(t, "CopyHtoD", s.CopyHtoD(dev, buf))
+	cuMust(t, "Synchronize", s.Synchronize())
+	cuMust(t, "Free", d.Free(dev))
+	if err := s.CopyHtoD(dev, buf); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("copy into freed device memory = %v, want ErrInvalidValue", err)
+	}
+	cuMust(t, "Synchronize", s.Synchronize())
+}

@@ -1,0 +1,55 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUnknownName is wrapped by every lookup of a preset name that does not
+// exist; the error's text lists the known names.
+var ErrUnknownName = errors.New("unknown name")
+
+// FieldError is a rejected input value. Field is the name the user wrote it
+// under (a JSON key or a flag's name without dashes).
+type FieldError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+func fieldErr(field string, value any, format string, args ...any) error {
+	return &FieldError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Bounds that separate a plausible figure from a typo. They are generous on
+// purpose: they catch a missing unit prefix, not an unusual machine.
+const (
+	maxLayers          = 1000
+	maxHeads           = 4096
+	maxHeadDim         = 16384
+	maxParams          = 1e14 // 100 trillion
+	maxTokens          = 1 << 30
+	maxBandwidthBytesS = 1e13 // 10 TB/s
+	maxFLOPS           = 1e17 // 100 PFLOP/s per GPU
+	maxTP              = 1024
+	maxLatencySeconds  = 10
+)
+
+// checkTokens rejects a token count outside [min, maxTokens].
+func checkTokens(field string, n, min int) error {
+	if n < min || n > maxTokens {
+		return fieldErr(field, n, "must be between %d and %d tokens", min, maxTokens)
+	}
+	return nil
+}
+
+func checkTP(tp int) error {
+	if tp < 1 || tp > maxTP {
+		return fieldErr("tp", tp, "tensor-parallel degree must be between 1 and %d", maxTP)
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package cost
+
+const invariantsEnabled = false

@@ -1,0 +1,189 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Link is one hop data crosses: its achievable bandwidth (not the line
+// rate) and the latency of one transfer on it.
+type Link struct {
+	Name               string
+	BandwidthBytesPerS float64
+	Latency            time.Duration
+	Source             string
+}
+
+// Validate rejects a non-positive or absurd figure, naming the field.
+func (l *Link) Validate() error {
+	if !(l.BandwidthBytesPerS > 0) || l.BandwidthBytesPerS > maxBandwidthBytesS {
+		return fieldErr("bandwidth", l.BandwidthBytesPerS/1e9, "must be positive and at most %g GB/s", maxBandwidthBytesS/1e9)
+	}
+	if l.Latency < 0 || l.Latency > maxLatencySeconds*time.Second {
+		return fieldErr("latency", l.Latency, "must be between 0 and %ds", maxLatencySeconds)
+	}
+	return nil
+}
+
+// TransferTime is Latency + bytes / BandwidthBytesPerS.
+func (l *Link) TransferTime(bytes int64) time.Duration {
+	return seconds(l.Latency.Seconds() + float64(bytes)/l.BandwidthBytesPerS)
+}
+
+// Drives is the link of n identical drives striped together: n times the
+// bandwidth, the same latency.
+func (l Link) Drives(n int) (Link, error) {
+	if n < 1 || n > 64 {
+		return Link{}, fieldErr("drives", n, "must be between 1 and 64")
+	}
+	if n == 1 {
+		return l, nil
+	}
+	l.Name = fmt.Sprintf("%s-x%d", l.Name, n)
+	l.BandwidthBytesPerS *= float64(n)
+	return l, nil
+}
+
+const gb = 1e9
+
+// The link presets. Bandwidths are achievable rates, not line rates. The
+// five the seed chapter tabulates (pinned-memory-dma-numa: PCIe 4.0 pinned 25
+// and pageable 12 GB/s, PCIe 5.0 pinned 50, NVLink-C2C 450, 400 Gb/s RDMA 45)
+// are taken as it gives them. Latencies are one small transfer's cost: 3 us is
+// what issuing one cuMemcpyHtoDAsync cost on the project's H200
+// (design.md); pageable copies stage through the driver's buffer.
+var linkPresets = map[string]Link{
+	"pcie4-pinned": {Name: "pcie4-pinned", BandwidthBytesPerS: 25 * gb, Latency: 3 * time.Microsecond,
+		Source: "seed chapter: PCIe 4.0 x16 from pinned memory, 25 GB/s achievable"},
+	"pcie4-pageable": {Name: "pcie4-pageable", BandwidthBytesPerS: 12 * gb, Latency: 10 * time.Microsecond,
+		Source: "seed chapter: PCIe 4.0 x16 from pageable memory (driver staging copy), 12 GB/s"},
+	"pcie5-pinned": {Name: "pcie5-pinned", BandwidthBytesPerS: 50 * gb, Latency: 3 * time.Microsecond,
+		Source: "seed chapter: PCIe 5.0 x16 pinned, 50 GB/s (the project's H200 measured 49.4 GiB/s = 53 GB/s H2D)"},
+	"pcie5-pageable": {Name: "pcie5-pageable", BandwidthBytesPerS: 5.8 * gb, Latency: 10 * time.Microsecond,
+		Source: "design.md: measured 5.4 GiB/s host to device from pageable memory on the project's H200 (PCIe 5.0 x16)"},
+	"pcie6-pinned": {Name: "pcie6-pinned", BandwidthBytesPerS: 100 * gb, Latency: 3 * time.Microsecond,
+		Source: "PCIe 6.0 doubles 5.0's 64 GT/s line rate (128 GB/s per direction raw); 100 GB/s achievable is 5.0's ratio, unmeasured"},
+	"pcie6-pageable": {Name: "pcie6-pageable", BandwidthBytesPerS: 12 * gb, Latency: 10 * time.Microsecond,
+		Source: "bounded by the CPU staging copy, not the link: taken as the seed's PCIe 4.0 pageable figure, unmeasured"},
+	"nvlink-c2c-gh200": {Name: "nvlink-c2c-gh200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
+		Source: "seed chapter: NVLink-C2C Grace to Hopper 450 GB/s (900 GB/s both directions, datasheet)"},
+	"nvlink-c2c-gb200": {Name: "nvlink-c2c-gb200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
+		Source: "GB200 datasheet: NVLink-C2C 900 GB/s bidirectional (450 each way) from Grace, shared by the superchip's two B200s; this preset gives one GPU all of it"},
+	"nvme-gen4": {Name: "nvme-gen4", BandwidthBytesPerS: 6.5 * gb, Latency: 80 * time.Microsecond,
+		Source: "one PCIe 4.0 x4 NVMe drive: 7 GB/s sequential read on datasheets, 6.5 achievable with O_DIRECT; ~80 us read latency"},
+	"nvme-gen5": {Name: "nvme-gen5", BandwidthBytesPerS: 13 * gb, Latency: 70 * time.Microsecond,
+		Source: "one PCIe 5.0 x4 NVMe drive: 14 GB/s sequential read on datasheets, 13 achievable; ~70 us read latency"},
+	"rdma-400g": {Name: "rdma-400g", BandwidthBytesPerS: 45 * gb, Latency: 5 * time.Microsecond,
+		Source: "seed chapter: 400 Gb/s NIC reading from a remote host by GPUDirect RDMA, 45 GB/s"},
+}
+
+// LinkNames lists the link presets, sorted.
+func LinkNames() []string { return sortedKeys(linkPresets) }
+
+// LookupLink returns a copy of the named preset (case-insensitive). A name
+// ending in -xN (nvme-gen5-x4) is N striped drives of the preset before it.
+func LookupLink(name string) (Link, error) {
+	lower := strings.ToLower(name)
+	if l, ok := linkPresets[lower]; ok {
+		return l, nil
+	}
+	if i := strings.LastIndex(lower, "-x"); i > 0 {
+		var n int
+		if _, err := fmt.Sscanf(lower[i+2:], "%d", &n); err == nil && fmt.Sprint(n) == lower[i+2:] {
+			if l, ok := linkPresets[lower[:i]]; ok {
+				return l.Drives(n)
+			}
+		}
+	}
+	return Link{}, fmt.Errorf("link %q: %w; known: %s (and NAME-xN for N striped drives)", name, ErrUnknownName, strings.Join(LinkNames(), ", "))
+}
+
+// Path is the way a tier's bytes reach the GPU: one link (host memory over
+// PCIe), or two in a row (an NVMe drive then PCIe; a NIC then PCIe).
+type Path struct {
+	// Source is the first hop, or the zero Link when the data starts in host
+	// memory and only Ingress is crossed.
+	Source Link
+	// Ingress is the GPU's own link (PCIe or NVLink-C2C), which every load
+	// into this GPU crosses.
+	Ingress Link
+	// Pipelined: the two hops overlap (chunks stream through a staging
+	// buffer), so the slower one sets the rate. Otherwise the whole transfer
+	// crosses Source, then Ingress.
+	Pipelined bool
+}
+
+// DirectPath is a path of one link.
+func DirectPath(l Link) Path { return Path{Ingress: l, Pipelined: true} }
+
+// HasSource reports whether the path has two hops.
+func (p *Path) HasSource() bool { return p.Source.BandwidthBytesPerS > 0 }
+
+// Validate checks both hops; an error names the hop.
+func (p *Path) Validate() error {
+	if err := p.Ingress.Validate(); err != nil {
+		return fmt.Errorf("link %s: %w", p.Ingress.Name, err)
+	}
+	if p.HasSource() || p.Source.Name != "" {
+		if err := p.Source.Validate(); err != nil {
+			return fmt.Errorf("link %s: %w", p.Source.Name, err)
+		}
+	}
+	return nil
+}
+
+// Name is "source+ingress" or the ingress's name.
+func (p *Path) Name() string {
+	if p.HasSource() {
+		sep := " then "
+		if p.Pipelined {
+			sep = " | "
+		}
+		return p.Source.Name + sep + p.Ingress.Name
+	}
+	return p.Ingress.Name
+}
+
+// latencySeconds is paid once per transfer: both hops' latencies.
+func (p *Path) latencySeconds() float64 {
+	s := p.Ingress.Latency.Seconds()
+	if p.HasSource() {
+		s += p.Source.Latency.Seconds()
+	}
+	return s
+}
+
+// secondsPerByte is the path's steady-state cost of one byte: the slower
+// hop's when pipelined, both hops' in a row when not.
+func (p *Path) secondsPerByte() float64 {
+	in := 1 / p.Ingress.BandwidthBytesPerS
+	if !p.HasSource() {
+		return in
+	}
+	src := 1 / p.Source.BandwidthBytesPerS
+	if p.Pipelined {
+		return math.Max(src, in)
+	}
+	return src + in
+}
+
+// TransferTime is the time to move bytes over the path as one transfer.
+// Zero bytes cost nothing (no transfer is issued).
+func (p *Path) TransferTime(bytes int64) time.Duration {
+	if bytes <= 0 {
+		return 0
+	}
+	return seconds(p.latencySeconds() + float64(bytes)*p.secondsPerByte())
+}
+
+// seconds converts float64 seconds to a Duration, rounding to the nearest
+// nanosecond and saturating instead of overflowing.
+func seconds(s float64) time.Duration {
+	ns := math.Round(s * 1e9)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}

@@ -1,0 +1,115 @@
+package cost
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestSeedTransferTable reproduces the seed chapter's table: 16 GB over each
+// path at the chapter's bandwidths, latency 0, rounded to the millisecond.
+func TestSeedTransferTable(t *testing.T) {
+	const size = 16e9
+	cases := []struct {
+		preset string
+		gbps   float64
+		wantMS int64
+	}{
+		{"pcie4-pinned", 25, 640},
+		{"pcie4-pageable", 12, 1333},
+		{"pcie5-pinned", 50, 320},
+		{"nvlink-c2c-gh200", 450, 36},
+		{"rdma-400g", 45, 356},
+	}
+	for _, c := range cases {
+		l, err := LookupLink(c.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.BandwidthBytesPerS != c.gbps*1e9 {
+			t.Errorf("%s: preset %g GB/s, seed %g", c.preset, l.BandwidthBytesPerS/1e9, c.gbps)
+		}
+		l.Latency = 0
+		got := l.TransferTime(size)
+		if ms := got.Round(time.Millisecond).Milliseconds(); ms != c.wantMS {
+			t.Errorf("%s: 16 GB in %v, seed says %d ms", c.preset, got, c.wantMS)
+		}
+		p := DirectPath(l)
+		if p.TransferTime(size) != got {
+			t.Errorf("%s: path and link disagree", c.preset)
+		}
+	}
+}
+
+func TestPathPipelinedAndSerial(t *testing.T) {
+	nvme := Link{Name: "nvme", BandwidthBytesPerS: 10e9, Latency: 100 * time.Microsecond}
+	pcie := Link{Name: "pcie", BandwidthBytesPerS: 50e9, Latency: 10 * time.Microsecond}
+	p := Path{Source: nvme, Ingress: pcie, Pipelined: true}
+	if got, want := p.TransferTime(10e9), time.Second+110*time.Microsecond; got != want {
+		t.Errorf("pipelined: %v, want %v (slower stage dominates)", got, want)
+	}
+	p.Pipelined = false
+	if got, want := p.TransferTime(10e9), 1200*time.Millisecond+110*time.Microsecond; got != want {
+		t.Errorf("serial: %v, want %v", got, want)
+	}
+	if p.TransferTime(0) != 0 {
+		t.Error("zero bytes must cost nothing")
+	}
+	if p.Name() != "nvme then pcie" {
+		t.Errorf("name %q", p.Name())
+	}
+}
+
+func TestDrives(t *testing.T) {
+	one, _ := LookupLink("nvme-gen5")
+	four, err := LookupLink("nvme-gen5-x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if four.BandwidthBytesPerS != 4*one.BandwidthBytesPerS || four.Latency != one.Latency {
+		t.Fatalf("x4: %+v", four)
+	}
+	for _, bad := range []string{"nvme-gen5-x0", "nvme-gen5-x", "nvme-gen5-x4a", "nvme-gen9-x2", "nvme-gen5-x100"} {
+		if _, err := LookupLink(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestLinkValidate(t *testing.T) {
+	for _, l := range []Link{
+		{BandwidthBytesPerS: 0},
+		{BandwidthBytesPerS: -1},
+		{BandwidthBytesPerS: math.NaN()},
+		{BandwidthBytesPerS: 1e15},
+		{BandwidthBytesPerS: 1e9, Latency: -1},
+		{BandwidthBytesPerS: 1e9, Latency: time.Hour},
+	} {
+		var fe *FieldError
+		if err := l.Validate(); !errors.As(err, &fe) {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+	for _, name := range LinkNames() {
+		l, _ := LookupLink(name)
+		if err := l.Validate(); err != nil || l.Source == "" {
+			t.Errorf("%s: %v (source %q)", name, err, l.Source)
+		}
+	}
+	for _, name := range GPUNames() {
+		g, _ := LookupGPU(name)
+		if err := g.Validate(); err != nil || g.Source == "" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	g := GPU{PeakFLOPS: 1e15, Efficiency: 1.5}
+	var fe *FieldError
+	if err := g.Validate(); !errors.As(err, &fe) || fe.Field != "efficiency" {
+		t.Errorf("efficiency 1.5: %v", err)
+	}
+	g = GPU{PeakFLOPS: 0, Efficiency: 0.5}
+	if err := g.Validate(); !errors.As(err, &fe) || fe.Field != "tflops" {
+		t.Errorf("tflops 0: %v", err)
+	}
+}
