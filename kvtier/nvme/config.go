@@ -1,0 +1,148 @@
+package nvme
+
+import (
+	"fmt"
+	"math"
+)
+
+// IOMode chooses between direct and buffered I/O.
+type IOMode int
+
+const (
+	// ModeAuto probes O_DIRECT at Open and falls back to buffered I/O
+	// (with fadvise) where the file system refuses it.
+	ModeAuto IOMode = iota
+	// ModeDirect requires O_DIRECT; Open fails where it is refused.
+	ModeDirect
+	// ModeBuffered uses the page cache, with POSIX_FADV_DONTNEED after each
+	// I/O so that the tier does not duplicate itself in host memory.
+	ModeBuffered
+	// NumIOModes counts the modes.
+	NumIOModes
+)
+
+func (m IOMode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeDirect:
+		return "direct"
+	case ModeBuffered:
+		return "buffered"
+	}
+	return fmt.Sprintf("IOMode(%d)", int(m))
+}
+
+// Config describes a Store. The slab geometry (FilesPerDir, SlotsPerFile,
+// BlockBytes, MaxTokens and the number of Dirs) is recorded in each slab
+// file; reopening with a different geometry fails with ErrConfig naming the
+// field, and changes nothing on disk.
+type Config struct {
+	// Dirs are the directories that hold slab files, one per drive to spread
+	// the load, e.g. {"/mnt/nvme0/kvtier", "/mnt/nvme1/kvtier"}. They must
+	// exist. Slots are handed out round-robin over the files.
+	Dirs []string
+	// FilesPerDir is the number of slab files in each directory (0 means 1).
+	FilesPerDir int
+	// SlotsPerFile is the number of block slots in each slab file. With
+	// BlockBytes = 1 MiB, SlotsPerFile = 65536 makes 64 GiB files.
+	SlotsPerFile int
+	// BlockBytes is the largest payload a slot holds, e.g. 1 << 20 for a
+	// 16-token block of a model with 64 KiB of KV per token. Each slot takes
+	// a header plus BlockBytes, each rounded up to the direct-I/O alignment.
+	BlockBytes int
+	// MaxTokens is the largest number of token ids a header stores (0 stores
+	// none: the block manager keeps tokens elsewhere). 16 tokens add 64 bytes.
+	MaxTokens int
+	// Mode picks direct or buffered I/O; the default probes.
+	Mode IOMode
+	// Durable makes Write sync the payload before writing the header and
+	// sync the header before returning (two fdatasync calls per vectored
+	// write). Without it a block may be lost on power failure, but a wrong
+	// one is still never served.
+	Durable bool
+	// Workers bounds the I/O in flight. Each worker blocks an OS thread in
+	// pread/pwrite; 0 means 16, about the queue depth one NVMe drive needs
+	// for full bandwidth with 1 MiB I/Os. Use 16 per drive for several.
+	Workers int
+	// MaxIOBytes caps one vectored I/O over adjacent slots (0 means 8 MiB).
+	// A single slot is always read or written in one I/O whatever its size.
+	MaxIOBytes int
+	// VerifyPayloadOnOpen reads every payload at Open to check its checksum
+	// (slow: the whole tier is read). Without it Open checks the headers and
+	// every Read checks its payload.
+	VerifyPayloadOnOpen bool
+	// Progress, if set, is called during the scan at Open after each chunk
+	// of slots, from one goroutine at a time.
+	Progress func(RecoverProgress)
+	// WrapFile, if set, wraps each slab file after it is opened; tests use it
+	// to inject faults. It MUST return a File that forwards to f.
+	WrapFile func(path string, f File) File
+}
+
+// RecoverProgress reports how far the scan at Open has come.
+type RecoverProgress struct {
+	SlotsScanned, SlotsTotal int
+	Recovered, Dropped       int
+}
+
+const (
+	defaultWorkers    = 16
+	defaultMaxIOBytes = 8 << 20
+	maxBlockBytes     = 1 << 30
+	maxTokensLimit    = 1 << 16
+)
+
+// withDefaults validates c and fills its defaults. Errors name the field.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(field, format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: Config.%s %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	if len(c.Dirs) == 0 {
+		return bad("Dirs", "is empty: name at least one directory")
+	}
+	for i, d := range c.Dirs {
+		if d == "" {
+			return bad("Dirs", "[%d] is empty", i)
+		}
+		for j := range i {
+			if c.Dirs[j] == d {
+				return bad("Dirs", "[%d] repeats %q", i, d)
+			}
+		}
+	}
+	if c.FilesPerDir < 0 || c.FilesPerDir > 1024 {
+		return bad("FilesPerDir", "= %d, want 0..1024", c.FilesPerDir)
+	}
+	if c.FilesPerDir == 0 {
+		c.FilesPerDir = 1
+	}
+	if c.SlotsPerFile <= 0 || c.SlotsPerFile > math.MaxInt32 {
+		return bad("SlotsPerFile", "= %d, want 1..%d", c.SlotsPerFile, math.MaxInt32)
+	}
+	if total := int64(len(c.Dirs)) * int64(c.FilesPerDir) * int64(c.SlotsPerFile); total >= math.MaxUint32 {
+		return bad("SlotsPerFile", "= %d gives %d slots in all, want fewer than %d", c.SlotsPerFile, total, uint32(math.MaxUint32))
+	}
+	if c.BlockBytes <= 0 || c.BlockBytes > maxBlockBytes {
+		return bad("BlockBytes", "= %d, want 1..%d", c.BlockBytes, maxBlockBytes)
+	}
+	if c.MaxTokens < 0 || c.MaxTokens > maxTokensLimit {
+		return bad("MaxTokens", "= %d, want 0..%d", c.MaxTokens, maxTokensLimit)
+	}
+	if c.Mode < 0 || c.Mode >= NumIOModes {
+		return bad("Mode", "= %d, want ModeAuto, ModeDirect or ModeBuffered", int(c.Mode))
+	}
+	if c.Workers < 0 || c.Workers > 4096 {
+		return bad("Workers", "= %d, want 0..4096", c.Workers)
+	}
+	if c.Workers == 0 {
+		c.Workers = defaultWorkers
+	}
+	if c.MaxIOBytes < 0 {
+		return bad("MaxIOBytes", "= %d, want >= 0", c.MaxIOBytes)
+	}
+	if c.MaxIOBytes == 0 {
+		c.MaxIOBytes = defaultMaxIOBytes
+	}
+	return c, nil
+}

@@ -1,0 +1,46 @@
+// Package nvme is kvtier's third tier: fixed-size block slots in preallocated
+// slab files on local NVMe drives, read and written with O_DIRECT straight
+// from and into the caller's (pinned) memory, and checked on every read.
+//
+// What it promises:
+//
+//   - It never returns a torn, bit-flipped or foreign block. Every slot starts
+//     with a header that names the block (key, parent, salt, token ids), the
+//     slot it belongs to, a sequence number and the xxhash64 of the payload,
+//     and that carries its own checksum. A read checks all of it before it
+//     reports success; a mismatch drops the slot, is counted in Stats, and is
+//     returned as a miss (errors.Is(err, ErrNotFound) and ErrCorrupt).
+//   - A block is readable only after its write completed (and, with
+//     Config.Durable, was synced). A slot is never reused while an I/O on it
+//     is in flight: Free and Write refuse a busy slot with ErrBusy.
+//   - A restart keeps the warm tier: Open scans the slot headers in parallel,
+//     verifies each and rebuilds the key index; corrupt or foreign slots are
+//     dropped and counted, the rest stays.
+//   - Bad input (config, slot number, buffer size or alignment) gets an error
+//     that names what was wrong and changes nothing.
+//
+// Crash safety. A crash can leave any subset of a write's sectors on disk.
+// A header is trusted only if its own checksum holds, and its block only if
+// the payload on disk hashes to the payload checksum in that header. So:
+//
+//   - a new header over an old or half-written payload fails the payload
+//     check; an old header over a new or half-written payload fails it too,
+//     unless the new payload is byte-for-byte the old one (then the data is
+//     right anyway) or xxhash64 collides (about 2^-64 for unrelated data);
+//   - a header copied to the wrong place (misdirected write, moved file)
+//     fails because it names its file and slot;
+//   - in durable mode a write goes in two steps: the payload with a zeroed
+//     (invalid) header, fdatasync, then the header, fdatasync. A block whose
+//     header reached the disk therefore has its payload on disk too, and the
+//     old header is gone before any new payload byte can land: durability
+//     does not rest on the checksum alone.
+//
+// In fast mode (the default) header and payload go out in one pwritev with
+// no sync: the checksums above still guarantee that nothing wrong is ever
+// served, but a block written just before a power loss may be lost.
+//
+// Capacity and eviction belong to the block manager: this package allocates,
+// writes, reads, frees and, after a restart, lists (Range) what survived.
+// A freed slot keeps its bytes on disk, so a block freed before a crash may be
+// listed again by Range after it: its data is still right for its key.
+package nvme

@@ -1,0 +1,37 @@
+package nvme
+
+import "errors"
+
+// Sentinels, for errors.Is. Errors returned by the Store wrap one or more of
+// them together with the detail (slot, file, errno).
+var (
+	// ErrNotFound means the slot or key holds no readable block. Every read
+	// that fails for a reason tied to the stored block (corruption, I/O error)
+	// also matches ErrNotFound: to the caller it is a miss.
+	ErrNotFound = errors.New("nvme: block not found")
+	// ErrCorrupt means a slot failed verification (header or payload
+	// checksum, magic, identity). The slot was dropped and counted.
+	ErrCorrupt = errors.New("nvme: corrupt slot")
+	// ErrFormatVersion means a slot header was written by another format
+	// version. Such slots are dropped and counted at Open.
+	ErrFormatVersion = errors.New("nvme: slot header from another format version")
+	// ErrIO means a read, write or sync failed in the kernel or returned
+	// short. The errno, when there is one, is in the chain too.
+	ErrIO = errors.New("nvme: I/O error")
+	// ErrBusy means the slot has an I/O in flight.
+	ErrBusy = errors.New("nvme: slot busy")
+	// ErrFull means no free slot is left.
+	ErrFull = errors.New("nvme: no free slot")
+	// ErrKeyExists means the key is already stored in another slot; free that
+	// slot first.
+	ErrKeyExists = errors.New("nvme: key already stored in another slot")
+	// ErrInvalid means an argument was out of range; nothing was changed.
+	ErrInvalid = errors.New("nvme: invalid argument")
+	// ErrMisaligned means a buffer does not meet the direct-I/O alignment.
+	ErrMisaligned = errors.New("nvme: buffer not aligned for direct I/O")
+	// ErrClosed means the Store was closed.
+	ErrClosed = errors.New("nvme: store closed")
+	// ErrConfig means a Config field is invalid or disagrees with the slab
+	// files on disk.
+	ErrConfig = errors.New("nvme: bad config")
+)

@@ -1,0 +1,68 @@
+//go:build linux
+
+package sysio
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestVectoredRoundTripAndAlign(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		path := filepath.Join(t.TempDir(), "f")
+		fd, err := Open(path, direct)
+		if errors.Is(err, unix.EINVAL) {
+			t.Skipf("O_DIRECT refused here: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := DirectIOAlign(fd)
+		if a.MemBytes < 512 || a.OffsetBytes < 512 || a.Source == "" {
+			t.Fatalf("alignment %+v", a)
+		}
+		if _, err := Fallocate(fd, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := Size(fd); err != nil || n != 1<<20 {
+			t.Fatalf("size %d %v", n, err)
+		}
+		mem, err := AllocAligned(3 * 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range mem {
+			mem[i] = byte(i * 7)
+		}
+		iov := make([]Iovec, 0, 4)
+		bufs := [][]byte{mem[:4096], mem[4096:8192], nil}
+		if n, err := Pwritev(fd, iov, bufs, 8192); err != nil || n != 8192 {
+			t.Fatalf("pwritev %d %v", n, err)
+		}
+		if err := Fdatasync(fd); err != nil {
+			t.Fatal(err)
+		}
+		got := mem[8192:]
+		if n, err := Preadv(fd, iov, [][]byte{got}, 12288); err != nil || n != 4096 || !bytes.Equal(got, mem[4096:8192]) {
+			t.Fatalf("preadv %d %v", n, err)
+		}
+		if !direct {
+			if err := Fadvise(fd, 0, 1<<20, AdviceDontNeed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ErrnoName(unix.EIO) != "EIO" || ErrnoName(errors.New("x")) != "" {
+			t.Fatal("ErrnoName")
+		}
+		if err := FreeAligned(mem); err != nil {
+			t.Fatal(err)
+		}
+		if err := Close(fd); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package nvme
+
+const invariantsEnabled = false

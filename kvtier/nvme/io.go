@@ -1,0 +1,579 @@
+package nvme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// maxRunSlots caps the slots in one vectored I/O (two or three iovecs each,
+// well under IOV_MAX).
+const maxRunSlots = 64
+
+// WriteOp is one block of a WriteBatch.
+type WriteOp struct {
+	Slot    Slot
+	Meta    BlockMeta
+	Payload []byte
+	// Err is set by WriteBatch: nil when the block is readable.
+	Err error
+}
+
+// ReadOp is one block of a ReadBatch.
+type ReadOp struct {
+	// Slot is the slot to read, or NoSlot to look Key up; ReadBatch sets it
+	// to the slot read.
+	Slot Slot
+	Key  uint64
+	// Dst receives the payload; it MUST be at least the block's length.
+	// Its bytes past the payload, and all of it on error, are undefined.
+	Dst []byte
+	// Meta is filled on success; Meta.Tokens' storage is reused.
+	Meta BlockMeta
+	// Err is set by ReadBatch: nil when Dst holds the verified payload.
+	Err error
+}
+
+// op is the internal form of one block's I/O.
+type op struct {
+	slot      Slot
+	file, idx int
+	buf       []byte    // payload to write, or destination to read
+	plen      int       // payload length
+	meta      BlockMeta // to write, or read (copied back to the ReadOp)
+	seq       uint64    // the header's sequence number (written or expected)
+	key       uint64    // expected key, for reads
+	prepared  bool      // the slot was marked busy and must be released
+	submitted bool
+	err       error
+}
+
+// Write stores payload as meta's block in slot, which the caller MUST have
+// allocated. The block is readable once Write returns nil. The slot's
+// previous block is no longer readable from the moment Write starts, whatever
+// its outcome. In direct mode payload MUST start on an Info().AlignBytes
+// boundary (pinned pages are); its length need not be aligned. Write
+// allocates nothing. ctx only
+// bounds the wait for a worker: an I/O that has started always finishes
+// before Write returns, so the caller may reuse payload at once.
+func (s *Store) Write(ctx context.Context, slot Slot, meta BlockMeta, payload []byte) error {
+	ops := [1]WriteOp{{Slot: slot, Meta: meta, Payload: payload}}
+	if err := s.WriteBatch(ctx, ops[:]); err != nil {
+		return err
+	}
+	return ops[0].Err
+}
+
+// WriteBatch writes several blocks; runs of adjacent slots go out in one
+// pwritev each, spread over the workers. Each op's Err says how it went;
+// the returned error is only for a closed Store or a done ctx before start.
+func (s *Store) WriteBatch(ctx context.Context, ops []WriteOp) error {
+	if err := s.begin(ctx); err != nil {
+		s.ops.RUnlock()
+		return err
+	}
+	defer s.ops.RUnlock()
+	sc := getScratch(len(ops))
+	defer putScratch(sc)
+	in := sc.ops
+	s.mu.Lock()
+	for i := range ops {
+		in[i].err = s.prepareWriteLocked(&in[i], &ops[i])
+	}
+	s.mu.Unlock()
+	s.execute(ctx, sc, true)
+	s.mu.Lock()
+	for i := range ops {
+		if in[i].prepared {
+			s.finishWriteLocked(&in[i])
+		}
+		ops[i].Err = in[i].err
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// prepareWriteLocked checks one write and, if it is good, marks the slot
+// busy and not readable. A rejected write changes nothing.
+func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
+	o.slot = w.Slot
+	si, err := s.slotLocked(w.Slot)
+	if err != nil {
+		return err
+	}
+	if si.busy != 0 {
+		return fmt.Errorf("%w: write to slot %d with an I/O in flight", ErrBusy, w.Slot)
+	}
+	if len(w.Payload) == 0 || len(w.Payload) > s.cfg.BlockBytes {
+		return fmt.Errorf("%w: slot %d: payload of %d bytes, want 1..%d (Config.BlockBytes)", ErrInvalid, w.Slot, len(w.Payload), s.cfg.BlockBytes)
+	}
+	if len(w.Meta.Tokens) > s.cfg.MaxTokens {
+		return fmt.Errorf("%w: slot %d: %d tokens, at most %d (Config.MaxTokens)", ErrInvalid, w.Slot, len(w.Meta.Tokens), s.cfg.MaxTokens)
+	}
+	if err := s.checkAligned(w.Slot, "payload", w.Payload); err != nil {
+		return err
+	}
+	if t, ok := s.index[w.Meta.Key]; ok && t != w.Slot {
+		return fmt.Errorf("%w: key %#x is in slot %d, write to slot %d", ErrKeyExists, w.Meta.Key, t, w.Slot)
+	}
+	s.forgetLocked(w.Slot, si)
+	si.busy = -1
+	o.file, o.idx = s.geom.split(w.Slot)
+	o.buf, o.plen, o.meta = w.Payload, len(w.Payload), w.Meta
+	s.seq++
+	o.seq = s.seq
+	o.prepared = true
+	return nil
+}
+
+func (s *Store) finishWriteLocked(o *op) {
+	si := &s.slots[o.slot]
+	if !(si.busy == -1) {
+		broken("slot %d finished a write with busy = %d", o.slot, si.busy)
+	}
+	si.busy = 0
+	if o.err != nil {
+		si.state = stEmpty
+		return
+	}
+	m := &o.meta
+	*si = slotInfo{state: stReadable, ntok: uint32(len(m.Tokens)), payloadLen: uint32(o.plen),
+		key: m.Key, parent: m.Parent, salt: m.Salt, seq: o.seq}
+	copy(s.tokens[int(o.slot)*s.cfg.MaxTokens:], m.Tokens)
+	s.index[m.Key] = o.slot
+	s.ctr.writes.Add(1)
+	s.ctr.writeBytes.Add(uint64(o.plen))
+}
+
+// Read reads slot's block into dst and returns its identity. Any failure to
+// produce a verified block is a miss: errors.Is(err, ErrNotFound); a slot
+// that failed verification is dropped (ErrCorrupt) and one that failed with
+// an I/O error too (ErrIO). In direct mode dst MUST be aligned like Write's
+// payload. The returned Tokens are a new slice (one allocation when the
+// block has tokens); ReadBatch reuses the caller's.
+func (s *Store) Read(ctx context.Context, slot Slot, dst []byte) (BlockMeta, error) {
+	ops := [1]ReadOp{{Slot: slot, Dst: dst}}
+	if err := s.ReadBatch(ctx, ops[:]); err != nil {
+		return BlockMeta{}, err
+	}
+	return ops[0].Meta, ops[0].Err
+}
+
+// ReadKey reads the block stored under key, like Read; an absent key is
+// ErrNotFound.
+func (s *Store) ReadKey(ctx context.Context, key uint64, dst []byte) (Slot, BlockMeta, error) {
+	ops := [1]ReadOp{{Slot: NoSlot, Key: key, Dst: dst}}
+	if err := s.ReadBatch(ctx, ops[:]); err != nil {
+		return NoSlot, BlockMeta{}, err
+	}
+	return ops[0].Slot, ops[0].Meta, ops[0].Err
+}
+
+// ReadBatch reads several blocks; runs of adjacent slots come in with one
+// preadv each. Each op's Err says how it went. With Meta.Tokens of enough
+// capacity, a batch of one block allocates nothing.
+func (s *Store) ReadBatch(ctx context.Context, ops []ReadOp) error {
+	if err := s.begin(ctx); err != nil {
+		s.ops.RUnlock()
+		return err
+	}
+	defer s.ops.RUnlock()
+	sc := getScratch(len(ops))
+	defer putScratch(sc)
+	in := sc.ops
+	s.mu.Lock()
+	for i := range ops {
+		in[i].err = s.prepareReadLocked(&in[i], &ops[i])
+		in[i].slot = ops[i].Slot
+	}
+	s.mu.Unlock()
+	s.execute(ctx, sc, false)
+	s.mu.Lock()
+	for i := range ops {
+		o := &in[i]
+		if o.prepared {
+			s.finishReadLocked(o)
+		}
+		if o.err == nil {
+			ops[i].Meta = o.meta
+		}
+		ops[i].Err = o.err
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) prepareReadLocked(o *op, r *ReadOp) error {
+	if r.Slot == NoSlot {
+		t, ok := s.index[r.Key]
+		if !ok {
+			return fmt.Errorf("%w: key %#x", ErrNotFound, r.Key)
+		}
+		r.Slot = t
+	}
+	si, err := s.slotLocked(r.Slot)
+	if err != nil {
+		return err
+	}
+	if si.state != stReadable {
+		return fmt.Errorf("%w: slot %d holds no readable block", ErrNotFound, r.Slot)
+	}
+	if si.busy < 0 {
+		return fmt.Errorf("%w: read of slot %d during its write", ErrBusy, r.Slot)
+	}
+	if len(r.Dst) < int(si.payloadLen) {
+		return fmt.Errorf("%w: slot %d holds %d bytes, dst has %d", ErrInvalid, r.Slot, si.payloadLen, len(r.Dst))
+	}
+	if err := s.checkAligned(r.Slot, "dst", r.Dst); err != nil {
+		return err
+	}
+	si.busy++
+	o.file, o.idx = s.geom.split(r.Slot)
+	o.buf, o.plen, o.meta = r.Dst, int(si.payloadLen), r.Meta
+	o.seq, o.key = si.seq, si.key
+	o.prepared = true
+	return nil
+}
+
+func (s *Store) finishReadLocked(o *op) {
+	si := &s.slots[o.slot]
+	if !(si.busy > 0) {
+		broken("slot %d finished a read with busy = %d", o.slot, si.busy)
+	}
+	si.busy--
+	if o.err == nil {
+		s.ctr.reads.Add(1)
+		s.ctr.readBytes.Add(uint64(o.plen))
+		return
+	}
+	if errors.Is(o.err, ErrCorrupt) || errors.Is(o.err, ErrIO) {
+		if si.state == stReadable && si.seq == o.seq {
+			s.forgetLocked(o.slot, si)
+		}
+	}
+}
+
+// execute groups the prepared ops (err == nil) into runs of adjacent slots
+// and runs them on the pool; it returns when every submitted run finished.
+func (s *Store) execute(ctx context.Context, sc *scratch, write bool) {
+	ops := sc.ops
+	order := sc.order[:0]
+	for i := range ops {
+		if ops[i].err == nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if ops[a].file != ops[b].file {
+			return ops[a].file - ops[b].file
+		}
+		return ops[a].idx - ops[b].idx
+	})
+	if !write && !s.direct && len(order) > 1 {
+		// Buffered reads of a batch: start readahead of every slot first,
+		// so that the page cache fills in parallel with the first reads.
+		for _, k := range order {
+			o := &ops[k]
+			_ = s.files[o.file].f.Advise(s.geom.slotOffset(o.idx), s.geom.slotBytes, AdviceWillNeed)
+		}
+	}
+	var wg *sync.WaitGroup // only for batches of several runs
+	for start := 0; start < len(order); {
+		end := start + 1
+		bytes := s.geom.slotBytes
+		for end < len(order) && end-start < maxRunSlots {
+			prev, next := &ops[order[end-1]], &ops[order[end]]
+			if next.file != prev.file || next.idx != prev.idx+1 || prev.plen != s.geom.payloadRegion ||
+				bytes+s.geom.slotBytes > int64(s.cfg.MaxIOBytes) {
+				break
+			}
+			bytes += s.geom.slotBytes
+			end++
+		}
+		run := order[start:end]
+		start = end
+		w, err := s.pool.acquire(ctx)
+		for _, k := range run {
+			if err != nil {
+				ops[k].err = err
+			} else {
+				ops[k].submitted = true
+			}
+		}
+		if err != nil {
+			continue
+		}
+		if start == len(order) {
+			s.doRun(w, ops, run, write) // the last (often the only) run runs here
+			break
+		}
+		if wg == nil {
+			wg = new(sync.WaitGroup)
+		}
+		wg.Go(func() { s.doRun(w, ops, run, write) })
+	}
+	if wg != nil {
+		wg.Wait()
+	}
+}
+
+// doRun runs one run of adjacent slots on w, then releases w.
+func (s *Store) doRun(w *worker, ops []op, run []int, write bool) {
+	defer s.pool.release(w)
+	if write {
+		s.writeRun(w, ops, run)
+	} else {
+		s.readRun(w, ops, run)
+	}
+}
+
+// appendPayload adds the iovecs for one payload of plen bytes in buf. In
+// direct mode an unaligned tail goes through the worker's bounce buffer.
+// It reports whether the tail buffer is used.
+func (s *Store) appendPayload(w *worker, buf []byte, plen int, write bool) bool {
+	if !s.direct {
+		w.bufs = append(w.bufs, buf[:plen])
+		return false
+	}
+	a := s.geom.alignBytes
+	up := (plen + a - 1) / a * a
+	if len(buf) >= up {
+		w.bufs = append(w.bufs, buf[:up])
+		return false
+	}
+	down := plen / a * a
+	if down > 0 {
+		w.bufs = append(w.bufs, buf[:down])
+	}
+	if write {
+		n := copy(w.tail, buf[down:plen])
+		clear(w.tail[n:])
+	}
+	w.bufs = append(w.bufs, w.tail)
+	return true
+}
+
+func (s *Store) writeRun(w *worker, ops []op, run []int) {
+	g := &s.geom
+	first := &ops[run[0]]
+	sf := &s.files[first.file]
+	off := g.slotOffset(first.idx)
+	w.bufs = w.bufs[:0]
+	for i, k := range run {
+		o := &ops[k]
+		hb := w.hdr[i*g.hdrBytes : (i+1)*g.hdrBytes]
+		// A local header: w.h's token storage is the worker's, and must not
+		// alias the caller's Tokens, which a later decode would overwrite.
+		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
+			salt: o.meta.Salt, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
+			payloadSum: xxhash.Sum64(o.buf[:o.plen]), tokens: o.meta.Tokens}
+		encodeHeader(hb, &h)
+		if s.cfg.Durable {
+			w.bufs = append(w.bufs, w.zero)
+		} else {
+			w.bufs = append(w.bufs, hb)
+		}
+		s.appendPayload(w, o.buf, o.plen, true)
+	}
+	fail := func(what string, err error) {
+		err = fmt.Errorf("nvme: %s slots %d..%d of %s at offset %d: %w: %w", what, first.idx, ops[run[len(run)-1]].idx, sf.path, off, ErrIO, err)
+		for _, k := range run {
+			ops[k].err = err
+		}
+	}
+	total := int64(0)
+	for _, b := range w.bufs {
+		total += int64(len(b))
+	}
+	if err := s.writeFull(sf.f, w.bufs, off); err != nil {
+		fail("write", err)
+		return
+	}
+	if s.cfg.Durable {
+		if err := s.sync(sf.f); err != nil {
+			fail("sync payloads of", err)
+			return
+		}
+		for i, k := range run {
+			o := &ops[k]
+			if err := s.writeFull(sf.f, [][]byte{w.hdr[i*g.hdrBytes : (i+1)*g.hdrBytes]}, g.slotOffset(o.idx)); err != nil {
+				fail("write headers of", err)
+				return
+			}
+		}
+		if err := s.sync(sf.f); err != nil {
+			fail("sync headers of", err)
+			return
+		}
+	}
+	if !s.direct {
+		_ = sf.f.Advise(off, total, AdviceDontNeed)
+	}
+}
+
+func (s *Store) readRun(w *worker, ops []op, run []int) {
+	g := &s.geom
+	first := &ops[run[0]]
+	sf := &s.files[first.file]
+	off := g.slotOffset(first.idx)
+	w.bufs = w.bufs[:0]
+	tail := false
+	for i, k := range run {
+		o := &ops[k]
+		w.bufs = append(w.bufs, w.hdr[i*g.hdrBytes:(i+1)*g.hdrBytes])
+		tail = s.appendPayload(w, o.buf, o.plen, false)
+	}
+	total := int64(0)
+	for _, b := range w.bufs {
+		total += int64(len(b))
+	}
+	if err := s.readFull(sf.f, w.bufs, off); err != nil {
+		err = fmt.Errorf("nvme: read slots %d..%d of %s at offset %d: %w: %w: %w", first.idx, ops[run[len(run)-1]].idx, sf.path, off, ErrNotFound, ErrIO, err)
+		for _, k := range run {
+			ops[k].err = err
+		}
+		return
+	}
+	if !s.direct {
+		_ = sf.f.Advise(off, total, AdviceDontNeed)
+	}
+	for i, k := range run {
+		o := &ops[k]
+		if tail && i == len(run)-1 {
+			down := o.plen / g.alignBytes * g.alignBytes
+			copy(o.buf[down:o.plen], w.tail)
+		}
+		if err := s.verify(w, w.hdr[i*g.hdrBytes:(i+1)*g.hdrBytes], o); err != nil {
+			s.ctr.corrupt.Add(1)
+			o.err = fmt.Errorf("nvme: slot %d (%s offset %d): %w: %w", o.slot, sf.path, g.slotOffset(o.idx), ErrNotFound, err)
+		}
+	}
+}
+
+// verify checks a header read back against what the slot should hold and
+// the payload against the header's checksum, then fills o.meta.
+func (s *Store) verify(w *worker, hb []byte, o *op) error {
+	h := &w.h
+	h.tokens = h.tokens[:0:cap(h.tokens)]
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens); err != nil {
+		if errors.Is(err, errEmptySlot) {
+			return fmt.Errorf("%w: header is gone (zeroed)", ErrCorrupt)
+		}
+		if errors.Is(err, ErrFormatVersion) {
+			// This store wrote the slot: another version now is damage.
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return err
+	}
+	if h.seq != o.seq || h.key != o.key || h.slot != uint32(o.idx) || h.file != uint32(o.file) || h.payloadLen != uint32(o.plen) {
+		return fmt.Errorf("%w: header names key %#x seq %d file %d slot %d length %d, want key %#x seq %d file %d slot %d length %d",
+			ErrCorrupt, h.key, h.seq, h.file, h.slot, h.payloadLen, o.key, o.seq, o.file, o.idx, o.plen)
+	}
+	if sum := xxhash.Sum64(o.buf[:o.plen]); sum != h.payloadSum {
+		return fmt.Errorf("%w: payload checksum %#x, header says %#x", ErrCorrupt, sum, h.payloadSum)
+	}
+	m := &o.meta
+	m.Key, m.Parent, m.Salt, m.PayloadBytes = h.key, h.parent, h.salt, o.plen
+	m.Tokens = append(m.Tokens[:0], h.tokens...)
+	return nil
+}
+
+// readFull reads all of bufs at off, continuing after short reads; a read
+// that makes no progress is io.ErrUnexpectedEOF. Failures are counted.
+func (s *Store) readFull(f File, bufs [][]byte, off int64) error {
+	return s.full(f.ReadAtv, bufs, off, io.ErrUnexpectedEOF, &s.ctr.readErr)
+}
+
+// writeFull writes all of bufs at off, continuing after short writes; a
+// write that makes no progress is io.ErrShortWrite.
+func (s *Store) writeFull(f File, bufs [][]byte, off int64) error {
+	return s.full(f.WriteAtv, bufs, off, io.ErrShortWrite, &s.ctr.writeErr)
+}
+
+// scratch is the per-call state of a batch, pooled so that a call of one
+// block allocates nothing.
+type scratch struct {
+	ops   []op
+	order []int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch(n int) *scratch {
+	sc := scratchPool.Get().(*scratch)
+	if cap(sc.ops) < n {
+		sc.ops = make([]op, n)
+		sc.order = make([]int, 0, n)
+	}
+	sc.ops = sc.ops[:n]
+	return sc
+}
+
+func putScratch(sc *scratch) {
+	clear(sc.ops) // drop references to caller buffers
+	scratchPool.Put(sc)
+}
+
+var bufsPool = sync.Pool{New: func() any { v := make([][]byte, 0, 2*maxRunSlots+1); return &v }}
+
+func (s *Store) full(call func([][]byte, int64) (int, error), bufs [][]byte, off int64, short error, errs *[NumIOErrorKinds]atomic.Uint64) error {
+	left := 0
+	for _, b := range bufs {
+		left += len(b)
+	}
+	var rest *[][]byte
+	for left > 0 {
+		n, err := call(bufs, off)
+		s.ctr.syscalls.Add(1)
+		if err == nil && (n <= 0 || n > left) {
+			err = fmt.Errorf("%w: %d of %d bytes", short, max(n, 0), left)
+		}
+		if err != nil {
+			errs[classify(err)].Add(1)
+			if rest != nil {
+				bufsPool.Put(rest)
+			}
+			return err
+		}
+		left -= n
+		off += int64(n)
+		if left == 0 {
+			break
+		}
+		// Continue after the n bytes done, in a copy of the vector: the
+		// caller's slice must not change.
+		if rest == nil {
+			rest = bufsPool.Get().(*[][]byte)
+			*rest = append((*rest)[:0], bufs...)
+			bufs = *rest
+		}
+		for n > 0 {
+			if n >= len(bufs[0]) {
+				n -= len(bufs[0])
+				bufs = bufs[1:]
+				continue
+			}
+			bufs[0] = bufs[0][n:]
+			n = 0
+		}
+	}
+	if rest != nil {
+		bufsPool.Put(rest)
+	}
+	return nil
+}
+
+func (s *Store) sync(f File) error {
+	s.ctr.syncs.Add(1)
+	if err := f.Datasync(); err != nil {
+		s.ctr.syncErr[classify(err)].Add(1)
+		return err
+	}
+	return nil
+}

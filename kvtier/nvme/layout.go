@@ -1,0 +1,122 @@
+package nvme
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// geometry is the on-disk layout of every slab file:
+//
+//	[superblock: superBytes][slot 0][slot 1]...[slot SlotsPerFile-1]
+//	slot = [header region: hdrBytes][payload region: payloadRegion]
+//
+// Every region is a multiple of unitBytes: the direct-I/O alignment, but at
+// least 4 KiB, so that each header and payload starts on a direct-I/O
+// boundary and on the 4 KiB physical sector of current NVMe drives (a 512e
+// drive would otherwise read-modify-write the sectors that slots share).
+type geometry struct {
+	alignBytes    int // direct-I/O alignment of buffers and lengths
+	unitBytes     int // layout unit: max(alignBytes, 4096)
+	hdrBytes      int
+	payloadRegion int
+	slotBytes     int64
+	superBytes    int64
+	fileBytes     int64
+	slotsPerFile  int
+}
+
+func roundUp(n, a int64) int64 { return (n + a - 1) / a * a }
+
+func newGeometry(cfg *Config, alignBytes int) geometry {
+	unit := max(alignBytes, 4096)
+	a := int64(unit)
+	g := geometry{alignBytes: alignBytes, unitBytes: unit, slotsPerFile: cfg.SlotsPerFile,
+		hdrBytes:      int(roundUp(int64(headerBytes(cfg.MaxTokens)), a)),
+		payloadRegion: int(roundUp(int64(cfg.BlockBytes), a)),
+		superBytes:    a}
+	g.slotBytes = int64(g.hdrBytes) + int64(g.payloadRegion)
+	g.fileBytes = g.superBytes + g.slotBytes*int64(cfg.SlotsPerFile)
+	return g
+}
+
+// split returns the file index and the slot index within the file.
+func (g *geometry) split(slot Slot) (file, idx int) {
+	return int(slot) / g.slotsPerFile, int(slot) % g.slotsPerFile
+}
+
+// slotOffset is the file offset of slot idx's header.
+func (g *geometry) slotOffset(idx int) int64 { return g.superBytes + int64(idx)*g.slotBytes }
+
+// Superblock layout, little-endian, at offset 0 of each slab file:
+//
+//	 0 magic        uint64 superMagic
+//	 8 sum          uint64 xxhash64 of bytes [16, 48)
+//	16 version      uint32 formatVersion
+//	20 fileIndex    uint32
+//	24 fileCount    uint32
+//	28 slotsPerFile uint32
+//	32 blockBytes   uint32
+//	36 maxTokens    uint32
+//	40 alignBytes   uint32
+//	44 reserved     uint32
+const (
+	superMagic uint64 = 0x31424c5354564b // "KVTSLB1"
+	superBytes        = 48
+)
+
+type superblock struct {
+	version, fileIndex, fileCount, slotsPerFile, blockBytes, maxTokens, alignBytes uint32
+}
+
+func encodeSuper(dst []byte, sb *superblock) {
+	le := binary.LittleEndian
+	clear(dst)
+	le.PutUint64(dst[0:], superMagic)
+	for i, v := range []uint32{sb.version, sb.fileIndex, sb.fileCount, sb.slotsPerFile, sb.blockBytes, sb.maxTokens, sb.alignBytes, 0} {
+		le.PutUint32(dst[16+4*i:], v)
+	}
+	le.PutUint64(dst[8:], xxhash.Sum64(dst[16:superBytes]))
+}
+
+func decodeSuper(src []byte) (superblock, error) {
+	le := binary.LittleEndian
+	if le.Uint64(src[0:]) == 0 && le.Uint64(src[8:]) == 0 {
+		return superblock{}, errEmptySlot
+	}
+	if m := le.Uint64(src[0:]); m != superMagic {
+		return superblock{}, fmt.Errorf("%w: superblock magic %#x", ErrCorrupt, m)
+	}
+	if sum := xxhash.Sum64(src[16:superBytes]); sum != le.Uint64(src[8:]) {
+		return superblock{}, fmt.Errorf("%w: superblock checksum %#x, stored %#x", ErrCorrupt, sum, le.Uint64(src[8:]))
+	}
+	var v [7]uint32
+	for i := range v {
+		v[i] = le.Uint32(src[16+4*i:])
+	}
+	return superblock{v[0], v[1], v[2], v[3], v[4], v[5], v[6]}, nil
+}
+
+// mismatch names the first field in which the file's recorded geometry
+// differs from want, or returns nil.
+func (sb superblock) mismatch(want superblock) error {
+	type field struct {
+		name      string
+		got, want uint32
+	}
+	for _, f := range []field{
+		{"format version", sb.version, want.version},
+		{"Dirs × FilesPerDir (file count)", sb.fileCount, want.fileCount},
+		{"Dirs order (file index)", sb.fileIndex, want.fileIndex},
+		{"SlotsPerFile", sb.slotsPerFile, want.slotsPerFile},
+		{"BlockBytes", sb.blockBytes, want.blockBytes},
+		{"MaxTokens", sb.maxTokens, want.maxTokens},
+		{"direct-I/O alignment (file system)", sb.alignBytes, want.alignBytes},
+	} {
+		if f.got != f.want {
+			return fmt.Errorf("written with %s = %d, Config gives %d", f.name, f.got, f.want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package nvme
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"kvtier.dev/kvtier/nvme/internal/sysio"
+)
+
+// recoverChunkSlots is how many slots one scan task covers.
+const recoverChunkSlots = 256
+
+// scanResult is what the scan found in one slot.
+type scanResult struct {
+	outcome scanOutcome
+	h       header
+}
+
+type scanOutcome uint8
+
+const (
+	scanEmpty scanOutcome = iota
+	scanGood
+	scanCorrupt
+	scanVersion
+	scanIOError
+)
+
+// recover scans every slot header in parallel on the pool, verifies it (and
+// its payload with Config.VerifyPayloadOnOpen), and rebuilds the slot table,
+// the key index and the free lists. Where two slots hold the same key the
+// newer (higher sequence number) wins and the other is freed. Corrupt,
+// foreign and old-format slots are counted and freed; an I/O error on one
+// slot frees it too; none of them fails Open.
+func (s *Store) recover() error {
+	g := &s.geom
+	n := len(s.slots)
+	res := make([]scanResult, n)
+	var (
+		progMu sync.Mutex
+		prog   = RecoverProgress{SlotsTotal: n}
+		wg     sync.WaitGroup
+		ctx    = context.Background()
+	)
+	for start := 0; start < n; start += recoverChunkSlots {
+		end := min(start+recoverChunkSlots, n)
+		w, err := s.pool.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			defer s.pool.release(w)
+			good, bad := 0, 0
+			for slot := start; slot < end; slot++ {
+				r := &res[slot]
+				r.outcome = s.scanSlot(w, Slot(slot), &r.h)
+				switch r.outcome {
+				case scanGood:
+					good++
+				case scanCorrupt, scanVersion, scanIOError:
+					bad++
+				}
+			}
+			progMu.Lock()
+			defer progMu.Unlock()
+			prog.SlotsScanned += end - start
+			prog.Recovered += good
+			prog.Dropped += bad
+			if s.cfg.Progress != nil {
+				s.cfg.Progress(prog)
+			}
+		})
+	}
+	wg.Wait()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range res {
+		r := &res[i]
+		switch r.outcome {
+		case scanCorrupt:
+			s.ctr.corrupt.Add(1)
+		case scanVersion:
+			s.ctr.version.Add(1)
+		}
+		if r.outcome != scanGood {
+			continue
+		}
+		s.seq = max(s.seq, r.h.seq)
+		if t, ok := s.index[r.h.key]; ok {
+			if res[t].h.seq > r.h.seq {
+				s.ctr.duplicate.Add(1)
+				continue
+			}
+			s.slots[t] = slotInfo{state: stFree}
+			s.ctr.duplicate.Add(1)
+		}
+		s.slots[i] = slotInfo{state: stReadable, ntok: uint32(len(r.h.tokens)), payloadLen: r.h.payloadLen,
+			key: r.h.key, parent: r.h.parent, salt: r.h.salt, seq: r.h.seq}
+		copy(s.tokens[i*s.cfg.MaxTokens:], r.h.tokens)
+		s.index[r.h.key] = Slot(i)
+	}
+	s.ctr.recovered.Store(uint64(len(s.index)))
+	for fi := range s.free {
+		s.free[fi] = make([]uint32, 0, g.slotsPerFile)
+		for idx := g.slotsPerFile - 1; idx >= 0; idx-- {
+			if s.slots[fi*g.slotsPerFile+idx].state == stFree {
+				s.free[fi] = append(s.free[fi], uint32(idx))
+			}
+		}
+		s.nfree += len(s.free[fi])
+	}
+	s.checkLocked()
+	return nil
+}
+
+// scanSlot reads and checks one slot's header (and payload, if asked).
+func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
+	g := &s.geom
+	fi, idx := g.split(slot)
+	f := s.files[fi].f
+	off := g.slotOffset(idx)
+	hb := w.hdr[:g.hdrBytes]
+	if err := s.readFull(f, [][]byte{hb}, off); err != nil {
+		return scanIOError
+	}
+	h.tokens = make([]uint32, 0, s.cfg.MaxTokens)
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens); err != nil {
+		switch {
+		case errors.Is(err, errEmptySlot):
+			return scanEmpty
+		case errors.Is(err, ErrFormatVersion):
+			return scanVersion
+		}
+		return scanCorrupt
+	}
+	if h.slot != uint32(idx) || h.file != uint32(fi) || int(h.payloadLen) > s.cfg.BlockBytes || h.payloadLen == 0 {
+		return scanCorrupt
+	}
+	if len(h.tokens) == 0 {
+		h.tokens = nil
+	}
+	if !s.cfg.VerifyPayloadOnOpen {
+		return scanGood
+	}
+	if w.payload == nil {
+		b, err := sysio.AllocAligned(g.payloadRegion)
+		if err != nil {
+			return scanIOError
+		}
+		w.payload = b
+	}
+	p := w.payload[:roundUp(int64(h.payloadLen), int64(g.alignBytes))]
+	if !s.direct {
+		p = w.payload[:h.payloadLen]
+	}
+	if err := s.readFull(f, [][]byte{p}, off+int64(g.hdrBytes)); err != nil {
+		return scanIOError
+	}
+	if xxhash.Sum64(p[:h.payloadLen]) != h.payloadSum {
+		return scanCorrupt
+	}
+	return scanGood
+}

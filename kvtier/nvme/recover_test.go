@@ -1,0 +1,218 @@
+package nvme
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// fillStore writes keys 1..n into a fresh store in dir and closes it. It
+// returns the slot of each key.
+func fillStore(t *testing.T, cfg Config, n int) map[uint64]Slot {
+	t.Helper()
+	s := mustOpenNoCleanup(t, cfg)
+	slots := map[uint64]Slot{}
+	for k := uint64(1); k <= uint64(n); k++ {
+		slots[k] = writeKey(t, s, k, 8192)
+	}
+	mustClose(t, s)
+	return slots
+}
+
+func rangeKeys(s *Store) map[uint64]Slot {
+	got := map[uint64]Slot{}
+	s.Range(func(slot Slot, m BlockMeta) bool { got[m.Key] = slot; return true })
+	return got
+}
+
+func TestReopenKeepsTheWarmTier(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Dirs = append(cfg.Dirs, t.TempDir())
+	cfg.SlotsPerFile = 300 // more than one scan chunk per file
+	slots := fillStore(t, cfg, 40)
+	var mu sync.Mutex
+	var last RecoverProgress
+	calls := 0
+	cfg.Progress = func(p RecoverProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if p.SlotsScanned < last.SlotsScanned {
+			t.Errorf("progress went back: %+v after %+v", p, last)
+		}
+		last = p
+	}
+	s := mustOpen(t, cfg)
+	if last.SlotsScanned != 600 || last.SlotsTotal != 600 || last.Recovered != 40 || calls < 3 {
+		t.Fatalf("last progress %+v after %d calls", last, calls)
+	}
+	got := rangeKeys(s)
+	if len(got) != 40 || s.Stats().Recovered != 40 || s.Len() != 40 {
+		t.Fatalf("recovered %d blocks, stats %+v", len(got), s.Stats())
+	}
+	for k, slot := range slots {
+		if got[k] != slot {
+			t.Fatalf("key %d in slot %d, was written to %d", k, got[k], slot)
+		}
+		checkBlock(t, s, slot, k, 8192)
+	}
+	// The recovered slots are allocated: new allocations avoid them, and
+	// sequence numbers continue so that the newest copy of a key wins.
+	fresh, err := s.Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, slot := range slots {
+		if slot == fresh {
+			t.Fatalf("Allocate returned recovered slot %d", fresh)
+		}
+	}
+	if err := s.Free(slots[1]); err != nil {
+		t.Fatal(err)
+	}
+	buf := alignedBuf(t, 8192)
+	fillPayload(buf, 1)
+	if err := s.Write(context.Background(), fresh, metaFor(1, 4), buf); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	cfg.Progress = nil
+	s2 := mustOpen(t, cfg)
+	if got := rangeKeys(s2); got[1] != fresh || len(got) != 40 {
+		t.Fatalf("after rewrite of key 1 into slot %d: key 1 in slot %d, %d keys", fresh, got[1], len(got))
+	}
+	if st := s2.Stats(); st.DuplicateDrops != 1 {
+		t.Fatalf("stats %+v, want one duplicate dropped", st)
+	}
+}
+
+func TestReopenDropsDamagedSlots(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	slots := fillStore(t, cfg, 8)
+	g := newGeometry(&cfg, 512)
+	path := dir + "/kvtier-slab-000.kvs"
+	// Key 2: a flipped header byte. Key 3: a flipped payload byte (caught
+	// only with VerifyPayloadOnOpen, else at Read). Key 4: a header of an
+	// older format version, with a valid checksum.
+	patchFile(t, path, g.slotOffset(int(slots[2])), func(b []byte) { b[40] ^= 1 })
+	patchFile(t, path, g.slotOffset(int(slots[3]))+int64(g.hdrBytes)+512, func(b []byte) { b[7] ^= 0x80 })
+	patchFile(t, path, g.slotOffset(int(slots[4])), func(b []byte) {
+		b[16] = 0 // version 0
+		n := headerBytes(int(b[20]))
+		sum := xxhash.Sum64(b[16:n])
+		for i := range 8 {
+			b[8+i] = byte(sum >> (8 * i))
+		}
+	})
+	// Key 5: a zeroed header (a slot invalidated before a crash).
+	patchFile(t, path, g.slotOffset(int(slots[5])), func(b []byte) { clear(b) })
+
+	s := mustOpen(t, cfg)
+	st := s.Stats()
+	if st.Recovered != 5 || st.CorruptDrops != 1 || st.VersionDrops != 1 {
+		t.Fatalf("stats %+v, want 5 recovered, 1 corrupt, 1 old version", st)
+	}
+	_, err := s.Read(context.Background(), slots[3], alignedBuf(t, 8192))
+	mustMiss(t, err, ErrCorrupt)
+	for _, k := range []uint64{1, 6, 7, 8} {
+		checkBlock(t, s, slots[k], k, 8192)
+	}
+	mustClose(t, s)
+
+	cfg.VerifyPayloadOnOpen = true
+	s = mustOpen(t, cfg)
+	if st := s.Stats(); st.Recovered != 4 || st.CorruptDrops != 2 {
+		t.Fatalf("with payload verification: %+v", st)
+	}
+	// The dropped slots are free again and usable.
+	for range 12 {
+		if _, err := s.Allocate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestReopenTruncatedFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	slots := fillStore(t, cfg, 8)
+	g := newGeometry(&cfg, 512)
+	// Cut the file in the middle of key 5's payload: keys 6..8 are gone,
+	// key 5 keeps its header but not its payload.
+	if err := os.Truncate(dir+"/kvtier-slab-000.kvs", g.slotOffset(int(slots[5]))+int64(g.hdrBytes)+4096); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, cfg)
+	st := s.Stats()
+	if st.FilesExtended != 1 || st.Recovered != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+	_, err := s.Read(context.Background(), slots[5], alignedBuf(t, 8192))
+	mustMiss(t, err, ErrCorrupt)
+	for k := uint64(1); k <= 4; k++ {
+		checkBlock(t, s, slots[k], k, 8192)
+	}
+	if fi, _ := os.Stat(dir + "/kvtier-slab-000.kvs"); fi.Size() != g.fileBytes {
+		t.Fatalf("file is %d bytes after reopen, want %d", fi.Size(), g.fileBytes)
+	}
+	// All 11 slots that hold nothing can be written again.
+	for i := range 11 {
+		writeKey(t, s, uint64(100+i), 8192)
+	}
+}
+
+func TestReopenCorruptSuperblock(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	slots := fillStore(t, cfg, 3)
+	patchFile(t, dir+"/kvtier-slab-000.kvs", 0, func(b []byte) { b[30] ^= 1 })
+	s := mustOpen(t, cfg)
+	if st := s.Stats(); st.SuperblocksRewritten != 1 || st.Recovered != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	checkBlock(t, s, slots[2], 2, 8192)
+}
+
+func TestReopenWithOtherGeometryChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	fillStore(t, cfg, 3)
+	path := dir + "/kvtier-slab-000.kvs"
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field string
+		edit  func(c *Config)
+	}{
+		{"BlockBytes", func(c *Config) { c.BlockBytes = 4096 }},
+		{"SlotsPerFile", func(c *Config) { c.SlotsPerFile = 32 }},
+		{"MaxTokens", func(c *Config) { c.MaxTokens = 8 }},
+		{"file count", func(c *Config) { c.FilesPerDir = 2 }},
+	} {
+		c := cfg
+		tc.edit(&c)
+		_, err := Open(c)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: err = %v, want ErrConfig naming it", tc.field, err)
+		}
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatal("a rejected Open changed the slab file")
+	}
+	if _, err := os.Stat(dir + "/kvtier-slab-001.kvs"); err == nil {
+		t.Fatal("the rejected Open with FilesPerDir = 2 left a second slab file")
+	}
+}
