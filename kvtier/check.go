@@ -1,0 +1,90 @@
+package kvtier
+
+import "fmt"
+
+// checkInvariants walks all metadata and panics on any inconsistency: a tier
+// over capacity, a slot held twice or both held and free, a record not in the
+// index, a policy tracking a different number of blocks than hold slots.
+// O(records); called under m.mu, only with the invariants build tag (sampled)
+// and from tests.
+func (m *Manager) checkInvariants() {
+	fail := func(format string, args ...any) {
+		panic("kvtier: invariant broken: " + fmt.Sprintf(format, args...))
+	}
+	var owner [NumTiers]map[Slot]BlockRef
+	var tracked [NumTiers]int
+	for t := range NumTiers {
+		ts := &m.tiers[t]
+		owner[t] = make(map[Slot]BlockRef)
+		if uint32(len(ts.free)) > ts.next || ts.next > ts.slots {
+			fail("%v: %d free of %d handed out, %d slots", t, len(ts.free), ts.next, ts.slots)
+		}
+		for _, s := range ts.free {
+			if uint32(s) >= ts.next {
+				fail("%v: free slot %d never handed out", t, s)
+			}
+			if _, dup := owner[t][s]; dup {
+				fail("%v: slot %d free twice", t, s)
+			}
+			owner[t][s] = noRef
+		}
+	}
+	freeRec := make(map[BlockRef]bool, len(m.recs.free))
+	for _, f := range m.recs.free {
+		freeRec[f] = true
+	}
+	live := 0
+	for i := uint32(0); i < m.recs.n; i++ {
+		ref := BlockRef(i)
+		if freeRec[ref] {
+			continue
+		}
+		live++
+		r := m.recs.at(ref)
+		if idx, ok := m.index.find(r.key); !ok || BlockRef(idx) != ref {
+			fail("record %d (key %#x) not indexed", ref, uint64(r.key))
+		}
+		if !r.resident() && r.refs == 0 {
+			fail("record %d (key %#x) holds nothing and is not free", ref, uint64(r.key))
+		}
+		for t, s := range r.state {
+			if s == stateNone {
+				if r.slot[t] != noSlot {
+					fail("record %d has slot %d in %v but no state", ref, r.slot[t], Tier(t))
+				}
+				continue
+			}
+			if !m.tiers[t].present {
+				fail("record %d in absent tier %v", ref, Tier(t))
+			}
+			if s == stateWriting || s == stateReady {
+				tracked[t]++
+			}
+			sl := r.slot[t]
+			if uint32(sl) >= m.tiers[t].next {
+				fail("record %d: %v slot %d never handed out", ref, Tier(t), sl)
+			}
+			if o, dup := owner[t][sl]; dup {
+				fail("%v slot %d held by record %d and %d (noRef: free)", Tier(t), sl, ref, o)
+			}
+			owner[t][sl] = ref
+		}
+	}
+	if live != m.index.len() {
+		fail("%d live records, %d indexed", live, m.index.len())
+	}
+	for t := range NumTiers {
+		ts := &m.tiers[t]
+		if !ts.present {
+			continue
+		}
+		if uint32(len(owner[t])) != ts.next {
+			fail("%v: %d slots accounted for, %d handed out (a slot leaked)", t, len(owner[t]), ts.next)
+		}
+		if n := ts.policy.Len(); n != tracked[t] {
+			fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
+		}
+	}
+}
+
+const noRef = ^BlockRef(0)

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package kvtier
+
+import "time"
+
+// threadCPU is not available here.
+func threadCPU() (time.Duration, bool) { return 0, false }

@@ -1,0 +1,548 @@
+package kvtier
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"kvtier.dev/kvtier/policy"
+)
+
+// This file holds the manager's internals; every function here runs with
+// m.mu held for writing unless its comment says otherwise. A record's refs
+// are written plainly under the write lock and atomically under the read
+// lock (lookups); the lock orders the two.
+
+func (m *Manager) checkTier(op string, t Tier) error {
+	if t >= NumTiers || !m.tiers[t].present {
+		return fmt.Errorf("%w: %s: tier %v is not configured", ErrBadInput, op, t)
+	}
+	return nil
+}
+
+// begin readies l for a new lookup or insert. Called without m.mu.
+func (m *Manager) begin(l *Lease) error {
+	if l.leased {
+		return fmt.Errorf("%w: lease still holds %d blocks: Release it first", ErrBadInput, len(l.Blocks))
+	}
+	if l.m != nil && l.m != m {
+		return fmt.Errorf("%w: lease belongs to another manager", ErrBadInput)
+	}
+	if l.done == nil {
+		l.done = make(chan struct{}, 1)
+	}
+	l.m = m
+	l.Blocks = l.Blocks[:0]
+	l.requested = 0
+	return nil
+}
+
+func (m *Manager) hook(keys []Key) {
+	if m.testKeyHook != nil {
+		for i := range keys {
+			keys[i] = m.testKeyHook(keys[i])
+		}
+	}
+}
+
+// verify reports whether record r is block depth of a request with salt whose
+// previous block is parent and whose block tokens are tok (nil: not checked).
+func (m *Manager) verify(ref BlockRef, r *record, salt Salt, parent Key, depth int, tok []int32) bool {
+	if r.salt != salt || r.parent != parent || r.depth != uint32(depth) {
+		return false
+	}
+	if tok == nil {
+		return true
+	}
+	return r.flags&flagTokens != 0 && slices.Equal(m.recs.tokensOf(ref), tok)
+}
+
+func (m *Manager) recordAccess(keys []Key) {
+	for t := range NumTiers {
+		if a := m.tiers[t].admitter; a != nil {
+			for _, k := range keys {
+				a.Record(k)
+			}
+		}
+	}
+}
+
+// lookup fills l with the verified ready prefix of keys. It read-locks m.mu:
+// lookups run in parallel with each other. A reference is added atomically;
+// eviction (under the write lock) sees every reference taken before it.
+// The policy touches and admission records wait for Release.
+func (m *Manager) lookup(salt Salt, keys []Key, tokens []int32, l *Lease) {
+	var hits [NumTiers]uint64
+	var users [NumTiers]int64
+	mismatches := uint64(0)
+	bt := m.blockTokens
+	l.requested = len(keys)
+	m.mu.RLock()
+	parent := Key(0)
+	for i, k := range keys {
+		idx, ok := m.index.find(k)
+		if !ok {
+			break
+		}
+		ref := BlockRef(idx)
+		r := m.recs.at(ref)
+		var tok []int32
+		if tokens != nil {
+			tok = tokens[i*bt : (i+1)*bt]
+		}
+		if !m.verify(ref, r, salt, parent, i, tok) {
+			mismatches++
+			break
+		}
+		best := r.best()
+		if best == NumTiers {
+			break
+		}
+		if atomic.AddUint32(&r.refs, 1) == 1 {
+			for t, s := range r.state {
+				if s != stateNone {
+					users[t]++
+				}
+			}
+		}
+		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: best, Slot: r.slot[best]})
+		hits[best]++
+		parent = k
+	}
+	for t, n := range users {
+		if n != 0 {
+			m.gauges.inUse[t].Add(n)
+		}
+	}
+	m.mu.RUnlock()
+	l.leased = true
+	l.lookup = true
+
+	if c := m.metrics; c != nil {
+		n := uint64(len(keys))
+		c.lookup(len(keys), len(l.Blocks))
+		if mismatches > 0 {
+			c.mismatches.Add(mismatches)
+		}
+		served := uint64(0)
+		for t := range NumTiers {
+			if !m.tiers[t].present {
+				continue
+			}
+			tc := &c.tiers[t]
+			if hits[t] > 0 {
+				tc.hits.Add(hits[t])
+			}
+			// Blocks a faster tier did not serve and this one did not
+			// either: served by a slower tier, or not found at all.
+			if miss := n - served - hits[t]; miss > 0 {
+				tc.misses.Add(miss)
+			}
+			served += hits[t]
+		}
+	}
+}
+
+// insert is Insert after hashing. Takes m.mu.
+func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Lease) error {
+	bt := m.blockTokens
+	ts := &m.tiers[tier]
+	var err error
+	m.mu.Lock()
+	l.leased = true
+	m.recordAccess(keys)
+	parent := Key(0)
+	for i, k := range keys {
+		var tok []int32
+		if tokens != nil {
+			tok = tokens[i*bt : (i+1)*bt]
+		}
+		idx, found := m.index.find(k)
+		ref := BlockRef(idx)
+		if found {
+			r := m.recs.at(ref)
+			if !m.verify(ref, r, salt, parent, i, nil) {
+				m.metrics.mismatch()
+				break
+			}
+			if tok != nil {
+				if r.flags&flagTokens == 0 {
+					copy(m.recs.tokensOf(ref), tok)
+					r.flags |= flagTokens
+				} else if !slices.Equal(m.recs.tokensOf(ref), tok) {
+					m.metrics.mismatch()
+					break
+				}
+			}
+			switch r.state[tier] {
+			case stateReady:
+				ts.policy.Touch(ref)
+				m.ref(ref)
+				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: r.slot[tier]})
+				parent = k
+				continue
+			case stateWriting:
+				// Another lease writes it; lease it without Write.
+				m.ref(ref)
+				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: r.slot[tier]})
+				parent = k
+				continue
+			}
+			if r.state[tier] == stateEvicting {
+				break // leaving this tier; a later Insert can bring it back
+			}
+		} else {
+			ref = m.newRecord(k, parent, salt, i, tok)
+		}
+		m.ref(ref) // before alloc, so that no eviction can take it
+		slot, ok := m.alloc(tier, len(keys)-i)
+		if !ok {
+			m.unref(ref)
+			err = fmt.Errorf("%w: %v tier: block %d of %d (key %#x)", ErrNoSpace, tier, i, len(keys), uint64(k))
+			break
+		}
+		r := m.recs.at(ref)
+		r.slot[tier] = slot
+		m.setState(ref, tier, stateWriting)
+		ts.policy.Insert(ref, m.meta(tier, r))
+		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: slot, Write: true})
+		parent = k
+	}
+	m.unlockAndSubmit(nil)
+	return err
+}
+
+func (m *Manager) meta(t Tier, r *record) policy.Meta {
+	meta := policy.Meta{Bytes: m.tiers[t].slotBytes}
+	if m.recompute != nil {
+		meta.RecomputeCost = m.recompute(int(r.depth))
+	}
+	return meta
+}
+
+func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) BlockRef {
+	ref := m.recs.alloc()
+	r := m.recs.at(ref)
+	r.key, r.parent, r.salt, r.depth = k, parent, salt, uint32(depth)
+	for t := range r.slot {
+		r.slot[t] = noSlot
+	}
+	if tok != nil {
+		copy(m.recs.tokensOf(ref), tok)
+		r.flags |= flagTokens
+	}
+	m.index.insert(k, uint32(ref))
+	return ref
+}
+
+const noSlot = ^Slot(0)
+
+// maybeFree forgets a record that no tier holds and nothing references.
+func (m *Manager) maybeFree(ref BlockRef) {
+	r := m.recs.at(ref)
+	if r.refs != 0 || r.resident() {
+		return
+	}
+	m.index.remove(r.key)
+	m.recs.release(ref)
+}
+
+func (m *Manager) ref(ref BlockRef) {
+	r := m.recs.at(ref)
+	if r.refs == 0 {
+		for t, s := range r.state {
+			if s != stateNone {
+				m.gauges.inUse[t].Add(1)
+			}
+		}
+	}
+	r.refs++
+}
+
+func (m *Manager) unref(ref BlockRef) {
+	r := m.recs.at(ref)
+	if r.refs == 0 {
+		panic(fmt.Sprintf("kvtier: block %#x released more often than referenced", uint64(r.key)))
+	}
+	r.refs--
+	if r.refs == 0 {
+		for t, s := range r.state {
+			if s != stateNone {
+				m.gauges.inUse[t].Add(-1)
+			}
+		}
+		m.maybeFree(ref)
+	}
+}
+
+// setState moves ref's state in tier t, keeping the gauges.
+func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
+	r := m.recs.at(ref)
+	old := r.state[t]
+	r.state[t] = s
+	g := &m.gauges
+	switch {
+	case old == stateNone && s != stateNone:
+		g.resident[t]++
+		if r.refs > 0 {
+			g.inUse[t].Add(1)
+		}
+	case old != stateNone && s == stateNone:
+		g.resident[t]--
+		if r.refs > 0 {
+			g.inUse[t].Add(-1)
+		}
+		r.slot[t] = noSlot
+	}
+}
+
+// freeSlot takes ref out of tier t and returns its slot to the free list.
+// The caller guarantees no copy reads or writes the slot (invariant 3).
+func (m *Manager) freeSlot(ref BlockRef, t Tier) {
+	r := m.recs.at(ref)
+	slot := r.slot[t]
+	m.setState(ref, t, stateNone)
+	m.tiers[t].free = append(m.tiers[t].free, slot)
+	m.maybeFree(ref)
+}
+
+// alloc finds a free slot in tier t, evicting if needed. Victims come from
+// the tier's policy among ready blocks nobody uses. A victim already held by
+// the next tier is dropped; otherwise, in write-back mode, it is demoted (its
+// slot frees when the copy completes) and the search goes on until it has
+// started want demotions (the slots the caller still needs); otherwise it is
+// dropped.
+func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
+	ts := &m.tiers[t]
+	if n := len(ts.free); n > 0 {
+		s := ts.free[n-1]
+		ts.free = ts.free[:n-1]
+		return s, true
+	}
+	if ts.next < ts.slots {
+		s := Slot(ts.next)
+		ts.next++
+		return s, true
+	}
+	demotions := 0
+	for {
+		if demotions >= want {
+			// The slots this caller needs free when the demotions complete.
+			m.metrics.noSpaceHit()
+			return 0, false
+		}
+		v, ok := ts.policy.Evict(ts.evictable)
+		if !ok {
+			m.metrics.noSpaceHit()
+			return 0, false
+		}
+		m.ops++
+		r := m.recs.at(v)
+		if r.state[t] != stateReady || r.refs != 0 {
+			panic(fmt.Sprintf("kvtier: policy of %v evicted block %#x that is %v with %d references", t, uint64(r.key), r.state[t], r.refs))
+		}
+		m.metrics.tier(t).evicted()
+		next := ts.below
+		if next < NumTiers && r.state[next] == stateNone && !m.writeThrough && m.admit(next, r.key) {
+			if ns, ok := m.alloc(next, 1); ok {
+				r = m.recs.at(v)
+				m.setState(v, t, stateEvicting)
+				m.metrics.tier(t).demoted()
+				m.startCopy(m.background(), v, t, next, ns)
+				demotions++
+				continue
+			}
+		}
+		slot := r.slot[t]
+		m.setState(v, t, stateNone)
+		m.maybeFree(v)
+		return slot, true
+	}
+}
+
+func (m *Manager) admit(t Tier, k Key) bool {
+	a := m.tiers[t].admitter
+	return a == nil || a.Admit(k)
+}
+
+// propagate copies a block that just became ready in tier t on to the next
+// tier, in write-through mode, if admitted and a slot is free.
+func (m *Manager) propagate(ref BlockRef, t Tier) {
+	if !m.writeThrough {
+		return
+	}
+	next := m.tiers[t].below
+	r := m.recs.at(ref)
+	if next == NumTiers || r.state[next] != stateNone || !m.admit(next, r.key) {
+		return
+	}
+	slot, ok := m.alloc(next, 1)
+	if !ok {
+		return
+	}
+	m.startCopy(m.background(), ref, t, next, slot)
+}
+
+// startCopy records a copy of ref from tier `from` into slot of tier `to`:
+// the destination is reserved (writing) and the copy holds a reference.
+func (m *Manager) startCopy(t *Transfer, ref BlockRef, from, to Tier, slot Slot) {
+	r := m.recs.at(ref)
+	r.slot[to] = slot
+	m.setState(ref, to, stateWriting)
+	m.tiers[to].policy.Insert(ref, m.meta(to, r))
+	m.ref(ref)
+	t.Ops = append(t.Ops, MoveOp{Key: r.key, Ref: ref, From: from, FromSlot: r.slot[from], To: to, ToSlot: slot})
+}
+
+func (m *Manager) newTransfer(l *Lease) *Transfer {
+	var t *Transfer
+	if n := len(m.xpool); n > 0 {
+		t = m.xpool[n-1]
+		m.xpool = m.xpool[:n-1]
+	} else {
+		t = &Transfer{m: m}
+	}
+	t.lease = l
+	t.Ops = t.Ops[:0]
+	if l != nil {
+		l.xfers++
+	}
+	return t
+}
+
+func (m *Manager) background() *Transfer {
+	if m.bg == nil {
+		m.bg = m.newTransfer(nil)
+	}
+	return m.bg
+}
+
+// unlockAndSubmit releases m.mu and then submits t and the background copies
+// decided under the lock.
+func (m *Manager) unlockAndSubmit(t *Transfer) {
+	m.checkSampled()
+	bg := m.bg
+	m.bg = nil
+	m.mu.Unlock()
+	if t != nil {
+		m.submit(t)
+	}
+	if bg != nil {
+		m.submit(bg)
+	}
+}
+
+// submit hands t to the mover. Called without m.mu.
+func (m *Manager) submit(t *Transfer) {
+	n := len(t.Ops)
+	m.mu.Lock()
+	t.remaining = n
+	t.done = slices.Grow(t.done[:0], n)[:n]
+	clear(t.done)
+	if n == 0 {
+		m.finish(t)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	if err := m.mover.Submit(t); err != nil {
+		m.mu.Lock()
+		if t.remaining > 0 { // not recycled: some ops are still ours to fail
+			for i := range t.done {
+				if !t.done[i] && t.remaining > 0 {
+					m.completeLocked(t, i, fmt.Errorf("submit: %w", err))
+				}
+			}
+		}
+		m.unlockAndSubmit(nil)
+	}
+}
+
+// complete processes one op's completion. Called without m.mu.
+func (m *Manager) complete(t *Transfer, i int, err error) {
+	m.mu.Lock()
+	if i < 0 || i >= len(t.done) || t.done[i] || t.remaining == 0 {
+		m.mu.Unlock()
+		panic(fmt.Sprintf("kvtier: Transfer.Complete(%d) called twice or out of range (%d ops)", i, len(t.done)))
+	}
+	m.completeLocked(t, i, err)
+	m.unlockAndSubmit(nil)
+}
+
+func (m *Manager) completeLocked(t *Transfer, i int, err error) {
+	op := t.Ops[i]
+	t.done[i] = true
+	t.remaining--
+	r := m.recs.at(op.Ref)
+	if r.state[op.To] != stateWriting || r.slot[op.To] != op.ToSlot {
+		panic(fmt.Sprintf("kvtier: completion of block %#x into %v slot %d finds it %v in slot %d", uint64(op.Key), op.To, op.ToSlot, r.state[op.To], r.slot[op.To]))
+	}
+	demotion := r.state[op.From] == stateEvicting
+	if err == nil {
+		m.setState(op.Ref, op.To, stateReady)
+		m.metrics.tier(op.To).in(m.tiers[op.To].slotBytes)
+		m.metrics.tier(op.From).out(m.tiers[op.From].slotBytes)
+		if demotion {
+			m.freeSlot(op.Ref, op.From)
+		}
+		m.propagate(op.Ref, op.To)
+	} else {
+		m.metrics.moveFailure()
+		m.tiers[op.To].policy.Remove(op.Ref)
+		m.freeSlot(op.Ref, op.To)
+		if demotion { // the source is intact: keep it
+			m.setState(op.Ref, op.From, stateReady)
+			m.tiers[op.From].policy.Insert(op.Ref, m.meta(op.From, r))
+		}
+		if l := t.lease; l != nil && l.err == nil {
+			l.err = fmt.Errorf("%w: block %#x from %v slot %d to %v slot %d: %w", ErrMove, uint64(op.Key), op.From, op.FromSlot, op.To, op.ToSlot, err)
+		}
+	}
+	m.unref(op.Ref)
+	if t.remaining == 0 {
+		m.finish(t)
+	}
+}
+
+// finish recycles a transfer whose ops all completed and wakes its lease.
+func (m *Manager) finish(t *Transfer) {
+	if l := t.lease; l != nil {
+		l.xfers--
+		if l.xfers == 0 {
+			select {
+			case l.done <- struct{}{}:
+			default:
+			}
+		}
+	}
+	t.lease = nil
+	t.Ops = t.Ops[:0]
+	m.xpool = append(m.xpool, t)
+}
+
+func (m *Manager) checkSampled() {
+	if !invariantsEnabled {
+		return
+	}
+	m.ops++
+	if m.recs.live() <= 4096 || m.ops%1024 == 0 {
+		m.checkInvariants()
+	}
+}
+
+// settle records the uses a lookup made: policy touches of the tiers that
+// served each block, and the request's keys for the admitters. Lookups only
+// read-lock, so these wait for the lease's next write-locked operation
+// (Onboard, Offload or Release).
+func (m *Manager) settle(l *Lease) {
+	if !l.lookup {
+		return
+	}
+	l.lookup = false
+	for i := range l.Blocks {
+		m.tiers[l.Blocks[i].Tier].policy.Touch(l.Blocks[i].Ref)
+	}
+	if m.admitters {
+		m.recordAccess(l.keys)
+	}
+}

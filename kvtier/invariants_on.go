@@ -1,0 +1,6 @@
+//go:build invariants
+
+package kvtier
+
+// invariantsEnabled turns on the expensive consistency checks of check.go.
+const invariantsEnabled = true

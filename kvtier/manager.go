@@ -1,0 +1,432 @@
+// Package kvtier is the block manager: it knows which KV blocks exist, where
+// each lives (GPU, host, NVMe), who is using it, and what to evict.
+//
+// It promises:
+//
+//   - Wrong KV is never served. A block is found by its chained key, but a hit
+//     is confirmed against the stored salt, parent key, position and token ids,
+//     so a hash collision is a miss (invariant 1). Callers that hash elsewhere
+//     (traces) pass keys; their hits are confirmed by salt, parent key and
+//     position only, which is as strong as their keys.
+//   - A block is readable from a tier only once its copy into that tier has
+//     completed (invariant 2), and a slot is reused only after every copy that
+//     reads or writes it has completed (invariant 3).
+//   - No tier holds more slots than its capacity, and a block held by a Lease
+//     or a copy is never evicted (invariant 4).
+//   - Lookups allocate nothing once the Lease has grown (invariant 5), and the
+//     metadata of a resident block is plain values in flat arrays (a 48-byte
+//     record, a 12-byte index entry at most 3/4 full, a free-list entry:
+//     68 bytes a block measured at 10 million, plus the policy's), which
+//     the garbage collector never scans.
+//
+// Concurrency: one readers-writer lock guards all metadata and the policies
+// (which have no lock of their own). Lookups take it for reading: they
+// hash outside it, then probe the index, verify tokens and add references
+// (atomically) in parallel with each other. Their policy touches and
+// admission records are applied at the lease's next write-locked call
+// (Onboard, Offload or Release), so recency counts from the end of a use.
+// Everything else takes it for writing. The Mover and the Planner are
+// called, and copy completions are processed, without it held, so a Mover
+// may complete copies from inside Submit.
+//
+// A request's path:
+//
+//	m.Lookup(salt, tokens, &l)  // leased prefix, best tier of each block
+//	m.Plan(&l)                  // load or recompute, per block
+//	m.Onboard(&l)               // copies into GPU slots (Block.GPUSlot)
+//	m.Wait(ctx, &l)             // the copies completed
+//	...                         // prefill the rest, into slots from:
+//	m.Insert(salt, tokens, GPU, &w); write Blocks with Write; m.Commit(&w, err)
+//	m.Offload(&w, Host); m.Wait(ctx, &w) // or WriteThrough does it
+//	m.Release(&w); m.Release(&l)
+package kvtier
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"kvtier.dev/kvtier/policy"
+)
+
+// Manager is the block manager. All methods are safe for concurrent use.
+type Manager struct {
+	// mu guards everything below. Lookups take it for reading (index,
+	// records and tokens are only read, references are added atomically);
+	// everything else takes it for writing.
+	mu sync.RWMutex
+
+	blockTokens  int
+	writeThrough bool
+	mover        Mover
+	planner      Planner
+	recompute    func(position int) float64
+
+	tiers   [NumTiers]tierState
+	slots   [NumTiers]uint32
+	recs    slab
+	index   table
+	metrics *counters
+	gauges  gauges
+	// admitters is set when a tier has an Admitter; lookups then keep
+	// their keys so that Release can record them.
+	admitters bool
+
+	bg    *Transfer   // copies decided under mu, submitted after unlock
+	xpool []*Transfer // idle transfers
+	ops   uint64      // mutations, for sampled invariant checks
+
+	// testKeyHook, when set, replaces every computed key (tests force
+	// collisions with it).
+	testKeyHook func(Key) Key
+}
+
+type tierState struct {
+	present   bool
+	slotBytes int64
+	slots     uint32
+	next      uint32 // slots below next have been handed out at least once
+	free      []Slot
+	policy    policy.Policy[BlockRef]
+	admitter  policy.Admitter[Key]
+	evictable func(BlockRef) bool
+	below     Tier // next present tier, or NumTiers
+}
+
+// New validates cfg and returns a Manager. The Manager owns cfg's policies,
+// admitters, Mover and Planner from now on.
+func New(cfg Config) (*Manager, error) {
+	slots, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		blockTokens:  cfg.BlockTokens,
+		writeThrough: cfg.WriteThrough,
+		mover:        cfg.Mover,
+		planner:      cfg.Planner,
+		recompute:    cfg.RecomputeCost,
+		slots:        slots,
+	}
+	if m.planner == nil {
+		m.planner = LoadAll{}
+	}
+	if !cfg.DisableMetrics {
+		m.metrics = new(counters)
+	}
+	m.recs.blockTokens = cfg.BlockTokens
+	below := NumTiers
+	for t := NumTiers - 1; t < NumTiers; t-- {
+		tc := cfg.Tiers[t]
+		ts := &m.tiers[t]
+		ts.below = below
+		if tc.CapacityBytes == 0 {
+			continue
+		}
+		ts.present = true
+		ts.slotBytes = tc.SlotBytes
+		ts.slots = slots[t]
+		ts.policy = tc.Policy
+		ts.admitter = tc.Admitter
+		m.admitters = m.admitters || tc.Admitter != nil
+		ts.evictable = func(v BlockRef) bool {
+			r := m.recs.at(v)
+			return r.state[t] == stateReady && r.refs == 0
+		}
+		below = t
+	}
+	return m, nil
+}
+
+// BlockTokens is the number of tokens per block.
+func (m *Manager) BlockTokens() int { return m.blockTokens }
+
+// CapacitySlots is tier t's slot count (0 for an absent tier).
+func (m *Manager) CapacitySlots(t Tier) int {
+	if t >= NumTiers {
+		return 0
+	}
+	return int(m.slots[t])
+}
+
+// Metrics returns a snapshot of the counters (zeros when disabled).
+func (m *Manager) Metrics() Metrics {
+	var inUse [NumTiers]int64
+	m.mu.RLock()
+	resident, records := m.gauges.resident, m.recs.live()
+	for t := range inUse {
+		inUse[t] = m.gauges.inUse[t].Load()
+	}
+	m.mu.RUnlock()
+	return m.metrics.snapshot(m.slots, resident, inUse, records)
+}
+
+// Lookup finds the longest prefix of tokens' full blocks that is ready in
+// some tier, verified token by token, and leases it: l.Blocks[i] is block i
+// with its fastest ready tier and slot. None of them is evicted until the
+// caller calls Release(l), which it MUST do; the use counts for the eviction
+// policies from then (or from an earlier Onboard or Offload of l). l MUST NOT
+// hold a lease.
+func (m *Manager) Lookup(salt Salt, tokens []int32, l *Lease) error {
+	if err := m.begin(l); err != nil {
+		return err
+	}
+	l.keys, l.buf = appendKeys(l.keys[:0], l.buf, m.blockTokens, salt, 0, tokens)
+	m.hook(l.keys)
+	m.lookup(salt, l.keys, tokens, l)
+	return nil
+}
+
+// LookupKeys is Lookup for callers that computed the block keys themselves
+// (keys[i] is block i's key, chained so that equal keys mean equal prefixes).
+// Hits are verified by salt, parent key and position, not by tokens.
+func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
+	if err := m.begin(l); err != nil {
+		return err
+	}
+	if m.admitters {
+		l.keys = append(l.keys[:0], keys...)
+	}
+	m.lookup(salt, keys, nil, l)
+	return nil
+}
+
+// Plan asks the configured Planner what to do with each block of the
+// looked-up request and stores its answer in l.Blocks[i].Action (the blocks
+// after the cached prefix are recomputed, so they are not in l.Blocks). If
+// the planner fails, Plan keeps LoadAll's answer and returns the error.
+func (m *Manager) Plan(l *Lease) error {
+	n := max(l.requested, len(l.Blocks))
+	l.plan = slices.Grow(l.plan[:0], n)[:n]
+	l.actions = slices.Grow(l.actions[:0], n)[:n]
+	for i := range l.plan {
+		if i < len(l.Blocks) {
+			l.plan[i] = PlanBlock{Cached: true, Tier: l.Blocks[i].Tier}
+		} else {
+			l.plan[i] = PlanBlock{}
+		}
+	}
+	err := m.planner.Plan(l.plan, l.actions)
+	if err != nil {
+		_ = LoadAll{}.Plan(l.plan, l.actions)
+		err = fmt.Errorf("kvtier: planner: %w", err)
+	}
+	for i := range l.Blocks {
+		a := l.actions[i]
+		switch {
+		case l.Blocks[i].Tier == GPU && a == Load:
+			a = Use // nothing to load
+		case l.Blocks[i].Tier != GPU && a == Use:
+			a = Load // a planner cannot use what is not in the GPU
+		case a > Recompute:
+			a = Recompute
+		}
+		l.Blocks[i].Action = a
+	}
+	return err
+}
+
+// Onboard submits copies into the GPU tier for the leased blocks whose Action
+// is Load, reserving GPU slots (evicting as needed). Each such block gets
+// Loading and its GPUSlot; the copies are done when Wait returns nil. A
+// block for which no GPU slot is free now gets Action Recompute instead.
+func (m *Manager) Onboard(l *Lease) error {
+	if !l.leased || l.m != m {
+		return fmt.Errorf("%w: Onboard: lease holds no lookup of this manager", ErrBadInput)
+	}
+	if !m.tiers[GPU].present {
+		return fmt.Errorf("%w: Onboard: the gpu tier is absent", ErrBadInput)
+	}
+	want := 0
+	for _, b := range l.Blocks {
+		if b.Action == Load && b.Tier != GPU && !b.Loading {
+			want++
+		}
+	}
+	m.mu.Lock()
+	m.settle(l)
+	var t *Transfer
+	full := false
+	for i := range l.Blocks {
+		b := &l.Blocks[i]
+		if b.Action != Load || b.Tier == GPU || b.Loading {
+			continue
+		}
+		want--
+		r := m.recs.at(b.Ref)
+		switch r.state[GPU] {
+		case stateReady:
+			b.Tier, b.Slot, b.Action = GPU, r.slot[GPU], Use
+			continue
+		case stateWriting, stateEvicting:
+			b.Action = Recompute
+			continue
+		}
+		var slot Slot
+		ok := false
+		if !full {
+			slot, ok = m.alloc(GPU, want+1)
+			full = !ok
+		}
+		if !ok {
+			b.Action = Recompute
+			continue
+		}
+		if t == nil {
+			t = m.newTransfer(l)
+		}
+		m.startCopy(t, b.Ref, b.Tier, GPU, slot)
+		b.GPUSlot, b.Loading = slot, true
+	}
+	m.unlockAndSubmit(t)
+	return nil
+}
+
+// Insert makes tokens' full blocks resident in tier and leases them. Blocks
+// already ready there are touched; blocks missing get a reserved slot and
+// Write set: the caller MUST write their KV into those slots and then call
+// Commit. Insert stops at the first block it cannot hold: one whose key is
+// taken by a different block (a collision) or for which no slot is free
+// (then it returns an error wrapping ErrNoSpace). The lease holds the blocks
+// before it either way; Commit and Release them as usual. l MUST NOT hold a
+// lease.
+func (m *Manager) Insert(salt Salt, tokens []int32, tier Tier, l *Lease) error {
+	if err := m.checkTier("Insert", tier); err != nil {
+		return err
+	}
+	if err := m.begin(l); err != nil {
+		return err
+	}
+	l.keys, l.buf = appendKeys(l.keys[:0], l.buf, m.blockTokens, salt, 0, tokens)
+	m.hook(l.keys)
+	return m.insert(salt, l.keys, tokens, tier, l)
+}
+
+// InsertKeys is Insert for callers that computed the block keys themselves.
+func (m *Manager) InsertKeys(salt Salt, keys []Key, tier Tier, l *Lease) error {
+	if err := m.checkTier("InsertKeys", tier); err != nil {
+		return err
+	}
+	if err := m.begin(l); err != nil {
+		return err
+	}
+	return m.insert(salt, keys, nil, tier, l)
+}
+
+// Commit ends the writes Insert asked of the caller: with err nil the blocks
+// become ready (and, with WriteThrough, are copied on to the next tier);
+// otherwise their slots are freed and they are forgotten. The caller MUST
+// have finished writing (the kernel or copy that wrote them completed).
+func (m *Manager) Commit(l *Lease, err error) error {
+	if !l.leased || l.m != m {
+		return fmt.Errorf("%w: Commit: lease holds no insert of this manager", ErrBadInput)
+	}
+	m.mu.Lock()
+	for i := range l.Blocks {
+		b := &l.Blocks[i]
+		if !b.Write {
+			continue
+		}
+		b.Write = false
+		r := m.recs.at(b.Ref)
+		if r.state[b.Tier] != stateWriting || r.slot[b.Tier] != b.Slot {
+			m.mu.Unlock()
+			panic(fmt.Sprintf("kvtier: Commit: block %#x in %v is %v", uint64(b.Key), b.Tier, r.state[b.Tier]))
+		}
+		if err == nil {
+			m.setState(b.Ref, b.Tier, stateReady)
+			m.metrics.tier(b.Tier).in(m.tiers[b.Tier].slotBytes)
+			m.propagate(b.Ref, b.Tier)
+		} else {
+			m.tiers[b.Tier].policy.Remove(b.Ref)
+			m.freeSlot(b.Ref, b.Tier)
+		}
+	}
+	m.unlockAndSubmit(nil)
+	return nil
+}
+
+// Offload submits copies of the leased blocks into tier to (Host or NVMe)
+// from their fastest ready tier above it, for blocks not yet there and
+// admitted by the tier's Admitter. It stops at the first block for which no
+// slot is free now. The copies are done when Wait returns nil.
+func (m *Manager) Offload(l *Lease, to Tier) error {
+	if err := m.checkTier("Offload", to); err != nil {
+		return err
+	}
+	if !l.leased || l.m != m {
+		return fmt.Errorf("%w: Offload: lease holds no blocks of this manager", ErrBadInput)
+	}
+	m.mu.Lock()
+	m.settle(l)
+	var t *Transfer
+	ts := &m.tiers[to]
+	for i := range l.Blocks {
+		want := len(l.Blocks) - i
+		b := &l.Blocks[i]
+		r := m.recs.at(b.Ref)
+		from := r.best()
+		if from >= to || r.state[to] != stateNone {
+			continue
+		}
+		if ts.admitter != nil && !ts.admitter.Admit(b.Key) {
+			continue
+		}
+		slot, ok := m.alloc(to, want)
+		if !ok {
+			break
+		}
+		if t == nil {
+			t = m.newTransfer(l)
+		}
+		m.startCopy(t, b.Ref, from, to, slot)
+	}
+	m.unlockAndSubmit(t)
+	return nil
+}
+
+// Wait blocks until every copy Onboard and Offload submitted for l has
+// completed, and returns the first failure among them (wrapping ErrMove and
+// naming the block and tiers), or ctx's error.
+func (m *Manager) Wait(ctx context.Context, l *Lease) error {
+	for {
+		m.mu.Lock()
+		if l.xfers == 0 {
+			err := l.err
+			l.err = nil
+			m.mu.Unlock()
+			return err
+		}
+		done := l.done
+		m.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Release drops the lease's references; its blocks become evictable again
+// once nothing else uses them. Blocks Insert reserved and the caller did not
+// Commit are forgotten, as by Commit with an error. Copies still in flight
+// keep their own references. Releasing an empty lease does nothing.
+func (m *Manager) Release(l *Lease) {
+	if !l.leased {
+		return
+	}
+	m.mu.Lock()
+	m.settle(l)
+	for i := range l.Blocks {
+		b := &l.Blocks[i]
+		if b.Write {
+			m.tiers[b.Tier].policy.Remove(b.Ref)
+			m.freeSlot(b.Ref, b.Tier)
+		}
+		m.unref(b.Ref)
+	}
+	l.Blocks = l.Blocks[:0]
+	l.leased = false
+	m.unlockAndSubmit(nil)
+}

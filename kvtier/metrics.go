@@ -1,0 +1,147 @@
+package kvtier
+
+import "sync/atomic"
+
+// TierMetrics are one tier's counters.
+type TierMetrics struct {
+	// Hits counts looked-up blocks served from this tier (their fastest
+	// ready tier); Misses counts looked-up blocks this tier could not serve
+	// because no faster tier did and it held no ready copy.
+	Hits, Misses uint64
+	// BytesIn and BytesOut count bytes copied into and out of the tier by
+	// completed copies (and, for BytesIn, blocks committed after Insert).
+	BytesIn, BytesOut uint64
+	// Evictions counts blocks that left the tier to make room (demoted or
+	// dropped); Demotions counts those among them copied to the next tier.
+	Evictions, Demotions uint64
+	// ResidentBlocks is the number of slots in use (being written, ready or
+	// being evicted); InUseBlocks is how many of those blocks hold references.
+	ResidentBlocks, InUseBlocks int64
+	// CapacitySlots is the tier's slot count.
+	CapacitySlots int64
+}
+
+// Metrics is a snapshot of the manager's counters.
+type Metrics struct {
+	Tiers [NumTiers]TierMetrics
+	// Lookups counts Lookup and LookupKeys calls; LookupBlocks the full
+	// blocks they asked for; HitBlocks those in the returned prefixes.
+	Lookups, LookupBlocks, HitBlocks uint64
+	// Mismatches counts blocks whose key was found but whose salt, parent,
+	// position or tokens differed (hash collisions, served as misses), or
+	// that a token lookup found stored without tokens (by InsertKeys).
+	Mismatches uint64
+	// NoSpace counts slot allocations that failed (ErrNoSpace).
+	NoSpace uint64
+	// MoveFailures counts copies the Mover reported as failed.
+	MoveFailures uint64
+	// Records is the number of blocks known to the manager.
+	Records int64
+}
+
+type tierCounters struct {
+	hits, misses, bytesIn, bytesOut, evictions, demotions atomic.Uint64
+}
+
+// counters are the live counters. A nil *counters counts nothing.
+type counters struct {
+	tiers                             [NumTiers]tierCounters
+	lookups, lookupBlocks, hitBlocks  atomic.Uint64
+	mismatches, noSpace, moveFailures atomic.Uint64
+}
+
+// gauges are levels, not counts. resident changes only under the manager's
+// write lock; inUse also changes in lookups, under the read lock, so it is
+// atomic.
+type gauges struct {
+	resident [NumTiers]int64
+	inUse    [NumTiers]atomic.Int64
+}
+
+func (c *counters) tier(t Tier) *tierCounters {
+	if c == nil {
+		return nil
+	}
+	return &c.tiers[t]
+}
+
+func (c *counters) lookup(blocks, hits int) {
+	if c == nil {
+		return
+	}
+	c.lookups.Add(1)
+	c.lookupBlocks.Add(uint64(blocks))
+	c.hitBlocks.Add(uint64(hits))
+}
+
+func (c *counters) mismatch() {
+	if c != nil {
+		c.mismatches.Add(1)
+	}
+}
+
+func (c *counters) noSpaceHit() {
+	if c != nil {
+		c.noSpace.Add(1)
+	}
+}
+
+func (c *counters) moveFailure() {
+	if c != nil {
+		c.moveFailures.Add(1)
+	}
+}
+
+func (t *tierCounters) hit() {
+	if t != nil {
+		t.hits.Add(1)
+	}
+}
+func (t *tierCounters) miss() {
+	if t != nil {
+		t.misses.Add(1)
+	}
+}
+func (t *tierCounters) in(n int64) {
+	if t != nil {
+		t.bytesIn.Add(uint64(n))
+	}
+}
+func (t *tierCounters) out(n int64) {
+	if t != nil {
+		t.bytesOut.Add(uint64(n))
+	}
+}
+func (t *tierCounters) evicted() {
+	if t != nil {
+		t.evictions.Add(1)
+	}
+}
+func (t *tierCounters) demoted() {
+	if t != nil {
+		t.demotions.Add(1)
+	}
+}
+
+// snapshot reads the counters; each is read atomically, the set is not.
+// resident and records were read under the manager's lock.
+func (c *counters) snapshot(slots [NumTiers]uint32, resident, inUse [NumTiers]int64, records int) Metrics {
+	var m Metrics
+	for t := range NumTiers {
+		m.Tiers[t].CapacitySlots = int64(slots[t])
+	}
+	if c == nil {
+		return m
+	}
+	for t := range NumTiers {
+		s, d := &c.tiers[t], &m.Tiers[t]
+		d.Hits, d.Misses = s.hits.Load(), s.misses.Load()
+		d.BytesIn, d.BytesOut = s.bytesIn.Load(), s.bytesOut.Load()
+		d.Evictions, d.Demotions = s.evictions.Load(), s.demotions.Load()
+		d.ResidentBlocks, d.InUseBlocks = resident[t], inUse[t]
+	}
+	m.Lookups, m.LookupBlocks, m.HitBlocks = c.lookups.Load(), c.lookupBlocks.Load(), c.hitBlocks.Load()
+	m.Mismatches, m.NoSpace, m.MoveFailures = c.mismatches.Load(), c.noSpace.Load(), c.moveFailures.Load()
+	m.Records = int64(records)
+	return m
+}

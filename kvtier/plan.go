@@ -1,0 +1,68 @@
+package kvtier
+
+// Action is what to do with one looked-up block.
+type Action uint8
+
+const (
+	// Use means the block is already ready in the GPU tier.
+	Use Action = iota
+	// Load means copy the block from its tier into the GPU (Onboard).
+	Load
+	// Recompute means prefill the block again instead of loading it.
+	Recompute
+)
+
+// String names the action.
+func (a Action) String() string {
+	switch a {
+	case Use:
+		return "use"
+	case Load:
+		return "load"
+	case Recompute:
+		return "recompute"
+	}
+	return "action(?)"
+}
+
+// PlanBlock is what a Planner knows about one block of a request.
+type PlanBlock struct {
+	// Cached reports whether a tier holds the block ready; if not, the
+	// block MUST be recomputed.
+	Cached bool
+	// Tier is the fastest tier holding a ready copy (when Cached).
+	Tier Tier
+}
+
+// Planner decides, block by block, whether to load a cached block or
+// recompute it; kvtier/cost's Planner does it from the model, GPU and link
+// rates (its BlockSource tiers and Actions map one to one onto these, in the
+// same order).
+type Planner interface {
+	// Plan sets actions[i] for blocks[i], len(actions) == len(blocks).
+	// blocks is the whole request in token order: block i covers tokens
+	// [i*BlockTokens, (i+1)*BlockTokens); the cached prefix comes first, the
+	// blocks to compute after it. Plan MUST NOT keep either slice; it is
+	// called without the manager's lock, possibly from many goroutines at
+	// once.
+	Plan(blocks []PlanBlock, actions []Action) error
+}
+
+// LoadAll is the default Planner: use what is in the GPU, load every other
+// cached block, recompute the rest.
+type LoadAll struct{}
+
+// Plan implements Planner.
+func (LoadAll) Plan(blocks []PlanBlock, actions []Action) error {
+	for i, b := range blocks {
+		switch {
+		case !b.Cached:
+			actions[i] = Recompute
+		case b.Tier == GPU:
+			actions[i] = Use
+		default:
+			actions[i] = Load
+		}
+	}
+	return nil
+}

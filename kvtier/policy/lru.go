@@ -1,0 +1,87 @@
+package policy
+
+// LRU evicts the least recently used key.
+//
+// Its state is a queueSlab: one node of plain values per key in a single
+// slice, linked by int32 indices, and a map from key to index. golang-lru/v2's
+// simplelru would do the same job but allocates a list element (a pointer) per
+// key; with tens of millions of resident blocks those pointers make every
+// garbage collection cycle walk the whole cache, which is what the slab
+// avoids. simplelru also evicts only its oldest entry, while Evict here must
+// skip keys that are in use.
+//
+// LRU has no locking inside; the caller serialises every call.
+type LRU[K comparable] struct {
+	s      queueSlab[K]
+	checks sampler
+}
+
+var _ Policy[uint64] = (*LRU[uint64])(nil)
+
+// NewLRU returns an empty LRU with room for capacity keys before its slab
+// grows. capacity is a hint, not a limit: the caller decides when to Evict.
+func NewLRU[K comparable](capacity int) (*LRU[K], error) {
+	if capacity <= 0 || capacity >= maxNodes-1 {
+		return nil, argError("NewLRU", "capacity", capacity, "1 to 2^31-2 keys")
+	}
+	return &LRU[K]{s: newQueueSlab[K](1, capacity)}, nil
+}
+
+// Insert tracks key as the most recently used. Inserting a tracked key
+// touches it. meta is ignored.
+func (p *LRU[K]) Insert(key K, _ Meta) {
+	if i, ok := p.s.lookup(key); ok {
+		p.s.moveToFront(0, i)
+	} else {
+		p.s.add(0, key)
+	}
+	p.check()
+}
+
+// Touch makes a tracked key the most recently used.
+func (p *LRU[K]) Touch(key K) {
+	if i, ok := p.s.lookup(key); ok {
+		p.s.moveToFront(0, i)
+		p.check()
+	}
+}
+
+// Remove forgets key.
+func (p *LRU[K]) Remove(key K) {
+	if i, ok := p.s.lookup(key); ok {
+		p.s.del(i)
+		p.check()
+	}
+}
+
+// Evict removes and returns the least recently used key for which evictable
+// returns true; a nil evictable accepts every key. Keys it skips keep their
+// place. The walk starts at the oldest key, so its cost is one step per
+// in-use key older than the victim, and a walk of every key when none is
+// evictable (ok false).
+func (p *LRU[K]) Evict(evictable func(K) bool) (victim K, ok bool) {
+	for i := p.s.back(0); !p.s.isSentinel(i); i = p.s.nodes[i].prev {
+		key := p.s.nodes[i].key
+		if evictable == nil || evictable(key) {
+			p.s.del(i)
+			p.check()
+			return key, true
+		}
+	}
+	return victim, false
+}
+
+// Len is the number of tracked keys.
+func (p *LRU[K]) Len() int { return p.s.lens[0] }
+
+// Contains reports whether key is tracked, without touching it.
+func (p *LRU[K]) Contains(key K) bool {
+	_, ok := p.s.lookup(key)
+	return ok
+}
+
+func (p *LRU[K]) check() {
+	if p.checks.due(p.Len()) {
+		p.s.check()
+	}
+}

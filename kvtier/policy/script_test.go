@@ -1,0 +1,153 @@
+package policy
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected output in testdata/*.txt")
+
+// TestScripts runs the scripts in testdata: each line is a command; a
+// command that answers (evict, len) is followed by " => " and the expected
+// answer, which -update rewrites. Commands:
+//
+//	new lru|twoq|s3fifo|costaware CAPACITY [DECAYCALLS]
+//	insert KEY... [bytes=N] [cost=SECONDS]
+//	touch KEY...
+//	remove KEY...
+//	evict [busy=KEY,KEY...]   => victim, or none
+//	len                       => tracked keys
+func TestScripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts in testdata: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+			var p tracker
+			for n, line := range lines {
+				cmd, want, hasWant := strings.Cut(line, " => ")
+				cmd = strings.TrimSpace(cmd)
+				if cmd == "" || strings.HasPrefix(cmd, "#") {
+					continue
+				}
+				got, err := runScriptLine(&p, cmd)
+				if err != nil {
+					t.Fatalf("%s:%d: %v", file, n+1, err)
+				}
+				if got == "" {
+					continue
+				}
+				if *update {
+					lines[n] = cmd + " => " + got
+				} else if !hasWant || strings.TrimSpace(want) != got {
+					t.Errorf("%s:%d: %s => %s, script expects %q", file, n+1, cmd, got, want)
+				}
+			}
+			if *update {
+				if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func runScriptLine(p *tracker, line string) (string, error) {
+	f := strings.Fields(line)
+	if f[0] != "new" && *p == nil {
+		return "", fmt.Errorf("%q before new", f[0])
+	}
+	var keys []uint64
+	var meta Meta
+	busy := map[uint64]bool{}
+	for _, a := range f[1:] {
+		var err error
+		switch {
+		case f[0] == "new":
+		case strings.HasPrefix(a, "bytes="):
+			meta.Bytes, err = strconv.ParseInt(a[6:], 10, 64)
+		case strings.HasPrefix(a, "cost="):
+			meta.RecomputeCost, err = strconv.ParseFloat(a[5:], 64)
+		case strings.HasPrefix(a, "busy="):
+			for _, s := range strings.Split(a[5:], ",") {
+				k, perr := strconv.ParseUint(s, 10, 64)
+				if perr != nil {
+					return "", perr
+				}
+				busy[k] = true
+			}
+		default:
+			var k uint64
+			k, err = strconv.ParseUint(a, 10, 64)
+			keys = append(keys, k)
+		}
+		if err != nil {
+			return "", fmt.Errorf("argument %q: %v", a, err)
+		}
+	}
+	switch f[0] {
+	case "new":
+		if len(f) < 3 {
+			return "", fmt.Errorf("new wants a policy and a capacity")
+		}
+		capacity, err := strconv.Atoi(f[2])
+		if err != nil {
+			return "", err
+		}
+		decay := 1 << 30
+		if len(f) > 3 {
+			if decay, err = strconv.Atoi(f[3]); err != nil {
+				return "", err
+			}
+		}
+		var np tracker
+		switch f[1] {
+		case "lru":
+			np, err = NewLRU[uint64](capacity)
+		case "twoq":
+			np, err = NewTwoQ[uint64](capacity)
+		case "s3fifo":
+			np, err = NewS3FIFO[uint64](capacity)
+		case "costaware":
+			np, err = NewCostAware[uint64](capacity, decay)
+		default:
+			return "", fmt.Errorf("unknown policy %q", f[1])
+		}
+		*p = np
+		return "", err
+	case "insert":
+		for _, k := range keys {
+			(*p).Insert(k, meta)
+		}
+	case "touch":
+		for _, k := range keys {
+			(*p).Touch(k)
+		}
+	case "remove":
+		for _, k := range keys {
+			(*p).Remove(k)
+		}
+	case "evict":
+		v, ok := (*p).Evict(func(k uint64) bool { return !busy[k] })
+		if !ok {
+			return "none", nil
+		}
+		return strconv.FormatUint(v, 10), nil
+	case "len":
+		return strconv.Itoa((*p).Len()), nil
+	default:
+		return "", fmt.Errorf("unknown command %q", f[0])
+	}
+	return "", nil
+}

@@ -1,0 +1,105 @@
+package kvtier
+
+// blockState is a block's state in one tier.
+type blockState uint8
+
+const (
+	stateNone     blockState = iota // not in the tier
+	stateWriting                    // a slot is reserved and a copy or prefill writes it
+	stateReady                      // readable (invariant 2)
+	stateEvicting                   // being demoted: a copy reads the slot, lookups skip it
+)
+
+func (s blockState) String() string {
+	return [...]string{"none", "writing", "ready", "evicting"}[s]
+}
+
+const (
+	flagTokens uint8 = 1 << iota // the token arena holds the block's tokens
+)
+
+// record is one block's metadata: plain values only, 48 bytes, so that tens
+// of millions of them are a few flat arrays the garbage collector skips.
+type record struct {
+	key    Key
+	parent Key
+	salt   Salt
+	slot   [NumTiers]Slot
+	refs   uint32 // leases and transfers using the block
+	depth  uint32 // position in its request: block i covers tokens [i*B, (i+1)*B)
+	state  [NumTiers]blockState
+	flags  uint8
+}
+
+func (r *record) best() Tier {
+	for t := range NumTiers {
+		if r.state[t] == stateReady {
+			return t
+		}
+	}
+	return NumTiers
+}
+
+func (r *record) resident() bool {
+	for _, s := range r.state {
+		if s != stateNone {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	slabChunkBits = 14
+	slabChunk     = 1 << slabChunkBits
+)
+
+// slab holds records in fixed chunks, so growth never copies them and a
+// *record stays valid while the manager's lock is held. Block i's tokens
+// live at the same index in the token arena, whose chunks are allocated only
+// when a block with tokens lands in them (keys-only callers pay nothing).
+type slab struct {
+	recs        [][]record
+	tokens      [][]int32
+	blockTokens int
+	n           uint32     // records ever allocated
+	free        []BlockRef // freed records, reused first
+}
+
+func (s *slab) at(i BlockRef) *record {
+	return &s.recs[i>>slabChunkBits][i&(slabChunk-1)]
+}
+
+// alloc returns a zeroed record's index.
+func (s *slab) alloc() BlockRef {
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		*s.at(i) = record{}
+		return i
+	}
+	i := BlockRef(s.n)
+	if int(i>>slabChunkBits) == len(s.recs) {
+		s.recs = append(s.recs, make([]record, slabChunk))
+		s.tokens = append(s.tokens, nil)
+	}
+	s.n++
+	return i
+}
+
+func (s *slab) release(i BlockRef) {
+	s.free = append(s.free, i)
+}
+
+// tokensOf is block i's token storage, allocating its chunk if needed.
+func (s *slab) tokensOf(i BlockRef) []int32 {
+	c := &s.tokens[i>>slabChunkBits]
+	if *c == nil {
+		*c = make([]int32, slabChunk*s.blockTokens)
+	}
+	off := int(i&(slabChunk-1)) * s.blockTokens
+	return (*c)[off : off+s.blockTokens : off+s.blockTokens]
+}
+
+// live is the number of records in use.
+func (s *slab) live() int { return int(s.n) - len(s.free) }
