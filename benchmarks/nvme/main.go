@@ -16,7 +16,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,28 +33,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kvtier.dev/benchmarks/internal/results"
 	"kvtier.dev/kvtier/nvme"
 )
-
-type row struct {
-	Name     string  `json:"name"`
-	Unit     string  `json:"unit"`
-	Median   float64 `json:"median"`
-	Min      float64 `json:"min"`
-	Max      float64 `json:"max"`
-	Runs     int     `json:"runs"`
-	Baseline string  `json:"baseline"`
-	Ratio    float64 `json:"ratio"`
-}
-
-type result struct {
-	Benchmark string `json:"benchmark"`
-	Machine   string `json:"machine"`
-	Date      string `json:"date"`
-	Commit    string `json:"commit"`
-	Command   string `json:"command"`
-	Rows      []row  `json:"rows"`
-}
 
 func main() {
 	host, _ := os.Hostname()
@@ -113,48 +93,38 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	var rows []row
-	notes := []string{fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg())}
+	res := results.New("nvme", machine, commit())
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("payload GiB/s, %d I/Os in flight, %.2f GiB per pass, %d rounds, raw and tier order alternating by round", depth, sizeGiB, rounds),
+		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
 	start := time.Now()
 	for _, bs := range sizes {
-		r, note, err := measureSize(dir, bs, sizeGiB, rounds, depth)
+		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth)
 		if err != nil {
 			return fmt.Errorf("%s blocks: %w", sizeName(bs), err)
 		}
-		rows = append(rows, r...)
-		notes = append(notes, note)
+		res.Notes = append(res.Notes, note)
 	}
-	notes = append(notes, "load average at end: "+loadavg())
-	res := result{Benchmark: "nvme", Machine: machine, Date: time.Now().UTC().Format("2006-01-02"),
-		Commit: commit(), Command: strings.Join(os.Args, " "), Rows: rows}
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	res.Notes = append(res.Notes, "load average at end: "+loadavg(), "run took "+time.Since(start).Round(time.Second).String())
+	if err := res.Write(out); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "nvme-"+machine+".json"), append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	md := markdown(res, notes, time.Since(start), depth, sizeGiB)
-	fmt.Print(md)
-	return os.WriteFile(filepath.Join(out, "nvme-"+machine+".md"), []byte(md), 0o644)
+	return res.Markdown(os.Stdout)
 }
 
 // measureSize builds a store of sizeGiB of bs-byte slots and times every
 // case, raw and through the tier, alternating their order by round.
-func measureSize(dir string, bs int, sizeGiB float64, rounds, depth int) ([]row, string, error) {
+func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth int) (string, error) {
 	sub := filepath.Join(dir, fmt.Sprintf("bs-%d", bs))
 	if err := os.MkdirAll(sub, 0o700); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	defer os.RemoveAll(sub)
 	nslots := max(int(sizeGiB*(1<<30))/bs, depth)
 	s, err := nvme.Open(nvme.Config{Dirs: []string{sub}, SlotsPerFile: nslots, BlockBytes: bs,
 		MaxTokens: 16, Mode: nvme.ModeDirect, Workers: depth})
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	defer s.Close()
 	info := s.Info()
@@ -162,14 +132,14 @@ func measureSize(dir string, bs int, sizeGiB float64, rounds, depth int) ([]row,
 		sizeName(bs), nslots, info.SlotBytes, info.Mode, info.AlignBytes, info.AlignSource, info.Preallocated)
 	raw, err := unix.Open(info.Files[0], unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, "", fmt.Errorf("open %s with O_DIRECT for the raw baseline: %w", info.Files[0], err)
+		return "", fmt.Errorf("open %s with O_DIRECT for the raw baseline: %w", info.Files[0], err)
 	}
 	defer unix.Close(raw)
 
 	slots := make([]nvme.Slot, nslots)
 	for i := range slots {
 		if slots[i], err = s.Allocate(); err != nil {
-			return nil, "", err
+			return "", err
 		}
 	}
 	slices.Sort(slots)
@@ -182,7 +152,7 @@ func measureSize(dir string, bs int, sizeGiB float64, rounds, depth int) ([]row,
 	for i := range bufs {
 		b, err := unix.Mmap(-1, 0, bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 		if err != nil {
-			return nil, "", err
+			return "", err
 		}
 		defer unix.Munmap(b)
 		// Every buffer holds the same bytes, so that a raw write leaves the
@@ -244,7 +214,7 @@ func measureSize(dir string, bs int, sizeGiB float64, rounds, depth int) ([]row,
 	// Warm up, untimed: write every slot through the tier, so that the
 	// file is allocated on the drive and the reads find blocks.
 	if _, err := pass(true, false, true); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	type key struct {
 		c    int
@@ -260,26 +230,21 @@ func measureSize(dir string, bs int, sizeGiB float64, rounds, depth int) ([]row,
 			for _, tier := range order {
 				v, err := pass(cs.write, cs.random, tier)
 				if err != nil {
-					return nil, "", fmt.Errorf("%s (tier %v): %w", cs.name, tier, err)
+					return "", fmt.Errorf("%s (tier %v): %w", cs.name, tier, err)
 				}
 				samples[key{c, tier}] = append(samples[key{c, tier}], v)
 			}
 		}
 	}
 	if st := s.Stats(); st.CorruptDrops != 0 {
-		return nil, "", fmt.Errorf("the tier dropped %d corrupt slots during the run", st.CorruptDrops)
+		return "", fmt.Errorf("the tier dropped %d corrupt slots during the run", st.CorruptDrops)
 	}
-	var rows []row
 	for c, cs := range cases {
 		base := fmt.Sprintf("raw O_DIRECT %s %s", cs.name, sizeName(bs))
-		rr := stat(base, samples[key{c, false}])
-		tr := stat(fmt.Sprintf("kvtier/nvme %s %s", cs.name, sizeName(bs)), samples[key{c, true}])
-		rr.Ratio = 1
-		tr.Baseline = base
-		tr.Ratio = round3(tr.Median / rr.Median)
-		rows = append(rows, rr, tr)
+		res.Add(base, "GiB/s", samples[key{c, false}], "")
+		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, true}], base)
 	}
-	return rows, note, nil
+	return note, nil
 }
 
 // full moves all of b at off with pread or pwrite.
@@ -299,18 +264,6 @@ func full(call func(int, []byte, int64) (int, error), fd int, b []byte, off int6
 	}
 	return nil
 }
-
-func stat(name string, v []float64) row {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return row{Name: name, Unit: "GiB/s", Median: round3(med), Min: round3(s[0]), Max: round3(s[len(s)-1]), Runs: len(s)}
-}
-
-func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
 func sizeName(bs int) string {
 	if bs >= 1<<20 {
@@ -336,22 +289,3 @@ func commit() string {
 	return strings.TrimSpace(string(out))
 }
 
-func markdown(r result, notes []string, took time.Duration, depth int, sizeGiB float64) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# nvme on %s (%s, commit %s)\n\n", r.Machine, r.Date, r.Commit)
-	fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
-	fmt.Fprintf(&b, "Payload GiB/s, %d I/Os in flight, %.2f GiB per pass, %d rounds, raw and tier order alternating by round; run took %s.\n\n",
-		depth, sizeGiB, r.Rows[0].Runs, took.Round(time.Second))
-	for _, n := range notes {
-		fmt.Fprintf(&b, "- %s\n", n)
-	}
-	b.WriteString("\n| case | median | min | max | runs | ratio to raw |\n|---|---|---|---|---|---|\n")
-	for _, x := range r.Rows {
-		ratio := ""
-		if x.Baseline != "" {
-			ratio = fmt.Sprintf("%.3f", x.Ratio)
-		}
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f | %.3f | %d | %s |\n", x.Name, x.Median, x.Min, x.Max, x.Runs, ratio)
-	}
-	return b.String()
-}
