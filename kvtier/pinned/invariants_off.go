@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package pinned
+
+const invariantsEnabled = false
