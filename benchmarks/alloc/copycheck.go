@@ -44,8 +44,9 @@ func copyCheck(ctx context.Context, dev cudastream.Device, size int64, runs int,
 	}
 	defer func() { err = errors.Join(err, st.Destroy()) }()
 
-	// Correctness over the first 256 MiB (or all of a smaller region).
-	n := min(size, 256<<20)
+	// Correctness over the first 256 MiB (or all of a smaller region), which
+	// lies in the first chunk.
+	n := min(size, 256<<20, r.ChunkBytes())
 	reg := r.Bytes()
 	for i := range reg[:n] {
 		reg[i] = byte(i*7 + i>>12)
@@ -75,6 +76,27 @@ func copyCheck(ctx context.Context, dev cudastream.Device, size int64, runs int,
 		return res, fmt.Errorf("copy check: data copied into the pinned region is wrong")
 	}
 
+	// The region is registered chunk by chunk, and the driver refuses a copy
+	// spanning two registrations: copy it chunk by chunk.
+	cb := r.ChunkBytes()
+	toRegion := func() error {
+		for off := int64(0); off < size; off += cb {
+			end := min(off+cb, size)
+			if err := st.CopyDtoH(reg[off:end], dptr+cudastream.DevicePtr(off)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fromRegion := func() error {
+		for off := int64(0); off < size; off += cb {
+			end := min(off+cb, size)
+			if err := st.CopyHtoD(dptr+cudastream.DevicePtr(off), reg[off:end]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	timed := func(fn func() error) (float64, error) {
 		t0 := time.Now()
 		if err := fn(); err != nil {
@@ -91,9 +113,9 @@ func copyCheck(ctx context.Context, dev cudastream.Device, size int64, runs int,
 			fn   func() error
 		}{
 			{&res.dtohHostAlloc, func() error { return st.CopyDtoH(ha, dptr) }},
-			{&res.dtohPinned, func() error { return st.CopyDtoH(reg, dptr) }},
+			{&res.dtohPinned, toRegion},
 			{&res.htodHostAlloc, func() error { return st.CopyHtoD(dptr, ha) }},
-			{&res.htodPinned, func() error { return st.CopyHtoD(dptr, reg) }},
+			{&res.htodPinned, fromRegion},
 		}
 		if i%2 == 1 {
 			steps[0], steps[1], steps[2], steps[3] = steps[1], steps[0], steps[3], steps[2]

@@ -163,7 +163,18 @@ type Options struct {
 	// must be a multiple of 4 KiB (of 2 MiB for THP and hugetlb, so that
 	// chunk boundaries never split a huge page) and below MaxChunkBytes.
 	// The region's last chunk may be shorter.
+	//
+	// Each chunk is a separate registration, and the driver refuses a copy
+	// that spans two registrations (CUDA_ERROR_INVALID_VALUE, measured on the
+	// H200). A caller that carves the region into slots sets ChunkMultiple.
 	ChunkBytes int64
+	// ChunkMultiple, when positive, makes every chunk boundary fall on a
+	// multiple of ChunkMultiple bytes from the region's start, so that no
+	// slot of that size straddles two registrations. Example: a host tier of
+	// 5 MiB slots sets ChunkMultiple = 5 MiB; with THP pages the chunk
+	// becomes the largest multiple of lcm(5 MiB, 2 MiB) = 10 MiB not above
+	// ChunkBytes (at least one such multiple).
+	ChunkMultiple int64
 
 	// Touchers is how many faulting goroutines to run; 0 means derive it:
 	// enough to stay ahead of registration on this machine, and no more
@@ -262,6 +273,16 @@ func validate(size int64, o *Options, physBytes uint64) (plan, error) {
 	case p.chunkBytes%align != 0:
 		return p, fmt.Errorf("%w: ChunkBytes = %d: must be a multiple of %d bytes for %v pages", ErrInvalidOptions, p.chunkBytes, align, p.pages)
 	}
+	if m := o.ChunkMultiple; m != 0 {
+		if m < 0 || m >= MaxChunkBytes {
+			return p, fmt.Errorf("%w: ChunkMultiple = %d: want 0 (none) or a positive size below 512 GiB", ErrInvalidOptions, m)
+		}
+		unit := lcm(m, align)
+		if unit > MaxChunkBytes {
+			return p, fmt.Errorf("%w: ChunkMultiple = %d: lcm with the %d-byte page alignment is %d bytes, past the 512 GiB registration limit", ErrInvalidOptions, m, align, unit)
+		}
+		p.chunkBytes = max(p.chunkBytes/unit, 1) * unit
+	}
 	p.chunkBytes = min(p.chunkBytes, size)
 	p.chunks = int((size + p.chunkBytes - 1) / p.chunkBytes)
 
@@ -295,3 +316,12 @@ func checkCPUs(cp CPUPlan, allowed []int) error {
 	}
 	return nil
 }
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func lcm(a, b int64) int64 { return a / gcd(a, b) * b }

@@ -301,6 +301,8 @@ func TestBadInputRejected(t *testing.T) {
 		{"chunk not a page multiple", 4 * MiB, Options{Pages: Pages4K, ChunkBytes: 4097}, ErrInvalidOptions, "multiple of 4096"},
 		{"THP chunk not 2 MiB", 4 * MiB, Options{Pages: PagesTHP, ChunkBytes: MiB}, ErrInvalidOptions, "multiple of 2097152"},
 		{"chunk 512 GiB", 4 * MiB, Options{ChunkBytes: 512 * GiB}, ErrInvalidOptions, "512 GiB"},
+		{"negative chunk multiple", 4 * MiB, Options{ChunkMultiple: -5}, ErrInvalidOptions, "ChunkMultiple = -5"},
+		{"chunk multiple past the limit", 4 * MiB, Options{Pages: PagesTHP, ChunkMultiple: 300*GiB + 4096}, ErrInvalidOptions, "registration limit"},
 		{"touchers", 4 * MiB, Options{Touchers: -1}, ErrInvalidOptions, "Touchers = -1"},
 		{"empty touch CPUs", 4 * MiB, Options{CPUs: CPUPlan{Touch: []int{}}}, ErrInvalidOptions, "CPUs.Touch is empty"},
 		{"CPU out of range", 4 * MiB, Options{CPUs: CPUPlan{Touch: []int{-3}}}, ErrInvalidOptions, "CPU -3"},
@@ -415,5 +417,32 @@ func TestExplicitCPUPlan(t *testing.T) {
 	defer r.Close()
 	if st := r.Stats(); st.Touchers != 2 || st.RegisterCPU != 0 || fmt.Sprint(st.TouchCPUs) != "[0 0]" {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestChunkMultipleKeepsSlotsInsideRegistrations: with 3 MiB slots and THP
+// pages, every registration boundary is a slot boundary (chunks of
+// lcm(3 MiB, 2 MiB) = 6 MiB), since the driver refuses a copy that spans two
+// registrations.
+func TestChunkMultipleKeepsSlotsInsideRegistrations(t *testing.T) {
+	const slot = 3 * MiB
+	const size = 40 * slot
+	f := newFake()
+	r, err := Alloc(context.Background(), size, Options{Registrar: f, Pages: PagesTHP, ChunkBytes: 8 * MiB, ChunkMultiple: slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if cb := r.ChunkBytes(); cb != 6*MiB {
+		t.Fatalf("ChunkBytes = %d, want 6 MiB: the largest multiple of lcm(slot, 2 MiB) not above 8 MiB", cb)
+	}
+	if n := len(f.snapshot()); n != 20 {
+		t.Errorf("%d registrations, want 20", n)
+	}
+	base := addrOf(r.Bytes())
+	for i, c := range f.snapshot() {
+		if off := int64(c.addr - base); off%slot != 0 {
+			t.Errorf("registration %d starts at offset %d, inside a slot", i, off)
+		}
 	}
 }

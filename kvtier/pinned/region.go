@@ -141,6 +141,12 @@ func (r *Region) Bytes() []byte {
 	return unsafe.Slice((*byte)(r.s.base), r.s.p.size)
 }
 
+// ChunkBytes is the registration unit: chunk i is Bytes()[i*ChunkBytes:]
+// up to the next chunk or the end. Each chunk is a separate registration,
+// and a single copy MUST NOT span two of them: the driver refuses it with
+// CUDA_ERROR_INVALID_VALUE. Options.ChunkMultiple keeps slots inside chunks.
+func (r *Region) ChunkBytes() int64 { return r.s.p.chunkBytes }
+
 // Size is the region's length in bytes.
 func (r *Region) Size() int64 { return r.s.p.size }
 
