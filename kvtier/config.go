@@ -75,6 +75,13 @@ var (
 	ErrBadInput = errors.New("kvtier: bad input")
 	// ErrMove marks a copy the Mover reported as failed.
 	ErrMove = errors.New("kvtier: copy failed")
+	// ErrSourceLost, wrapped in the error a Mover completes an op with,
+	// says the op's source copy is gone (an NVMe slot that failed its
+	// checksum or could not be read): the manager then forgets that copy
+	// too, instead of serving the block from it again and failing again.
+	// It is honoured for sources in the NVMe tier, which one copy at a time
+	// reads (into the GPU); elsewhere the failure counts as any other.
+	ErrSourceLost = errors.New("kvtier: source copy lost")
 )
 
 func configErr(field, format string, args ...any) error {

@@ -1,6 +1,7 @@
 package kvtier
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -493,6 +494,12 @@ func (m *Manager) completeLocked(t *Transfer, i int, err error) {
 		if demotion { // the source is intact: keep it
 			m.setState(op.Ref, op.From, stateReady)
 			m.tiers[op.From].policy.Insert(op.Ref, m.meta(op.From, r))
+		} else if op.From == NVMe && r.state[NVMe] == stateReady && errors.Is(err, ErrSourceLost) {
+			// The manager reads an NVMe copy only to load it into the
+			// GPU, where the block is then being written, so this op was
+			// the slot's only reader.
+			m.tiers[NVMe].policy.Remove(op.Ref)
+			m.freeSlot(op.Ref, NVMe)
 		}
 		if l := t.lease; l != nil && l.err == nil {
 			l.err = fmt.Errorf("%w: block %#x from %v slot %d to %v slot %d: %w", ErrMove, uint64(op.Key), op.From, op.FromSlot, op.To, op.ToSlot, err)

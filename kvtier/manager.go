@@ -263,6 +263,10 @@ func (m *Manager) Onboard(l *Lease) error {
 			b.Action = Recompute
 			continue
 		}
+		if r.state[b.Tier] != stateReady { // its copy there was lost (ErrSourceLost)
+			b.Action = Recompute
+			continue
+		}
 		var slot Slot
 		ok := false
 		if !full {

@@ -21,13 +21,20 @@ const (
 	smallLen   = 64
 )
 
-// sampler decides when an invariant check is due.
-type sampler uint32
+// sampler decides when an invariant check is due: it counts changes down
+// to the next check.
+type sampler struct{ left int }
 
 func (s *sampler) due(n int) bool {
 	if !invariantsEnabled {
 		return false
 	}
-	*s++
-	return n <= smallLen || uint32(*s)%uint32(max(checkEvery, n)) == 0
+	if n <= smallLen {
+		return true
+	}
+	if s.left--; s.left > 0 {
+		return false
+	}
+	s.left = max(checkEvery, n)
+	return true
 }

@@ -1,0 +1,877 @@
+package kvtier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/nvme"
+	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/transfer"
+)
+
+// The device fixture: a simulated GPU with a block-first KV region, a
+// page-aligned host pool registered with it, an NVMe store in a temporary
+// directory, the two engines, the DeviceMover and a Manager over them.
+const (
+	dmLayers     = 2
+	dmParts      = 2
+	dmPartBytes  = 1024
+	dmBlockBytes = dmLayers * dmParts * dmPartBytes // 4 KiB: O_DIRECT-sized
+	dmTokens     = 4                                // tokens per block
+	dmStaging    = 2                                // staging buffers of 2 slots
+	dmBounce     = 3                                // bounce slots
+)
+
+type devFixture struct {
+	dev    cudastream.Device
+	st     cudastream.Stream // the test's own stream, to write and read KV
+	base   cudastream.DevicePtr
+	host   transfer.HostLayout
+	store  *nvme.Store
+	mover  *DeviceMover
+	m      *Manager
+	want   map[Key][]byte // each block's KV
+	rng    *rand.Rand
+	tokens int32 // next token id, so that requests never share blocks
+}
+
+type devOpts struct {
+	gpu, host, nvme int // slots; nvme 0: no NVMe tier
+	simCfg          cudastream.SimConfig
+	early           bool
+	writeThrough    bool
+	// real runs on GPU 0 instead of the sim: the test skips without a
+	// driver, and fails then if KVTIER_REQUIRE_GPU=1.
+	real bool
+}
+
+func openDevice(t *testing.T, o devOpts) cudastream.Device {
+	t.Helper()
+	if o.real {
+		dev, err := cudastream.Open(0)
+		if errors.Is(err, cudastream.ErrNoDriver) {
+			if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+				t.Fatalf("KVTIER_REQUIRE_GPU=1 but %v", err)
+			}
+			t.Skip(err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := dev.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return dev
+	}
+	if o.simCfg.MemoryBytes == 0 {
+		o.simCfg.MemoryBytes = 16 << 20
+	}
+	sim, err := cudastream.NewSim(o.simCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	return sim
+}
+
+// pinnedBytes maps page-aligned memory, as kvtier/pinned would hand out,
+// and registers it with the device.
+func pinnedBytes(t *testing.T, dev cudastream.Device, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.HostRegister(b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.HostUnregister(b); err != nil {
+			t.Error(err)
+		}
+		unix.Munmap(b)
+	})
+	return b
+}
+
+func newDevFixture(t *testing.T, o devOpts) *devFixture {
+	t.Helper()
+	dev := openDevice(t, o)
+	var err error
+	f := &devFixture{dev: dev, want: map[Key][]byte{}, rng: rand.New(rand.NewPCG(uint64(o.gpu), uint64(o.host)))}
+	if f.st, err = dev.NewStream(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.st.Destroy() })
+	if f.base, err = dev.Alloc(int64(o.gpu) * dmBlockBytes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Free(f.base) })
+	gpu, err := transfer.BlockFirstLayout(f.base, dmLayers, dmParts, o.gpu, dmPartBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := pinnedBytes(t, dev, (o.host+2*dmStaging+dmBounce)*dmBlockBytes)
+	f.host = transfer.HostLayout{Pool: mem[:o.host*dmBlockBytes], SlotBytes: dmBlockBytes}
+	rest := mem[o.host*dmBlockBytes:]
+	staging := [][]byte{rest[:dmStaging*dmBlockBytes], rest[dmStaging*dmBlockBytes : 2*dmStaging*dmBlockBytes]}
+	bounceHost := transfer.HostLayout{Pool: rest[2*dmStaging*dmBlockBytes:], SlotBytes: dmBlockBytes}
+	var now func() time.Duration // wall time on a GPU
+	if sim, ok := dev.(*cudastream.Sim); ok {
+		now = sim.Clock().Now
+	}
+	eng, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: f.host, Staging: staging, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounce, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: bounceHost, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := DeviceMoverConfig{Engine: eng, Host: f.host, BlockBytes: dmBlockBytes, Bounce: bounce, BounceHost: bounceHost, StoreTokens: true}
+	cfg := Config{BlockTokens: dmTokens, WriteThrough: o.writeThrough}
+	tier := func(n int) TierConfig {
+		p, err := policy.NewLRU[BlockRef](n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return TierConfig{CapacityBytes: int64(n) * dmBlockBytes, SlotBytes: dmBlockBytes, Policy: p}
+	}
+	cfg.Tiers[GPU], cfg.Tiers[Host] = tier(o.gpu), tier(o.host)
+	if o.nvme > 0 {
+		f.store, err = nvme.Open(nvme.Config{Dirs: []string{t.TempDir()}, SlotsPerFile: o.nvme, BlockBytes: dmBlockBytes, MaxTokens: dmTokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc.Store, mc.NVMeSlots = f.store, o.nvme
+		cfg.Tiers[NVMe] = tier(o.nvme)
+	}
+	if f.mover, err = NewDeviceMover(mc); err != nil {
+		t.Fatal(err)
+	}
+	f.mover.testEarly = o.early
+	cfg.Mover = f.mover
+	t.Cleanup(func() {
+		f.mover.Close()
+		if err := eng.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := bounce.Close(); err != nil {
+			t.Error(err)
+		}
+		if f.store != nil {
+			if err := f.store.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	f.m = mustNew(t, cfg)
+	return f
+}
+
+// request returns the tokens of a new request of n blocks.
+func (f *devFixture) request(n int) []int32 {
+	tok := make([]int32, n*dmTokens)
+	for i := range tok {
+		tok[i] = f.tokens
+		f.tokens++
+	}
+	return tok
+}
+
+func (f *devFixture) gpuAddr(s Slot) cudastream.DevicePtr {
+	return f.base + cudastream.DevicePtr(int64(s)*dmBlockBytes)
+}
+
+// writeGPU writes block k's KV (random, remembered) into GPU slot s, as a
+// prefill kernel would, and waits for it.
+func (f *devFixture) writeGPU(t *testing.T, k Key, s Slot) {
+	t.Helper()
+	kv := make([]byte, dmBlockBytes)
+	for i := range kv {
+		kv[i] = byte(f.rng.Uint32())
+	}
+	f.want[k] = kv
+	if err := f.st.CopyHtoD(f.gpuAddr(s), kv); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *devFixture) readGPU(t *testing.T, s Slot) []byte {
+	t.Helper()
+	b := make([]byte, dmBlockBytes)
+	if err := f.st.CopyDtoH(b, f.gpuAddr(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// prefill inserts a request into the GPU, writes its new blocks' KV and
+// commits them. The caller releases w.
+func (f *devFixture) prefill(t *testing.T, tokens []int32, w *Lease) {
+	t.Helper()
+	for {
+		err := f.m.Insert(1, tokens, GPU, w)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoSpace) {
+			t.Fatal(err)
+		}
+		// Write-back: the GPU's victims are being demoted; retry once
+		// their copies completed.
+		f.m.Release(w)
+		f.mover.Wait()
+	}
+	for _, b := range w.Blocks {
+		if b.Write {
+			f.writeGPU(t, b.Key, b.Slot)
+		}
+	}
+	if err := f.m.Commit(w, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAll compares every ready copy in every tier with the block's KV. It
+// returns the mismatches it found (so that a test can also expect some).
+func (f *devFixture) checkAll(t *testing.T) []string {
+	t.Helper()
+	var bad []string
+	page, err := unix.Mmap(-1, 0, dmBlockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(page)
+	m := f.m
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for ref := BlockRef(0); ref < BlockRef(m.recs.n); ref++ {
+		r := m.recs.at(ref)
+		for tier := range NumTiers {
+			if r.state[tier] != stateReady {
+				continue
+			}
+			var got []byte
+			switch tier {
+			case GPU:
+				got = f.readGPU(t, r.slot[GPU])
+			case Host:
+				got = f.host.Slot(int32(r.slot[Host]))
+			case NVMe:
+				meta, err := f.store.Read(context.Background(), f.mover.nvmeSlot[r.slot[NVMe]], page)
+				if err != nil || meta.Key != uint64(r.key) {
+					bad = append(bad, fmt.Sprintf("block %#x nvme slot %d: read %v, key %#x", uint64(r.key), r.slot[NVMe], err, meta.Key))
+					continue
+				}
+				got = page
+			}
+			want, ok := f.want[r.key]
+			if !ok {
+				want = detKV(r.key)
+			}
+			if !bytes.Equal(got, want) {
+				bad = append(bad, fmt.Sprintf("block %#x in %v slot %d holds other bytes", uint64(r.key), tier, r.slot[tier]))
+			}
+		}
+	}
+	return bad
+}
+
+// TestDeviceMoverRoundTrip moves random KV through every path the mover has
+// (GPU to host, host to NVMe, GPU to NVMe by bounce, NVMe to host, NVMe to
+// GPU staged, host to GPU) under eviction pressure, through the Manager's
+// API only, and compares every ready copy and every onboarded block byte for
+// byte.
+func TestDeviceMoverRoundTrip(t *testing.T) { testDeviceMoverRoundTrip(t, false) }
+
+func testDeviceMoverRoundTrip(t *testing.T, real bool) {
+	for _, wt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeThrough=%v", wt), func(t *testing.T) { roundTrip(t, real, wt) })
+	}
+}
+
+func roundTrip(t *testing.T, real, writeThrough bool) {
+	f := newDevFixture(t, devOpts{gpu: 8, host: 6, nvme: 64, writeThrough: writeThrough,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
+	ctx := context.Background()
+	var reqs [][]int32
+	for i := range 10 {
+		tokens := f.request(3)
+		reqs = append(reqs, tokens)
+		var w Lease
+		f.prefill(t, tokens, &w)
+		if err := f.m.Offload(&w, Host); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.Wait(ctx, &w); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 { // the others reach NVMe when the host evicts them
+			if err := f.m.Offload(&w, NVMe); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.Wait(ctx, &w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.m.Release(&w)
+		if bad := f.checkAll(t); len(bad) > 0 {
+			t.Fatalf("after request %d: %v", i, bad)
+		}
+	}
+	served := [NumTiers]int{}
+	for round, i := range f.rng.Perm(len(reqs)) {
+		var l Lease
+		if err := f.m.Lookup(1, reqs[i], &l); err != nil {
+			t.Fatal(err)
+		}
+		if round%2 == 0 { // bring NVMe-only blocks back to the host first
+			for _, b := range l.Blocks {
+				if b.Tier == NVMe {
+					f.promote(t, b.Ref)
+				}
+			}
+			f.m.Release(&l)
+			if err := f.m.Lookup(1, reqs[i], &l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, b := range l.Blocks {
+			served[b.Tier]++
+		}
+		if err := f.m.Plan(&l); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.Onboard(&l); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.Wait(ctx, &l); err != nil {
+			t.Fatal(err)
+		}
+		for j, b := range l.Blocks {
+			var s Slot
+			switch {
+			case b.Loading:
+				s = b.GPUSlot
+			case b.Tier == GPU:
+				s = b.Slot
+			default:
+				continue // no GPU slot free now: recomputed
+			}
+			if got := f.readGPU(t, s); !bytes.Equal(got, f.want[b.Key]) {
+				t.Fatalf("request %d block %d (from %v): GPU slot %d holds other bytes", i, j, b.Tier, s)
+			}
+		}
+		f.m.Release(&l)
+		if bad := f.checkAll(t); len(bad) > 0 {
+			t.Fatalf("after lookup %d: %v", round, bad)
+		}
+	}
+	f.mover.Wait()
+	st := f.mover.Stats()
+	t.Logf("served by tier %v; mover %+v; metrics %+v", served, st, f.m.Metrics())
+	if writeThrough { // blocks reach NVMe on commit: no GPU-to-NVMe copy
+		st.BounceWrites = 1
+	}
+	for name, n := range map[string]uint64{"gpu to host": st.Offloads, "host to gpu": st.Onboards,
+		"host to nvme": st.NVMeWrites, "nvme to host": st.NVMeReads, "nvme to gpu": st.StagedLoads, "gpu to nvme": st.BounceWrites} {
+		if n == 0 {
+			t.Errorf("no op took the %s path: the test does not cover it", name)
+		}
+	}
+	if st.Failures != 0 {
+		t.Errorf("%d ops failed", st.Failures)
+	}
+}
+
+// hostToNVMe inserts a request of one block straight into the host tier
+// (writing its KV there unless it is there already) and offloads it to NVMe.
+func (f *devFixture) hostToNVMe(t *testing.T, tokens []int32) Key {
+	t.Helper()
+	var w Lease
+	if err := f.m.Insert(1, tokens, Host, &w); err != nil {
+		t.Fatal(err)
+	}
+	b := w.Blocks[0]
+	if b.Write {
+		kv := f.host.Slot(int32(b.Slot))
+		for i := range kv {
+			kv[i] = byte(f.rng.Uint32())
+		}
+		f.want[b.Key] = bytes.Clone(kv)
+	}
+	if err := f.m.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Offload(&w, NVMe); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Wait(context.Background(), &w); err != nil {
+		t.Fatal(err)
+	}
+	f.m.Release(&w)
+	return b.Key
+}
+
+// promote copies block ref from NVMe to the host, as the manager's own
+// copies do (the manager's API only moves blocks down, or into the GPU), and
+// waits for the copy.
+func (f *devFixture) promote(t *testing.T, ref BlockRef) {
+	t.Helper()
+	m := f.m
+	m.mu.Lock()
+	if m.recs.at(ref).state[Host] != stateNone {
+		m.mu.Unlock()
+		return
+	}
+	slot, ok := m.alloc(Host, 1)
+	if !ok {
+		m.mu.Unlock()
+		t.Fatal("no host slot to promote into")
+	}
+	tr := m.newTransfer(nil)
+	m.startCopy(tr, ref, NVMe, Host, slot)
+	m.unlockAndSubmit(tr)
+	f.mover.Wait()
+}
+
+// corrupt flips one payload byte of the block in the manager's NVMe slot s,
+// on disk, behind the store's back.
+func (f *devFixture) corrupt(t *testing.T, s Slot) {
+	t.Helper()
+	info := f.store.Info()
+	fh, err := os.OpenFile(info.Files[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	off := info.FirstSlotOffset + int64(f.mover.nvmeSlot[s])*info.SlotBytes + int64(info.HeaderBytes) + 100
+	var one [1]byte
+	if _, err := fh.ReadAt(one[:], off); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 0x40
+	if _, err := fh.WriteAt(one[:], off); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeviceMoverCorruptNVMe flips a payload byte of two blocks on disk:
+// loading one into the GPU (staged) and copying the other to the host both
+// fail, Wait reports it, neither block is ever served, and the manager
+// forgets their NVMe copies (ErrSourceLost) instead of failing on them again.
+// A lease that looked a block up before its copy was lost recomputes it.
+func TestDeviceMoverCorruptNVMe(t *testing.T) { testDeviceMoverCorruptNVMe(t, false) }
+
+func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
+	f := newDevFixture(t, devOpts{gpu: 4, host: 2, nvme: 8,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
+	ctx := context.Background()
+	a, b := f.request(1), f.request(1)
+	f.hostToNVMe(t, a)
+	f.hostToNVMe(t, b)
+	for range 2 { // push both out of the host tier
+		f.hostToNVMe(t, f.request(1))
+	}
+	var la, la2, lb Lease
+	for _, c := range []struct {
+		tokens []int32
+		l      *Lease
+	}{{a, &la}, {a, &la2}, {b, &lb}} {
+		if err := f.m.Lookup(1, c.tokens, c.l); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.l.Blocks) != 1 || c.l.Blocks[0].Tier != NVMe {
+			t.Fatalf("looked up as %+v, want one block in nvme", c.l.Blocks)
+		}
+	}
+	f.corrupt(t, la.Blocks[0].Slot)
+	f.corrupt(t, lb.Blocks[0].Slot)
+
+	// NVMe to GPU, staged.
+	if err := f.m.Plan(&la); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Onboard(&la); err != nil {
+		t.Fatal(err)
+	}
+	err := f.m.Wait(ctx, &la)
+	if !errors.Is(err, ErrMove) || !errors.Is(err, nvme.ErrCorrupt) || !errors.Is(err, ErrSourceLost) {
+		t.Fatalf("Wait after loading a corrupt block = %v, want ErrMove wrapping nvme.ErrCorrupt and ErrSourceLost", err)
+	}
+	// The other lease of the same block finds its copy gone: recompute.
+	if err := f.m.Plan(&la2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Onboard(&la2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Wait(ctx, &la2); err != nil {
+		t.Errorf("onboard of a block whose copy was lost: %v, want no copy at all", err)
+	}
+	if b := la2.Blocks[0]; b.Loading || b.Action != Recompute {
+		t.Errorf("block whose copy was lost: %+v, want Recompute and not Loading", b)
+	}
+	// NVMe to host.
+	f.promote(t, lb.Blocks[0].Ref)
+	f.m.mu.RLock()
+	if st := f.m.recs.at(lb.Blocks[0].Ref).state; st[Host] != stateNone || st[NVMe] != stateNone {
+		t.Errorf("after its copy to the host failed, the corrupt block is %v in the host and %v in nvme", st[Host], st[NVMe])
+	}
+	f.m.mu.RUnlock()
+	for _, l := range []*Lease{&la, &la2, &lb} {
+		f.m.Release(l)
+	}
+
+	for _, tokens := range [][]int32{a, b} {
+		var l Lease
+		if err := f.m.Lookup(1, tokens, &l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Blocks) != 0 {
+			t.Errorf("a corrupt block is still served: %+v", l.Blocks)
+		}
+		f.m.Release(&l)
+	}
+	if got := f.m.Metrics().MoveFailures; got != 2 {
+		t.Errorf("MoveFailures = %d, want 2", got)
+	}
+	if got := f.store.Stats(); got.CorruptDrops != 2 {
+		t.Errorf("the store dropped %d corrupt slots, want 2: %+v", got.CorruptDrops, got)
+	}
+	if bad := f.checkAll(t); len(bad) > 0 {
+		t.Errorf("ready copies that differ: %v", bad)
+	}
+	f.m.check(t)
+	// The freed NVMe slots take new blocks.
+	for range 4 {
+		f.hostToNVMe(t, f.request(1))
+	}
+	if bad := f.checkAll(t); len(bad) > 0 {
+		t.Errorf("ready copies that differ after reuse: %v", bad)
+	}
+}
+
+// earlyReuse offloads blocks from a two-slot GPU and releases them at once,
+// while device-to-host copies take 40 ms and the test's writes into the GPU
+// are instant: if an offload completed before its copy, the manager would
+// evict its GPU block and hand the slot to the next request, whose KV the
+// copy would then read. It returns the mismatches found afterwards.
+func earlyReuse(t *testing.T, early bool) []string {
+	f := newDevFixture(t, devOpts{gpu: 2, host: 8, early: early, simCfg: cudastream.SimConfig{
+		Link:  cudastream.LinkModel{DtoHBytesPerSec: dmBlockBytes / 0.040},
+		Clock: cudastream.SimWallClock,
+	}})
+	for range 5 {
+		tokens := f.request(1)
+		var w Lease
+		for {
+			err := f.m.Insert(1, tokens, GPU, &w)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrNoSpace) {
+				t.Fatal(err)
+			}
+			// Both GPU blocks are still being copied out: wait for the
+			// copies, then retry.
+			f.m.Release(&w)
+			f.mover.Wait()
+		}
+		for _, b := range w.Blocks {
+			if b.Write {
+				f.writeGPU(t, b.Key, b.Slot)
+			}
+		}
+		if err := f.m.Commit(&w, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.Offload(&w, Host); err != nil {
+			t.Fatal(err)
+		}
+		f.m.Release(&w) // the copy keeps its own reference
+	}
+	f.mover.Wait()
+	return f.checkAll(t)
+}
+
+// TestDeviceMoverNoEarlyReuse: the copies' slots stay theirs until the
+// copies complete. The same run with the mover completing ops at submission
+// must find corruption, which shows the test can fail.
+func TestDeviceMoverNoEarlyReuse(t *testing.T) {
+	if bad := earlyReuse(t, false); len(bad) > 0 {
+		t.Errorf("corrupt copies: %v", bad)
+	}
+	if bad := earlyReuse(t, true); len(bad) == 0 {
+		t.Error("completing ops before their copies corrupted nothing: the test cannot catch early reuse")
+	}
+}
+
+func TestDeviceMoverConfigErrors(t *testing.T) {
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20, Clock: cudastream.SimVirtualClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	base, err := sim.Alloc(4 * dmBlockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := transfer.BlockFirstLayout(base, dmLayers, dmParts, 4, dmPartBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := transfer.HostLayout{Pool: pinnedBytes(t, sim, 4*dmBlockBytes), SlotBytes: dmBlockBytes}
+	eng, err := transfer.New(sim, transfer.Config{GPU: gpu, Host: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	store, err := nvme.Open(nvme.Config{Dirs: []string{t.TempDir()}, SlotsPerFile: 4, BlockBytes: dmBlockBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	good := DeviceMoverConfig{Engine: eng, Host: host, BlockBytes: dmBlockBytes}
+	for _, c := range []struct {
+		field string
+		edit  func(*DeviceMoverConfig)
+	}{
+		{"Engine", func(c *DeviceMoverConfig) { c.Engine = nil }},
+		{"Host", func(c *DeviceMoverConfig) { c.Host.Pool = nil }},
+		{"BlockBytes", func(c *DeviceMoverConfig) { c.BlockBytes = 2 * dmBlockBytes }},
+		{"NVMeSlots", func(c *DeviceMoverConfig) { c.NVMeSlots = 4 }},
+		{"NVMeSlots", func(c *DeviceMoverConfig) { c.Store, c.NVMeSlots = store, 5 }},
+		{"BounceHost", func(c *DeviceMoverConfig) { c.Bounce = eng }},
+	} {
+		cfg := good
+		c.edit(&cfg)
+		_, err := NewDeviceMover(cfg)
+		if !errors.Is(err, ErrConfig) || !bytes.Contains([]byte(err.Error()), []byte(c.field)) {
+			t.Errorf("%s: NewDeviceMover = %v, want ErrConfig naming it", c.field, err)
+		}
+	}
+	if n := store.Len(); n != 0 {
+		t.Errorf("a refused config left %d blocks in the store", n)
+	}
+	// A GPU-to-NVMe op without a bounce engine fails, naming the path.
+	mc := good
+	mc.Store, mc.NVMeSlots = store, 4
+	d, err := NewDeviceMover(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mustNew(t, Config{BlockTokens: dmTokens, Mover: d, Tiers: [NumTiers]TierConfig{
+		GPU:  {CapacityBytes: 4 * dmBlockBytes, SlotBytes: dmBlockBytes, Policy: newLRU(t, 4)},
+		NVMe: {CapacityBytes: 4 * dmBlockBytes, SlotBytes: dmBlockBytes, Policy: newLRU(t, 4)},
+	}})
+	var w Lease
+	if err := m.Insert(1, make([]int32, dmTokens), GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	m.Commit(&w, nil)
+	m.Offload(&w, NVMe)
+	if err := m.Wait(context.Background(), &w); !errors.Is(err, ErrMovePath) {
+		t.Errorf("gpu to nvme without a bounce engine: %v, want ErrMovePath", err)
+	}
+	m.Release(&w)
+	if err := d.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// detKV is block k's KV in the concurrent test: a function of the key, so
+// that goroutines writing the same block agree.
+func detKV(k Key) []byte {
+	kv := make([]byte, dmBlockBytes)
+	for i := range kv {
+		kv[i] = byte(uint64(k)>>(8*(i%8))) ^ byte(i/8)
+	}
+	return kv
+}
+
+// TestDeviceMoverConcurrent serves requests sharing prefixes from four
+// goroutines at once under eviction pressure in every tier (blocks leave
+// NVMe and come back to other slots), checking each block loaded into the
+// GPU, and every ready copy at the end.
+func TestDeviceMoverConcurrent(t *testing.T) { testDeviceMoverConcurrent(t, false) }
+
+func testDeviceMoverConcurrent(t *testing.T, real bool) {
+	f := newDevFixture(t, devOpts{gpu: 24, host: 12, nvme: 32,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
+	const workers, requests = 4, 60
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			errs <- f.serveRandom(uint64(w), requests)
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	f.mover.Wait()
+	if bad := f.checkAll(t); len(bad) > 0 {
+		t.Errorf("ready copies that differ: %v", bad)
+	}
+	f.m.check(t)
+	st := f.mover.Stats()
+	t.Logf("mover %+v", st)
+	if st.Failures != 0 {
+		t.Errorf("%d ops failed", st.Failures)
+	}
+	if st.StagedLoads == 0 || st.Onboards == 0 || st.NVMeWrites == 0 {
+		t.Errorf("a path was not exercised: %+v", st)
+	}
+}
+
+// serveRandom serves n requests of 1-6 blocks drawn from 16 prefixes, each
+// the whole request path, from its own stream.
+func (f *devFixture) serveRandom(seed uint64, n int) error {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 99))
+	st, err := f.dev.NewStream(0)
+	if err != nil {
+		return err
+	}
+	defer st.Destroy()
+	got := make([]byte, dmBlockBytes)
+	var l, w Lease
+	for range n {
+		p, blocks := rng.IntN(16), 1+rng.IntN(6)
+		tokens := make([]int32, blocks*dmTokens)
+		for i := range tokens {
+			tokens[i] = int32(p*1000 + i)
+		}
+		if err := f.m.Lookup(1, tokens, &l); err != nil {
+			return err
+		}
+		f.m.Plan(&l)
+		if err := f.m.Onboard(&l); err != nil {
+			return err
+		}
+		if err := f.m.Wait(ctx, &l); err != nil {
+			return err
+		}
+		for _, b := range l.Blocks {
+			if !b.Loading {
+				continue
+			}
+			if err := st.CopyDtoH(got, f.gpuAddr(b.GPUSlot)); err != nil {
+				return err
+			}
+			if err := st.Synchronize(); err != nil {
+				return err
+			}
+			if !bytes.Equal(got, detKV(b.Key)) {
+				return fmt.Errorf("block %#x loaded from %v into GPU slot %d holds other bytes", uint64(b.Key), b.Tier, b.GPUSlot)
+			}
+		}
+		if err := f.m.Insert(1, tokens, GPU, &w); err != nil && !errors.Is(err, ErrNoSpace) {
+			return err
+		}
+		for _, b := range w.Blocks {
+			if b.Write {
+				if err := st.CopyHtoD(f.gpuAddr(b.Slot), detKV(b.Key)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := st.Synchronize(); err != nil {
+			return err
+		}
+		if err := f.m.Commit(&w, nil); err != nil {
+			return err
+		}
+		if err := f.m.Offload(&w, Host); err != nil {
+			return err
+		}
+		if rng.IntN(3) == 0 {
+			if err := f.m.Offload(&w, NVMe); err != nil {
+				return err
+			}
+		}
+		if err := f.m.Wait(ctx, &w); err != nil {
+			return err
+		}
+		f.m.Release(&w)
+		f.m.Release(&l)
+	}
+	return nil
+}
+
+// TestDeviceMoverReclaim: a block the manager evicted from NVMe slot 0, whose
+// slot was then freed unwritten, still sits in store slot 0 under its key.
+// Written again into slot 1, the store refuses the duplicate key: the mover
+// empties the stale slot and writes, and the block reads back right.
+func TestDeviceMoverReclaim(t *testing.T) { testDeviceMoverReclaim(t, false) }
+
+func testDeviceMoverReclaim(t *testing.T, real bool) {
+	f := newDevFixture(t, devOpts{gpu: 2, host: 2, nvme: 2,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
+	a := f.request(1)
+	keyA := f.hostToNVMe(t, a)
+	f.hostToNVMe(t, f.request(1))
+	// Two blocks inserted into NVMe evict both (a first, from slot 0), and
+	// are released uncommitted: slots 0 and 1 are free, and hold a and the
+	// other block on disk.
+	var w Lease
+	if err := f.m.Insert(1, f.request(2), NVMe, &w); err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Blocks) != 2 || w.Blocks[0].Slot != 0 {
+		t.Fatalf("insert into NVMe: %+v, want two blocks, the first in slot 0", w.Blocks)
+	}
+	f.m.Release(&w)
+	if s, ok := f.store.Lookup(uint64(keyA)); !ok || s != f.mover.nvmeSlot[0] {
+		t.Fatalf("store lookup of a: slot %d %v, want the stale copy in store slot %d", s, ok, f.mover.nvmeSlot[0])
+	}
+	f.hostToNVMe(t, a) // into slot 1, the last freed
+	if got := f.mover.Stats().Reclaims; got != 1 {
+		t.Errorf("Reclaims = %d, want 1", got)
+	}
+	f.m.mu.RLock()
+	ref, _ := f.m.index.find(keyA)
+	r := f.m.recs.at(BlockRef(ref))
+	if r.state[NVMe] != stateReady || r.slot[NVMe] != 1 {
+		t.Errorf("a is %v in NVMe slot %d, want ready in slot 1", r.state[NVMe], r.slot[NVMe])
+	}
+	f.m.mu.RUnlock()
+	if bad := f.checkAll(t); len(bad) > 0 {
+		t.Errorf("ready copies that differ: %v", bad)
+	}
+}
+
+// TestDeviceMoverGPU runs the round trip, corruption, concurrency and
+// reclaim tests on GPU 0 with the real driver (go test -c, then run the
+// binary with -test.run DeviceMoverGPU on the GPU machine).
+func TestDeviceMoverGPU(t *testing.T) {
+	for name, fn := range map[string]func(*testing.T, bool){
+		"RoundTrip": testDeviceMoverRoundTrip, "CorruptNVMe": testDeviceMoverCorruptNVMe,
+		"Concurrent": testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
+	} {
+		t.Run(name, func(t *testing.T) { fn(t, true) })
+	}
+}
