@@ -10,6 +10,7 @@ package cudastream
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -29,11 +30,13 @@ const (
 
 // Flags passed to the driver.
 const (
-	cuMemHostRegisterPortable = 0x01 // CU_MEMHOSTREGISTER_PORTABLE
-	cuMemHostAllocPortable    = 0x01 // CU_MEMHOSTALLOC_PORTABLE
-	cuStreamNonBlocking       = 0x01 // CU_STREAM_NON_BLOCKING
-	cuEventBlockingSync       = 0x01 // CU_EVENT_BLOCKING_SYNC
-	cuEventDisableTiming      = 0x02 // CU_EVENT_DISABLE_TIMING
+	cuMemHostRegisterPortable  = 0x01 // CU_MEMHOSTREGISTER_PORTABLE
+	cuMemHostRegisterDeviceMap = 0x02 // CU_MEMHOSTREGISTER_DEVICEMAP: the copy kernel reads it
+	cuMemHostAllocPortable     = 0x01 // CU_MEMHOSTALLOC_PORTABLE
+	cuMemHostAllocDeviceMap    = 0x02 // CU_MEMHOSTALLOC_DEVICEMAP
+	cuStreamNonBlocking        = 0x01 // CU_STREAM_NON_BLOCKING
+	cuEventBlockingSync        = 0x01 // CU_EVENT_BLOCKING_SYNC
+	cuEventDisableTiming       = 0x02 // CU_EVENT_DISABLE_TIMING
 )
 
 // The layout of Copy is passed to C as drvCopy without conversion.
@@ -78,6 +81,7 @@ type drvDevice struct {
 	closed                  atomic.Bool
 	closeMu                 sync.Mutex
 	cleanup                 runtime.Cleanup
+	kernel                  drvKernel // the copy kernel's module, loaded at first use
 }
 
 func (d *drvDevice) open(ordinal int) error {
@@ -188,7 +192,14 @@ func (d *drvDevice) err(call string, rc C.drvResult) error {
 	case rc == C.DRV_NOMEM:
 		return fmt.Errorf("%s: malloc of the batch descriptors failed: %w", call, ErrOutOfMemory)
 	case rc == C.DRV_OUT_OF_RANGE:
-		return fmt.Errorf("%s: the copy runs past the end of its device allocation: %w", call, ErrInvalidValue)
+		return fmt.Errorf("%s: the copy runs past the end of its allocation (device memory, or for the copy kernel pinned host memory): %w", call, ErrInvalidValue)
+	case rc == C.DRV_NO_MODULE:
+		return fmt.Errorf("%s: the copy kernel's module is not loaded: %w", call, ErrNotSupported)
+	case rc == C.DRV_HOST_UNMAPPED:
+		return fmt.Errorf("%s: the host memory is not mapped for the device at its own address (register it with the device first): %w", call, ErrNotRegistered)
+	case rc > 0 && rc&C.DRV_NOT_HOST != 0:
+		return fmt.Errorf("%s: the host address is in no pinned range known to the driver (%v): %w",
+			call, d.err("cuPointerGetAttribute", rc&^C.DRV_NOT_HOST), ErrNotRegistered)
 	case rc&C.DRV_NOT_DEVICE != 0:
 		// The lookup's error is kept as text, not wrapped: its code (often
 		// CUDA_ERROR_NOT_FOUND) would match the wrong sentinel.
@@ -258,7 +269,7 @@ func (d *drvDevice) HostRegister(b []byte) error {
 	if err := drvCheckRegisterLen(len(b)); err != nil {
 		return err
 	}
-	return d.err("cuMemHostRegister", C.drvHostRegister(d.t, C.uint64_t(HostAddr(b)), C.size_t(len(b)), cuMemHostRegisterPortable))
+	return d.err("cuMemHostRegister", C.drvHostRegister(d.t, C.uint64_t(HostAddr(b)), C.size_t(len(b)), cuMemHostRegisterPortable|cuMemHostRegisterDeviceMap))
 }
 
 func (d *drvDevice) HostUnregister(b []byte) error {
@@ -279,7 +290,7 @@ func (d *drvDevice) HostAlloc(size int64) ([]byte, error) {
 		return nil, fmt.Errorf("cudastream: HostAlloc(%d): %w: size must be positive", size, ErrInvalidValue)
 	}
 	var p unsafe.Pointer
-	if err := d.err("cuMemHostAlloc", C.drvHostAlloc(d.t, &p, C.size_t(size), cuMemHostAllocPortable)); err != nil {
+	if err := d.err("cuMemHostAlloc", C.drvHostAlloc(d.t, &p, C.size_t(size), cuMemHostAllocPortable|cuMemHostAllocDeviceMap)); err != nil {
 		return nil, err
 	}
 	return unsafe.Slice((*byte)(p), size), nil
@@ -415,7 +426,7 @@ type drvLeakedStream struct {
 
 func drvDestroyLeakedStream(l drvLeakedStream) {
 	C.drvStreamDestroy(l.t, l.s)
-	C.drvStreamStateFree(l.b)
+	C.drvStreamStateFree(l.t, l.b)
 }
 
 // cuStream is a non-blocking CUDA stream. Its C-side state (batch descriptor
@@ -428,6 +439,7 @@ type cuStream struct {
 	st        *C.drvStreamState
 	destroyed atomic.Bool // set under mu
 	cleanup   runtime.Cleanup
+	kopts     KernelCopyOptions // under mu
 }
 
 // lock takes mu, unless the stream is destroyed.
@@ -573,7 +585,7 @@ func (s *cuStream) Destroy() error {
 	s.destroyed.Store(true)
 	s.cleanup.Stop()
 	err := s.d.err("cuStreamDestroy", C.drvStreamDestroy(s.d.t, s.s))
-	C.drvStreamStateFree(s.st)
+	C.drvStreamStateFree(s.d.t, s.st)
 	s.st = nil
 	return err
 }
@@ -679,8 +691,14 @@ func (d *drvDevice) Close() error {
 		return fmt.Errorf("cudastream: Device.Close: %w: device %d already closed", ErrInvalidValue, d.info.Ordinal)
 	}
 	d.cleanup.Stop()
+	var errs []error
+	if d.kernel.fmaOut != 0 {
+		errs = append(errs, d.err("cuMemFree", C.drvMemFree(d.t, C.drvCUdeviceptr(d.kernel.fmaOut))))
+	}
+	errs = append(errs, d.err("cuModuleUnload", C.drvUnloadCopyModule(d.t)))
 	// The table stays allocated: streams and events may still hold it, and
 	// their calls then fail with the driver's error instead of reading freed
 	// memory. It is one small struct per Open.
-	return d.err("cuDevicePrimaryCtxRelease", C.drvReleasePrimary(d.t))
+	errs = append(errs, d.err("cuDevicePrimaryCtxRelease", C.drvReleasePrimary(d.t)))
+	return errors.Join(errs...)
 }

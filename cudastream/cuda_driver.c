@@ -63,6 +63,11 @@ static const struct drvEntry drvEntries[] = {
     E(eventSynchronize, "cuEventSynchronize", 12000),
     E(eventDestroy, "cuEventDestroy", 12000),
     E(eventElapsedTime, "cuEventElapsedTime", 12000),
+    E(pointerGetAttribute, "cuPointerGetAttribute", 12000),
+    E(moduleLoadData, "cuModuleLoadData", 12000),
+    E(moduleUnload, "cuModuleUnload", 12000),
+    E(moduleGetFunction, "cuModuleGetFunction", 12000),
+    E(launchKernel, "cuLaunchKernel", 12000),
     E(memcpyHtoDAsync, "cuMemcpyHtoDAsync", 12000),
     E(memcpyDtoHAsync, "cuMemcpyDtoHAsync", 12000),
     E(memcpyDtoDAsync, "cuMemcpyDtoDAsync", 12000),
@@ -246,7 +251,9 @@ drvResult drvHostRegister(drvTable *t, uint64_t addr, size_t n, unsigned int fla
 drvResult drvHostUnregister(drvTable *t, uint64_t addr) {
 	DRV_NEED(t, memHostUnregister);
 	DRV_CTX(t);
-	return t->memHostUnregister((void *)(uintptr_t)addr);
+	drvResult r = t->memHostUnregister((void *)(uintptr_t)addr);
+	__atomic_add_fetch(&t->hostGen, 1, __ATOMIC_RELEASE);
+	return r;
 }
 
 drvResult drvHostAlloc(drvTable *t, void **p, size_t n, unsigned int flags) {
@@ -258,7 +265,9 @@ drvResult drvHostAlloc(drvTable *t, void **p, size_t n, unsigned int flags) {
 drvResult drvHostFree(drvTable *t, void *p) {
 	DRV_NEED(t, memFreeHost);
 	DRV_CTX(t);
-	return t->memFreeHost(p);
+	drvResult r = t->memFreeHost(p);
+	__atomic_add_fetch(&t->hostGen, 1, __ATOMIC_RELEASE);
+	return r;
 }
 
 static void drvHostNUMAProp(drvMemAllocationProp *prop, int node) {
@@ -374,6 +383,7 @@ drvResult drvHostFreeVMM(drvTable *t, drvCUdeviceptr ptr, size_t mapped, drvCUha
 	DRV_NEED(t, memAddressFree);
 	DRV_NEED(t, memRelease);
 	DRV_CTX(t);
+	__atomic_add_fetch(&t->hostGen, 1, __ATOMIC_RELEASE);
 	drvResult first = 0;
 	drvResult r = t->memUnmap(ptr, mapped);
 	if (r != 0 && first == 0) {
@@ -559,9 +569,29 @@ static int drvBatchGrow(drvStreamState *b, size_t n) {
 	return 0;
 }
 
-void drvStreamStateFree(drvStreamState *b) {
+void drvStreamStateFree(drvTable *t, drvStreamState *b) {
 	if (b == NULL)
 		return;
+	if (b->kcap != 0 && t->ctxSetCurrent != NULL && t->ctxSetCurrent(t->ctx) == 0) {
+		// The ring is released only after the launches that read it
+		// completed (invariant 3); cuMemFree would wait too, but the
+		// pinned slots need the events.
+		for (int i = 0; i < DRV_KRING; i++) {
+			if (b->kev[i] == NULL)
+				continue;
+			if (b->kused[i])
+				t->eventSynchronize(b->kev[i]);
+			t->eventDestroy(b->kev[i]);
+		}
+		if (b->khost != NULL) {
+			t->memFreeHost(b->khost);
+			__atomic_add_fetch(&t->hostGen, 1, __ATOMIC_RELEASE);
+		}
+		if (b->kdev != 0) {
+			t->memFree(b->kdev);
+			__atomic_add_fetch(&t->freeGen, 1, __ATOMIC_RELEASE);
+		}
+	}
 	free(b->dsts);
 	free(b->srcs);
 	free(b->sizes);
@@ -578,7 +608,7 @@ drvResult drvCopyBatch(drvTable *t, drvStreamState *b, drvCUstream s, int kind, 
 	DRV_CTX(t);
 	// Check every descriptor before enqueuing any, so that a bad one
 	// leaves the stream as it was.
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !t->batchNoCheck; i++) {
 		if (ops[i].bytes == 0)
 			continue;
 		drvResult r = drvCheckCopy(t, b, kind, &ops[i]);
@@ -602,10 +632,13 @@ drvResult drvCopyBatch(drvTable *t, drvStreamState *b, drvCUstream s, int kind, 
 
 	drvMemcpyAttributes attr;
 	memset(&attr, 0, sizeof attr);
-	attr.srcAccessOrder = 1; // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
-	drvMemLocation host = {drvLocHost, 0}, dev = {drvLocDevice, t->dev};
-	attr.srcLocHint = kind == 0 ? host : dev;
-	attr.dstLocHint = kind == 1 ? host : dev;
+	attr.srcAccessOrder = t->batchOrder ? t->batchOrder : 1; // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+	attr.flags = t->batchFlags;
+	if (!t->batchNoHints) {
+		drvMemLocation host = {drvLocHost, 0}, dev = {drvLocDevice, t->dev};
+		attr.srcLocHint = kind == 0 ? host : dev;
+		attr.dstLocHint = kind == 1 ? host : dev;
+	}
 	size_t attrIdx = 0;
 
 	size_t chunk = n < DRV_BATCH_CHUNK ? n : DRV_BATCH_CHUNK;
@@ -645,4 +678,267 @@ drvResult drvCopyBatch(drvTable *t, drvStreamState *b, drvCUstream s, int kind, 
 			return r;
 	}
 	return 0;
+}
+
+// ---- the copy kernel ----
+
+#define DRV_ATTR_HOST_PTR_FOR_REGISTERED 91 // CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+#define DRV_PTR_DEVICE_POINTER 3            // CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+#define DRV_PTR_RANGE_START 11              // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+#define DRV_PTR_RANGE_SIZE 12               // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+#define DRV_KRING_CAP 4096                  // pieces per ring slot
+
+// Steps reported by the kernel functions, named on the Go side.
+enum {
+	drvKStepAttr = 1,
+	drvKStepLoad,
+	drvKStepGetCopy,
+	drvKStepGetFMA,
+	drvKStepRingHost,
+	drvKStepRingDev,
+	drvKStepRingEvent,
+	drvKStepWaitSlot,
+	drvKStepCopyDesc,
+	drvKStepLaunch,
+	drvKStepRecord,
+	drvKStepCheckDev,
+	drvKStepCheckHost,
+};
+
+drvResult drvLoadCopyModule(drvTable *t, const char *ptx, int *hostPtr, int *step) {
+	DRV_NEED(t, moduleLoadData);
+	DRV_NEED(t, moduleGetFunction);
+	DRV_NEED(t, moduleUnload);
+	DRV_NEED(t, launchKernel);
+	DRV_NEED(t, deviceGetAttribute);
+	DRV_CTX(t);
+	*step = drvKStepAttr;
+	*hostPtr = 0;
+	drvResult r = t->deviceGetAttribute(hostPtr, DRV_ATTR_HOST_PTR_FOR_REGISTERED, t->dev);
+	if (r != 0)
+		return r;
+	drvCUmodule m = NULL;
+	*step = drvKStepLoad;
+	r = t->moduleLoadData(&m, ptx);
+	if (r != 0)
+		return r;
+	drvCUfunction fc = NULL, ff = NULL;
+	*step = drvKStepGetCopy;
+	r = t->moduleGetFunction(&fc, m, "kvtier_copy");
+	if (r == 0) {
+		*step = drvKStepGetFMA;
+		r = t->moduleGetFunction(&ff, m, "kvtier_fma");
+	}
+	if (r != 0) {
+		t->moduleUnload(m);
+		return r;
+	}
+	t->copyModule = m;
+	t->copyFn = fc;
+	t->fmaFn = ff;
+	return 0;
+}
+
+drvResult drvUnloadCopyModule(drvTable *t) {
+	if (t->copyModule == NULL)
+		return 0;
+	DRV_NEED(t, moduleUnload);
+	DRV_CTX(t);
+	drvResult r = t->moduleUnload(t->copyModule);
+	t->copyModule = NULL;
+	t->copyFn = t->fmaFn = NULL;
+	return r;
+}
+
+// drvCheckHost checks that the GPU reaches [p, p+n) at the host's own
+// address: pinned host memory mapped for the device (registered with
+// DEVICEMAP, cuMemHostAlloc'd, or VMM memory the device may access).
+static drvResult drvCheckHost(drvTable *t, drvStreamState *st, uint64_t p, size_t n) {
+	unsigned long long gen = __atomic_load_n(&t->hostGen, __ATOMIC_ACQUIRE);
+	if (st->hgen != gen) {
+		st->nhranges = 0;
+		st->hgen = gen;
+	}
+	for (unsigned i = 0; i < st->nhranges; i++) {
+		drvRange *r = &st->hranges[i];
+		if (p >= r->base && p - r->base < r->size)
+			return n <= r->size - (p - r->base) ? 0 : DRV_OUT_OF_RANGE;
+	}
+	DRV_NEED(t, pointerGetAttribute);
+	drvCUdeviceptr dp = 0;
+	drvResult r = t->pointerGetAttribute(&dp, DRV_PTR_DEVICE_POINTER, p);
+	if (r != 0)
+		return r | DRV_NOT_HOST;
+	if (dp != p)
+		return DRV_HOST_UNMAPPED;
+	drvCUdeviceptr base = 0;
+	size_t size = 0;
+	if (t->pointerGetAttribute(&base, DRV_PTR_RANGE_START, p) == 0 &&
+	    t->pointerGetAttribute(&size, DRV_PTR_RANGE_SIZE, p) == 0 && size > 0 && p >= base && p - base < size) {
+		st->hranges[st->hnext] = (drvRange){base, size};
+		st->hnext = (st->hnext + 1) % DRV_RANGE_CACHE;
+		if (st->nhranges < DRV_RANGE_CACHE)
+			st->nhranges++;
+		return n <= size - (p - base) ? 0 : DRV_OUT_OF_RANGE;
+	}
+	// The driver gave no range: check the last byte as well, uncached.
+	uint64_t last = p + n - 1;
+	r = t->pointerGetAttribute(&dp, DRV_PTR_DEVICE_POINTER, last);
+	if (r != 0)
+		return r | DRV_NOT_HOST;
+	return dp == last ? 0 : DRV_HOST_UNMAPPED;
+}
+
+static drvResult drvKernelRing(drvTable *t, drvStreamState *st, int *step) {
+	if (st->kcap != 0)
+		return 0;
+	size_t bytes = (size_t)DRV_KRING * DRV_KRING_CAP * sizeof(drvCopy);
+	void *h = NULL;
+	*step = drvKStepRingHost;
+	drvResult r = t->memHostAlloc(&h, bytes, 0x01 | 0x02); // PORTABLE | DEVICEMAP
+	if (r != 0)
+		return r;
+	drvCUdeviceptr d = 0;
+	*step = drvKStepRingDev;
+	r = t->memAlloc(&d, bytes);
+	if (r != 0) {
+		t->memFreeHost(h);
+		return r;
+	}
+	for (int i = 0; i < DRV_KRING; i++) {
+		*step = drvKStepRingEvent;
+		r = t->eventCreate(&st->kev[i], 0x02); // DISABLE_TIMING
+		if (r != 0) {
+			for (int j = 0; j < i; j++) {
+				t->eventDestroy(st->kev[j]);
+				st->kev[j] = NULL;
+			}
+			t->memFree(d);
+			t->memFreeHost(h);
+			return r;
+		}
+		st->kused[i] = 0;
+	}
+	st->khost = h;
+	st->kdev = d;
+	st->knext = 0;
+	st->kcap = DRV_KRING_CAP;
+	return 0;
+}
+
+// drvKernelFlush copies k pieces of the current slot to the device and
+// launches the kernel on them, then records the slot's event.
+static drvResult drvKernelFlush(drvTable *t, drvStreamState *st, drvCUstream s, size_t k, const drvKernelOpts *o,
+                                int *step) {
+	unsigned slot = st->knext;
+	drvCopy *h = st->khost + (size_t)slot * st->kcap;
+	drvCUdeviceptr d = st->kdev + (drvCUdeviceptr)slot * st->kcap * sizeof(drvCopy);
+	*step = drvKStepCopyDesc;
+	drvResult r = t->memcpyHtoDAsync(d, h, k * sizeof(drvCopy), s);
+	if (r != 0)
+		return r;
+	unsigned grid = o->ctas;
+	if (grid > k)
+		grid = (unsigned)k;
+	unsigned n = (unsigned)k;
+	void *params[] = {&d, &n};
+	*step = drvKStepLaunch;
+	r = t->launchKernel(t->copyFn, grid, 1, 1, o->threads, 1, 1, 0, s, params, NULL);
+	// The event is recorded even after a failed launch: the slot's
+	// descriptor copy may be in flight and must complete before reuse.
+	drvResult re = t->eventRecord(st->kev[slot], s);
+	st->kused[slot] = 1;
+	st->knext = (slot + 1) % DRV_KRING;
+	if (r != 0)
+		return r;
+	*step = drvKStepRecord;
+	return re;
+}
+
+drvResult drvCopyKernel(drvTable *t, drvStreamState *st, drvCUstream s, int kind, const drvCopy *ops, size_t n,
+                        const drvKernelOpts *o, size_t *failIdx, int *step) {
+	*failIdx = SIZE_MAX;
+	*step = 0;
+	if (t->copyFn == NULL)
+		return DRV_NO_MODULE;
+	DRV_NEED(t, memcpyHtoDAsync);
+	DRV_NEED(t, launchKernel);
+	DRV_NEED(t, eventRecord);
+	DRV_NEED(t, eventSynchronize);
+	DRV_NEED(t, eventQuery);
+	DRV_CTX(t);
+	// The kernel would fault (and take the context down with it) on an
+	// address it cannot reach: check every descriptor before enqueuing any.
+	for (size_t i = 0; i < n; i++) {
+		const drvCopy *c = &ops[i];
+		if (c->bytes == 0)
+			continue;
+		drvResult r = 0;
+		*step = drvKStepCheckDev;
+		if (kind != 1)
+			r = drvCheckDev(t, st, c->dst, (size_t)c->bytes);
+		if (r == 0 && kind != 0)
+			r = drvCheckDev(t, st, c->src, (size_t)c->bytes);
+		if (r == 0 && kind != 2) {
+			*step = drvKStepCheckHost;
+			r = drvCheckHost(t, st, kind == 0 ? c->src : c->dst, (size_t)c->bytes);
+		}
+		if (r != 0) {
+			*failIdx = i;
+			return r;
+		}
+	}
+	drvResult r = drvKernelRing(t, st, step);
+	if (r != 0)
+		return r;
+	size_t piece = o->pieceBytes;
+	size_t k = 0;
+	drvCopy *h = NULL;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t off = 0, bytes = (uint64_t)ops[i].bytes;
+		while (off < bytes) {
+			if (k == 0) {
+				// Take the next slot once the launch that last read it
+				// has completed (invariant 3).
+				unsigned slot = st->knext;
+				if (st->kused[slot]) {
+					*step = drvKStepWaitSlot;
+					r = t->eventQuery(st->kev[slot]);
+					if (r == 600) // CUDA_ERROR_NOT_READY
+						r = t->eventSynchronize(st->kev[slot]);
+					if (r != 0)
+						return r;
+					st->kused[slot] = 0;
+				}
+				h = st->khost + (size_t)slot * st->kcap;
+			}
+			uint64_t len = bytes - off;
+			if (len > piece)
+				len = piece;
+			h[k].dst = ops[i].dst + off;
+			h[k].src = ops[i].src + off;
+			h[k].bytes = (int64_t)len;
+			k++;
+			off += len;
+			if (k == st->kcap) {
+				r = drvKernelFlush(t, st, s, k, o, step);
+				if (r != 0)
+					return r;
+				k = 0;
+			}
+		}
+	}
+	if (k > 0)
+		return drvKernelFlush(t, st, s, k, o, step);
+	return 0;
+}
+
+drvResult drvLaunchFMA(drvTable *t, drvCUstream s, drvCUdeviceptr out, unsigned grid, unsigned threads,
+                       unsigned iters) {
+	if (t->fmaFn == NULL)
+		return DRV_NO_MODULE;
+	DRV_NEED(t, launchKernel);
+	DRV_CTX(t);
+	void *params[] = {&out, &iters};
+	return t->launchKernel(t->fmaFn, grid, 1, 1, threads, 1, 1, 0, s, params, NULL);
 }

@@ -18,6 +18,8 @@ typedef void *drvCUstream;
 typedef void *drvCUevent;
 typedef unsigned long long drvCUdeviceptr;
 typedef unsigned long long drvCUhandle; // CUmemGenericAllocationHandle
+typedef void *drvCUmodule;
+typedef void *drvCUfunction;
 
 // Results of our own, outside CUresult's range.
 #define DRV_MISSING (-1)          // the entry point is not in this driver
@@ -25,6 +27,9 @@ typedef unsigned long long drvCUhandle; // CUmemGenericAllocationHandle
 #define DRV_OUT_OF_RANGE (-3)     // a copy runs past the end of its device allocation
 #define DRV_CTX_FAILED 0x40000000 // or'ed into cuCtxSetCurrent's result
 #define DRV_NOT_DEVICE 0x20000000 // or'ed into cuMemGetAddressRange's result
+#define DRV_NOT_HOST 0x10000000   // or'ed into cuPointerGetAttribute's result (kernel copies)
+#define DRV_NO_MODULE (-4)        // the copy kernel's module is not loaded
+#define DRV_HOST_UNMAPPED (-5)    // host memory the GPU cannot reach at the host's address
 
 // CUmemLocationType
 enum { drvLocInvalid = 0, drvLocDevice = 1, drvLocHost = 2, drvLocHostNUMA = 3 };
@@ -70,6 +75,19 @@ typedef struct drvTable {
 	int driverVersion;
 	int batchABI; // 0: none, 12080: with failIdx, 13000: without
 	unsigned long long freeGen; // bumped by every device free: range caches expire
+	unsigned long long hostGen; // bumped by every host unregister or free: host range caches expire
+
+	// Batched-copy attributes (cuMemcpyBatchAsync). Zero means the default:
+	// srcAccessOrder STREAM, location hints set, no flags, every descriptor
+	// checked. Set only by tests and benchmarks that measure the variants.
+	int batchOrder;       // CUmemcpySrcAccessOrder; 0: STREAM (1)
+	unsigned batchFlags;  // CUmemcpyFlags
+	int batchNoHints;     // 1: no location hints
+	int batchNoCheck;     // 1: skip the per-descriptor device range check
+
+	// The copy kernel's module (kvtier_copy, kvtier_fma), loaded once.
+	drvCUmodule copyModule;
+	drvCUfunction copyFn, fmaFn;
 	drvCUdevice dev;
 	drvCUcontext ctx;
 
@@ -121,6 +139,13 @@ typedef struct drvTable {
 	drvResult (*eventDestroy)(drvCUevent);
 	drvResult (*eventElapsedTime)(float *, drvCUevent, drvCUevent);
 
+	drvResult (*pointerGetAttribute)(void *, int, drvCUdeviceptr);
+	drvResult (*moduleLoadData)(drvCUmodule *, const void *);
+	drvResult (*moduleUnload)(drvCUmodule);
+	drvResult (*moduleGetFunction)(drvCUfunction *, drvCUmodule, const char *);
+	drvResult (*launchKernel)(drvCUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+	                          drvCUstream, void **, void **);
+
 	drvResult (*memcpyHtoDAsync)(drvCUdeviceptr, const void *, size_t, drvCUstream);
 	drvResult (*memcpyDtoHAsync)(void *, drvCUdeviceptr, size_t, drvCUstream);
 	drvResult (*memcpyDtoDAsync)(drvCUdeviceptr, drvCUdeviceptr, size_t, drvCUstream);
@@ -138,6 +163,7 @@ typedef struct {
 } drvRange;
 
 #define DRV_RANGE_CACHE 8
+#define DRV_KRING 4 // slots of a stream's kernel-copy descriptor ring
 
 // drvStreamState is one stream's C-side state, serialised by the Go side:
 // the descriptor arrays for cuMemcpyBatchAsync (grown on demand, reused) and
@@ -149,7 +175,31 @@ typedef struct {
 	drvRange ranges[DRV_RANGE_CACHE];
 	unsigned nranges, next;
 	unsigned long long gen; // freeGen the cache was filled under
+
+	// Host ranges the kernel copy checked (cuPointerGetAttribute).
+	drvRange hranges[DRV_RANGE_CACHE];
+	unsigned nhranges, hnext;
+	unsigned long long hgen; // hostGen the cache was filled under
+
+	// The kernel copy's descriptor ring, allocated at first use: kcap pieces
+	// per slot, in pinned host memory (khost) and device memory (kdev). Slot
+	// i is filled on the host, copied to the device in stream order, read by
+	// the launch after it, and refilled only once kev[i] (recorded after that
+	// launch) has completed.
+	drvCopy *khost;
+	drvCUdeviceptr kdev;
+	drvCUevent kev[DRV_KRING];
+	unsigned char kused[DRV_KRING];
+	unsigned knext;
+	size_t kcap;
 } drvStreamState;
+
+// drvKernelOpts tunes one kernel copy.
+typedef struct {
+	unsigned ctas;       // CTAs per launch (at most; fewer when there are fewer pieces)
+	unsigned threads;    // threads per CTA
+	size_t pieceBytes;   // copies longer than this are cut into pieces of this size
+} drvKernelOpts;
 
 // Loading. drvLoad returns NULL and fills errbuf on failure.
 drvTable *drvLoad(char *errbuf, size_t errlen);
@@ -204,6 +254,22 @@ drvResult drvCopyDtoD(drvTable *t, drvStreamState *st, drvCUdeviceptr dst, drvCU
 // the driver does not say. Without cuMemcpyBatchAsync it loops single copies.
 drvResult drvCopyBatch(drvTable *t, drvStreamState *st, drvCUstream s, int kind, const drvCopy *ops, size_t n,
                        size_t *failIdx);
-void drvStreamStateFree(drvStreamState *st);
+void drvStreamStateFree(drvTable *t, drvStreamState *st);
+
+// drvLoadCopyModule loads the PTX image once (cuModuleLoadData) and finds the
+// kernels; drvUnloadCopyModule undoes it. hostPtr reports
+// CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM.
+drvResult drvLoadCopyModule(drvTable *t, const char *ptx, int *hostPtr, int *step);
+drvResult drvUnloadCopyModule(drvTable *t);
+// drvCopyKernel checks every descriptor (device side: inside one device
+// allocation; host side: pinned and mapped at its own address), then
+// enqueues the copies as launches of kvtier_copy on s, in chunks of the
+// stream's ring. On a failed check *failIdx is the descriptor's index and
+// nothing was enqueued.
+drvResult drvCopyKernel(drvTable *t, drvStreamState *st, drvCUstream s, int kind, const drvCopy *ops, size_t n,
+                        const drvKernelOpts *o, size_t *failIdx, int *step);
+// drvLaunchFMA enqueues kvtier_fma over grid x threads threads.
+drvResult drvLaunchFMA(drvTable *t, drvCUstream s, drvCUdeviceptr out, unsigned grid, unsigned threads,
+                       unsigned iters);
 
 #endif

@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -662,4 +664,310 @@ func TestCuInvalidPointer(t *testing.T) {
 		t.Errorf("copy into freed device memory = %v, want ErrInvalidValue", err)
 	}
 	cuMust(t, "Synchronize", s.Synchronize())
+}
+
+// ---- the copy kernel ----
+
+func cuKernelCopier(t *testing.T, s Stream) KernelCopier {
+	t.Helper()
+	kc, ok := s.(KernelCopier)
+	if !ok {
+		t.Fatalf("%T does not implement KernelCopier", s)
+	}
+	return kc
+}
+
+// cuKernelRoundTrip scatters count random-sized pieces (with unaligned
+// starts, sizes and gaps) from src into device memory with the copy kernel,
+// back into dst, and device to device, and compares byte for byte.
+func cuKernelRoundTrip(t *testing.T, d Device, src, dst []byte, count, maxPiece int, opts KernelCopyOptions) {
+	r := rand.New(rand.NewPCG(uint64(count), uint64(maxPiece)))
+	type span struct{ hoff, doff, n int }
+	spans := make([]span, count)
+	hoff := 0
+	for i := range spans {
+		n := 1 + r.IntN(maxPiece)
+		if r.IntN(4) != 0 {
+			n = (n + 15) &^ 15 // most pieces aligned, as KV blocks are
+		}
+		if r.IntN(4) == 0 {
+			hoff += 1 + r.IntN(15) // unaligned start
+		}
+		spans[i] = span{hoff: hoff, n: n}
+		hoff += n + r.IntN(64)
+	}
+	if hoff > len(src) {
+		t.Fatalf("test layout needs %d host bytes, have %d", hoff, len(src))
+	}
+	// Scatter on the device in a random order.
+	perm := r.Perm(count)
+	doff := 0
+	for _, i := range perm {
+		if r.IntN(3) != 0 {
+			doff = (doff + 15) &^ 15
+		}
+		spans[i].doff = doff
+		doff += spans[i].n + r.IntN(32)
+	}
+	dev, err := d.Alloc(int64(2 * doff))
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	cuRandom(r, src[:hoff])
+	for i := range dst[:hoff] {
+		dst[i] = 0x5A
+	}
+	up := make([]Copy, count)
+	dd := make([]Copy, count)
+	down := make([]Copy, count)
+	for i, sp := range spans {
+		up[i] = Copy{Dst: uint64(dev) + uint64(sp.doff), Src: HostAddr(src[sp.hoff:]), Bytes: int64(sp.n)}
+		dd[i] = Copy{Dst: uint64(dev) + uint64(doff+sp.doff), Src: uint64(dev) + uint64(sp.doff), Bytes: int64(sp.n)}
+		down[i] = Copy{Dst: HostAddr(dst[sp.hoff:]), Src: uint64(dev) + uint64(doff+sp.doff), Bytes: int64(sp.n)}
+	}
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	kc := cuKernelCopier(t, s)
+	cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(opts))
+	cuMust(t, "CopyKernel HtoD", kc.CopyKernel(HostToDevice, up))
+	cuMust(t, "CopyKernel DtoD", kc.CopyKernel(DeviceToDevice, dd))
+	cuMust(t, "CopyKernel DtoH", kc.CopyKernel(DeviceToHost, down))
+	cuMust(t, "Synchronize", s.Synchronize())
+	for i, sp := range spans {
+		if !bytes.Equal(dst[sp.hoff:sp.hoff+sp.n], src[sp.hoff:sp.hoff+sp.n]) {
+			t.Fatalf("piece %d (%d bytes, host+%d, device+%d): data differs", i, sp.n, sp.hoff, sp.doff)
+		}
+		end := hoff
+		if i+1 < len(spans) {
+			end = spans[i+1].hoff
+		}
+		for j := sp.hoff + sp.n; j < end; j++ {
+			if dst[j] != 0x5A {
+				t.Fatalf("byte %d in the gap after piece %d was written", j, i)
+			}
+		}
+	}
+}
+
+func TestCuCopyKernel(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	const n = 160 << 20
+	src, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(src)
+	// The destination is registered mmap memory: the other kind of pinned
+	// memory the engine uses.
+	dst, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	cuMust(t, "mmap", err)
+	defer unix.Munmap(dst)
+	cuMust(t, "HostRegister", d.HostRegister(dst))
+	defer d.HostUnregister(dst)
+	for _, c := range []struct {
+		name          string
+		count, maxLen int
+		opts          KernelCopyOptions
+	}{
+		{"16KiB-ish x5000 default", 5000, 16 << 10, KernelCopyOptions{}},
+		{"small x20000 ring wraps", 20000, 2048, KernelCopyOptions{CTAs: 7, ThreadsPerCTA: 96}},
+		{"2MiB-ish x40 pieces split", 40, 2 << 20, KernelCopyOptions{PieceBytes: 4096 + 16}},
+		{"one byte x3", 3, 1, KernelCopyOptions{CTAs: 1, ThreadsPerCTA: 32}},
+	} {
+		t.Run(c.name, func(t *testing.T) { cuKernelRoundTrip(t, d, src, dst, c.count, c.maxLen, c.opts) })
+	}
+}
+
+func TestCuCopyKernelBadInput(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	kc := cuKernelCopier(t, s)
+	const n = 16 << 12
+	dev, err := d.Alloc(n)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	pinned, err := d.HostAlloc(n)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(pinned)
+	for i := range pinned {
+		pinned[i] = 0xAA
+	}
+	ops := make([]Copy, 16)
+	reset := func() {
+		for i := range ops {
+			ops[i] = Copy{Dst: HostAddr(pinned[i*4096:]), Src: uint64(dev) + uint64(i*4096), Bytes: 4096}
+		}
+	}
+	pageable := make([]byte, 4096)
+	for _, c := range []struct {
+		what string
+		bad  func()
+		want error
+	}{
+		{"an invalid device pointer", func() { ops[5].Src = 0xdead_0000_0000 }, ErrInvalidValue},
+		{"a device range past the end", func() { ops[5].Src = uint64(dev) + n - 100 }, ErrInvalidValue},
+		{"pageable host memory", func() { ops[5].Dst = HostAddr(pageable) }, ErrNotRegistered},
+		{"a host range past the pinned allocation", func() { ops[5].Dst = HostAddr(pinned[n-100:]) }, ErrInvalidValue},
+		{"a negative size", func() { ops[5].Bytes = -1 }, ErrInvalidValue},
+	} {
+		reset()
+		c.bad()
+		err := kc.CopyKernel(DeviceToHost, ops)
+		t.Logf("%s: %v", c.what, err)
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), "descriptor 5 ") {
+			t.Errorf("CopyKernel with %s at 5 = %v, want %v naming descriptor 5", c.what, err, c.want)
+		}
+	}
+	if err := kc.CopyKernel(NumCopyKinds, ops); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("CopyKernel of an unknown kind = %v, want ErrInvalidValue", err)
+	}
+	cuMust(t, "Synchronize", s.Synchronize())
+	if !bytes.Equal(pinned, bytes.Repeat([]byte{0xAA}, n)) {
+		t.Fatal("a refused kernel copy still copied some of its descriptors")
+	}
+	for _, o := range []KernelCopyOptions{{CTAs: -1}, {ThreadsPerCTA: 33}, {ThreadsPerCTA: 2048}, {PieceBytes: 100}, {PieceBytes: 4097}} {
+		if err := kc.SetKernelCopyOptions(o); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("SetKernelCopyOptions(%+v) = %v, want ErrInvalidValue", o, err)
+		}
+	}
+	// The stream still works after every refusal.
+	reset()
+	cuMust(t, "CopyKernel", kc.CopyKernel(DeviceToHost, ops))
+	cuMust(t, "Synchronize", s.Synchronize())
+}
+
+// TestCuCopyMethodsPerf measures, for 16 KiB and 64 KiB blocks scattered on
+// the device and contiguous on the host, each way of issuing them: a loop of
+// single copies, cuMemcpyBatchAsync with its attribute variants and without
+// the per-descriptor range check, and the copy kernel over a grid of CTA
+// and thread counts. It logs a table (run with -test.v); it fails only if
+// a method fails.
+func TestCuCopyMethodsPerf(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	if os.Getenv("KVTIER_GPU_PERF") != "1" {
+		t.Skip("set KVTIER_GPU_PERF=1 to measure")
+	}
+	const total = 256 << 20
+	host, err := d.HostAlloc(total)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(host)
+	dev, err := d.Alloc(4 * total)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	kc := cuKernelCopier(t, s)
+	defer setBatchTuning(d, 0, 0, true, true)
+	for _, bs := range []int{16 << 10, 64 << 10} {
+		n := total / bs
+		perm := rand.New(rand.NewPCG(1, uint64(bs))).Perm(4 * n)[:n]
+		up := make([]Copy, n)
+		down := make([]Copy, n)
+		for i, b := range perm {
+			up[i] = Copy{Dst: uint64(dev) + uint64(b*bs), Src: HostAddr(host[i*bs:]), Bytes: int64(bs)}
+			down[i] = Copy{Dst: up[i].Src, Src: up[i].Dst, Bytes: int64(bs)}
+		}
+		type method struct {
+			name string
+			run  func(kind CopyKind, ops []Copy) error
+		}
+		batch := func(order int, flags uint, hints, check bool) func(CopyKind, []Copy) error {
+			return func(kind CopyKind, ops []Copy) error {
+				setBatchTuning(d, order, flags, hints, check)
+				return s.CopyBatch(kind, ops)
+			}
+		}
+		methods := []method{
+			{"loop of single copies", func(kind CopyKind, ops []Copy) error {
+				setBatchTuning(d, 0, 0, true, true)
+				for i := range ops {
+					if err := s.CopyBatch(kind, ops[i:i+1]); err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
+			{"batch STREAM hints check", batch(1, 0, true, true)},
+			{"batch STREAM hints nocheck", batch(1, 0, true, false)},
+			{"batch STREAM nohints check", batch(1, 0, false, true)},
+			{"batch ANY hints check", batch(3, 0, true, true)},
+			{"batch STREAM overlap-flag", batch(1, 1, true, true)},
+		}
+		for _, ctas := range []int{8, 16, 32, 64, 132, 264} {
+			for _, th := range []int{256, 512, 1024} {
+				o := KernelCopyOptions{CTAs: ctas, ThreadsPerCTA: th}
+				methods = append(methods, method{fmt.Sprintf("kernel ctas=%d threads=%d", ctas, th), func(kind CopyKind, ops []Copy) error {
+					if err := kc.SetKernelCopyOptions(o); err != nil {
+						return err
+					}
+					return kc.CopyKernel(kind, ops)
+				}})
+			}
+		}
+		for _, m := range methods {
+			for _, kind := range []CopyKind{HostToDevice, DeviceToHost} {
+				ops := up
+				if kind == DeviceToHost {
+					ops = down
+				}
+				var gibs, issue []float64
+				for r := 0; r < 4; r++ {
+					start := time.Now()
+					if err := m.run(kind, ops); err != nil {
+						t.Fatalf("%s %s: %v", m.name, kind, err)
+					}
+					issued := time.Since(start)
+					cuMust(t, "Synchronize", s.Synchronize())
+					el := time.Since(start)
+					if r > 0 {
+						gibs = append(gibs, float64(total)/el.Seconds()/(1<<30))
+						issue = append(issue, float64(issued.Microseconds()))
+					}
+				}
+				slices.Sort(gibs)
+				slices.Sort(issue)
+				t.Logf("PERF bs=%dKiB %s %-36s %7.2f GiB/s (min %.2f max %.2f), issue %8.0f us for %d descriptors",
+					bs>>10, kind, m.name, gibs[1], gibs[0], gibs[2], issue[1], n)
+			}
+		}
+	}
+	// Data check of the kernel after all that: one more round trip.
+	cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{}))
+}
+
+func TestCuLaunchFMA(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	cl, ok := s.(ComputeLoader)
+	if !ok {
+		t.Fatalf("%T does not implement ComputeLoader", s)
+	}
+	e0, err := d.NewEvent(EventOptions{Timing: true})
+	cuMust(t, "NewEvent", err)
+	defer e0.Destroy()
+	e1, err := d.NewEvent(EventOptions{Timing: true})
+	cuMust(t, "NewEvent", err)
+	defer e1.Destroy()
+	for _, bad := range [][2]int{{4, -1}, {0, 1}, {65, 1}} {
+		if err := cl.LaunchFMA(bad[0], bad[1]); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("LaunchFMA(%d, %d) = %v, want ErrInvalidValue", bad[0], bad[1], err)
+		}
+	}
+	var prev time.Duration
+	for _, iters := range []int{1 << 16, 1 << 18} {
+		cuMust(t, "Record", e0.Record(s))
+		cuMust(t, "LaunchFMA", cl.LaunchFMA(4, iters))
+		cuMust(t, "Record", e1.Record(s))
+		cuMust(t, "Synchronize", e1.Synchronize())
+		el, err := e1.Elapsed(e0)
+		cuMust(t, "Elapsed", err)
+		t.Logf("LaunchFMA(%d): %v", iters, el)
+		if el <= prev {
+			t.Errorf("LaunchFMA(%d) took %v, not longer than a quarter of the work (%v)", iters, el, prev)
+		}
+		prev = el
+	}
 }

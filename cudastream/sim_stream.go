@@ -216,6 +216,13 @@ func (st *simStream) CopyBatch(kind CopyKind, ops []Copy) error {
 	if len(ops) == 0 {
 		return simError(call, cudaErrorInvalidValue, "empty batch")
 	}
+	return st.enqueueMany(call, kind, ops, false)
+}
+
+// enqueueMany checks ops and enqueues them as one operation: a batch, or a
+// copy kernel's launches. Called with sim.mu held.
+func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, kernel bool) error {
+	s := st.sim
 	op := s.newOp(simOpCopy, call)
 	op.dir = kind
 	var total int64
@@ -231,7 +238,11 @@ func (st *simStream) CopyBatch(kind CopyKind, ops []Copy) error {
 		total += c.Bytes
 	}
 	op.bytes = total
-	op.cost = s.link.copyCost(kind, true, total, len(ops))
+	if kernel {
+		op.cost = s.link.kernelCost(kind, total)
+	} else {
+		op.cost = s.link.copyCost(kind, true, total, len(ops))
+	}
 	s.enqueue(st, op)
 	return nil
 }
@@ -543,4 +554,39 @@ func (ev *simEvent) Destroy() error {
 		ev.marker = nil
 	}
 	return nil
+}
+
+var _ KernelCopier = (*simStream)(nil)
+
+// CopyKernel enqueues ops as one operation, like CopyBatch, that costs
+// LinkModel.KernelLaunch + total bytes/bandwidth: no per-descriptor cost.
+// The checks are CopyBatch's (host memory MUST be registered, HostAlloc'd or
+// VMM); an empty ops enqueues nothing, as on the real device.
+func (st *simStream) CopyKernel(kind CopyKind, ops []Copy) error {
+	const call = "cuLaunchKernel (kvtier_copy)"
+	if err := checkCopyOps("CopyKernel", kind, ops); err != nil {
+		return err
+	}
+	s := st.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := st.check(call); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return st.enqueueMany(call, kind, ops, true)
+}
+
+// SetKernelCopyOptions checks o as the real device does; the simulated
+// kernel's cost does not depend on it.
+func (st *simStream) SetKernelCopyOptions(o KernelCopyOptions) error {
+	if _, err := o.withDefaults(); err != nil {
+		return err
+	}
+	s := st.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return st.check("SetKernelCopyOptions")
 }

@@ -1,0 +1,109 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"kvtier.dev/cudastream"
+)
+
+// TestGPURoundTrip runs the engine on the real device: random data from the
+// pinned pool to scattered GPU blocks and back into other slots, compared
+// byte for byte, by every method and for both GPU layouts. It skips without
+// a driver, unless KVTIER_REQUIRE_GPU=1 says a GPU must be there. Build it
+// here and run it on the GPU machine:
+//
+//	go test -c -o .gpu/transfer.test ./kvtier/transfer
+//	KVTIER_REQUIRE_GPU=1 ./.gpu/transfer.test -test.run GPU -test.v
+func TestGPURoundTrip(t *testing.T) {
+	dev, err := cudastream.Open(0)
+	if errors.Is(err, cudastream.ErrNoDriver) {
+		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
+		}
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open(0): %v", err)
+	}
+	defer dev.Close()
+	const (
+		layers, parts, part = 8, 2, 16 << 10
+		blocks, slots       = 512, 128
+		blockBytes          = layers * parts * part
+	)
+	region, err := dev.Alloc(blocks * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(region)
+	pool, err := dev.HostAlloc(slots * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.HostFree(pool)
+	host := HostLayout{Pool: pool, SlotBytes: blockBytes}
+	for _, layout := range []string{"layer-first", "block-first"} {
+		var g GPULayout
+		if layout == "layer-first" {
+			g, err = LayerFirstLayout(region, layers, parts, blocks, part)
+		} else {
+			g, err = BlockFirstLayout(region, layers, parts, blocks, part)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []Method{MethodAuto, MethodBatch, MethodKernel, MethodLoop} {
+			t.Run(layout+"/"+m.String(), func(t *testing.T) {
+				e, err := New(dev, Config{GPU: g, Host: host, Method: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := e.Close(); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				}()
+				rng := rand.New(rand.NewPCG(uint64(m), uint64(len(layout))))
+				half := slots / 2
+				for i := range pool[:half*blockBytes] {
+					pool[i] = byte(rng.Uint32())
+				}
+				clear(pool[half*blockBytes:])
+				in := make([]Pair, half)
+				out := make([]Pair, half)
+				for i, b := range rng.Perm(blocks)[:half] {
+					in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
+					out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(half + i)}
+				}
+				ctx := context.Background()
+				tr, err := e.Onboard(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				tr.Release()
+				tr, err = e.Offload(ctx, out, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tr.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				tr.Release()
+				for i := range in {
+					if !bytes.Equal(host.Slot(int32(i)), host.Slot(int32(half+i))) {
+						t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
+					}
+				}
+				t.Logf("%d descriptors, %d by the copy kernel", e.Stats().Descriptors.Load(), e.Stats().KernelDescriptors.Load())
+			})
+		}
+	}
+}
