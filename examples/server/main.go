@@ -65,14 +65,16 @@ func run(out io.Writer) error {
 
 	// One pinned region for the host pool, the staging ring and the bounce
 	// slots (2 MiB: a huge page).
-	region, err := pinned.Alloc(ctx, 2<<20, pinned.Options{Registrar: reg})
+	// ChunkMultiple keeps every slot inside one registration: the driver
+	// refuses a copy spanning two.
+	region, err := pinned.Alloc(ctx, 2<<20, pinned.Options{Registrar: reg, ChunkMultiple: blockBytes})
 	if err != nil {
 		return err
 	}
 	defer region.Close()
 	mem := region.Bytes()
 	take := func(slots int) []byte { b := mem[:slots*blockBytes]; mem = mem[slots*blockBytes:]; return b }
-	host := transfer.HostLayout{Pool: take(hostSlots), SlotBytes: blockBytes}
+	host := transfer.HostLayout{Pool: take(hostSlots), SlotBytes: blockBytes, RegistrationBytes: region.ChunkBytes()}
 	staging := [][]byte{take(stagingSlots), take(stagingSlots)}
 	bounceHost := transfer.HostLayout{Pool: take(bounceSlot), SlotBytes: blockBytes}
 

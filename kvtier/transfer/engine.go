@@ -149,6 +149,9 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	if cfg.Host.SlotBytes < cfg.GPU.BlockBytes() {
 		return nil, fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes", cfg.Host.SlotBytes, cfg.GPU.BlockBytes())
 	}
+	if r := cfg.Host.RegistrationBytes; r < 0 || (r > 0 && r < int64(len(cfg.Host.Pool)) && r%cfg.Host.SlotBytes != 0) {
+		return nil, fmt.Errorf("transfer: Config.Host.RegistrationBytes %d is not a multiple of SlotBytes %d: a slot would straddle two registrations", r, cfg.Host.SlotBytes)
+	}
 	if cfg.Host.Slots() == 0 {
 		return nil, fmt.Errorf("transfer: Config.Host.Pool (%d bytes) holds no slot of %d bytes", len(cfg.Host.Pool), cfg.Host.SlotBytes)
 	}

@@ -380,6 +380,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty pool", Config{GPU: f.gpu, Host: HostLayout{SlotBytes: f.host.SlotBytes}}, "holds no slot"},
 		{"small staging", Config{GPU: f.gpu, Host: f.host, Staging: [][]byte{make([]byte, 8)}}, "Staging[0]"},
 		{"negative batch", Config{GPU: f.gpu, Host: f.host, MaxBatch: -1}, "MaxBatch"},
+		{"slot straddles a registration", Config{GPU: f.gpu, Host: HostLayout{Pool: f.host.Pool, SlotBytes: f.host.SlotBytes, RegistrationBytes: f.host.SlotBytes + 4096}}, "RegistrationBytes"},
 		{"bad layout", Config{Host: f.host}, "Layers"},
 	} {
 		if _, err := New(f.sim, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {

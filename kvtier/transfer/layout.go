@@ -131,6 +131,19 @@ type HostLayout struct {
 	// SlotBytes is the size of one slot: at least the block's bytes; larger
 	// values leave room for alignment (a multiple of 4096 suits O_DIRECT).
 	SlotBytes int64
+	// RegistrationBytes is the unit in which Pool was registered with the
+	// device (pinned.Region.ChunkBytes), or 0 when the whole pool is one
+	// registration. The driver refuses a copy that spans two registrations,
+	// so copies are never coalesced across a registration boundary, and a
+	// slot MUST NOT straddle one: RegistrationBytes is a multiple of
+	// SlotBytes (pinned.Options.ChunkMultiple arranges it).
+	RegistrationBytes int64
+}
+
+// startsRegistration reports whether slot s is the first of a registration
+// (other than the pool's first).
+func (h *HostLayout) startsRegistration(s int32) bool {
+	return h.RegistrationBytes > 0 && s > 0 && (int64(s)*h.SlotBytes)%h.RegistrationBytes == 0
 }
 
 // Slots is the number of whole slots in the pool.

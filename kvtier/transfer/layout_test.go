@@ -101,6 +101,16 @@ func TestCoalescing(t *testing.T) {
 			t.Errorf("op 1 = %+v: wrong direction or address", c.ops[1])
 		}
 	})
+	t.Run("block-first, consecutive blocks across a registration boundary", func(t *testing.T) {
+		g, _ := BlockFirstLayout(1<<20, layers, parts, blocks, part)
+		reg := host
+		reg.RegistrationBytes = 2 * host.SlotBytes
+		var c coalescer
+		c.addBlocks(&g, &reg, base, []Pair{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}}, true)
+		if len(c.ops) != 3 || c.ops[0].Bytes != 2*host.SlotBytes || c.ops[2].Bytes != host.SlotBytes {
+			t.Fatalf("ops = %+v, want copies of 2, 2 and 1 slots split at every second slot", c.ops)
+		}
+	})
 	t.Run("layer-first, per layer: K and V are separate tensors", func(t *testing.T) {
 		g, _ := LayerFirstLayout(1<<20, layers, parts, blocks, part)
 		var c coalescer

@@ -35,8 +35,10 @@ func (c *coalescer) reset() {
 	c.origin = c.origin[:0]
 }
 
-func (c *coalescer) add(dst, src uint64, n int64, pair int) {
-	if k := len(c.ops) - 1; k >= 0 {
+// split forbids merging with the previous copy: the new piece starts a new
+// host registration, and the driver refuses a copy that spans two.
+func (c *coalescer) add(dst, src uint64, n int64, pair int, split bool) {
+	if k := len(c.ops) - 1; k >= 0 && !split {
 		last := &c.ops[k]
 		if last.Dst+uint64(last.Bytes) == dst && last.Src+uint64(last.Bytes) == src {
 			last.Bytes += n
@@ -52,14 +54,16 @@ func (c *coalescer) add(dst, src uint64, n int64, pair int) {
 func (c *coalescer) addLayer(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, layer int, toDevice bool) {
 	for i, p := range pairs {
 		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
+		split := h.startsRegistration(p.HostSlot)
 		for part := 0; part < g.Parts; part++ {
 			dev := g.addr(p.GPUBlock, layer, part)
 			host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
 			if toDevice {
-				c.add(dev, host, g.PartBytes, i)
+				c.add(dev, host, g.PartBytes, i, split)
 			} else {
-				c.add(host, dev, g.PartBytes, i)
+				c.add(host, dev, g.PartBytes, i, split)
 			}
+			split = false
 		}
 	}
 }
@@ -69,15 +73,17 @@ func (c *coalescer) addLayer(g *GPULayout, h *HostLayout, hostBase uint64, pairs
 func (c *coalescer) addBlocks(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, toDevice bool) {
 	for i, p := range pairs {
 		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
+		split := h.startsRegistration(p.HostSlot)
 		for layer := 0; layer < g.Layers; layer++ {
 			for part := 0; part < g.Parts; part++ {
 				dev := g.addr(p.GPUBlock, layer, part)
 				host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
 				if toDevice {
-					c.add(dev, host, g.PartBytes, i)
+					c.add(dev, host, g.PartBytes, i, split)
 				} else {
-					c.add(host, dev, g.PartBytes, i)
+					c.add(host, dev, g.PartBytes, i, split)
 				}
+				split = false
 			}
 		}
 	}
