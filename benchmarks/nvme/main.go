@@ -288,4 +288,3 @@ func commit() string {
 	}
 	return strings.TrimSpace(string(out))
 }
-
