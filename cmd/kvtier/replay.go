@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/replay"
+	"kvtier.dev/kvtier/trace"
+)
+
+func init() {
+	register(command{name: "replay", summary: "replay a request trace through the block manager and compare strategies", run: runReplay})
+}
+
+// replayArgs is the replay's parsed command line.
+type replayArgs struct {
+	src       replay.Source
+	cfg       replay.Config
+	json      bool
+	plotDir   string
+	sweepHost []replay.Bytes
+	progress  string
+}
+
+func runReplay(args []string, stdout, stderr io.Writer) int {
+	a, err := replayParse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
+		return 2
+	}
+	opts := replay.Options{SweepHost: a.sweepHost}
+	var bar *progressbar.ProgressBar
+	if replayShowProgress(a.progress, stderr) {
+		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("replaying"),
+			progressbar.OptionShowCount(), progressbar.OptionSetItsString("req"), progressbar.OptionShowIts(),
+			progressbar.OptionClearOnFinish())
+		last := 0
+		opts.Progress = func(s replay.Strategy, n int) {
+			if n < last {
+				last = 0
+			}
+			bar.Describe("replaying (" + s.String() + ")")
+			bar.Add(n - last)
+			last = n
+		}
+	}
+	rep, err := replay.Run(a.src, a.cfg, opts)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
+		var le *trace.LineError
+		var ce *replay.ConfigError
+		if errors.As(err, &le) || errors.As(err, &ce) {
+			return 2
+		}
+		return 1
+	}
+	if a.plotDir != "" {
+		files, err := rep.Plot(a.plotDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvtier replay: --plot %s: %v\n", a.plotDir, err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "kvtier replay: wrote %s\n", strings.Join(files, ", "))
+	}
+	if a.json {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// replayShowProgress: a progress bar only on a terminal, unless forced.
+func replayShowProgress(mode string, stderr io.Writer) bool {
+	switch mode {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	f, ok := stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func replayParse(args []string, stderr io.Writer) (replayArgs, error) {
+	fs := flag.NewFlagSet("kvtier replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `usage: kvtier replay [flags]
+
+Replays a request trace (the bundled one by default) through kvtier's block
+manager, policies and cost model on a virtual clock, under the chosen
+strategy and the baselines (no prefix cache, GPU-only, always reload, always
+recompute), and reports hit ratios, bytes moved and TTFT.
+
+A --config file (JSON, the fields of --json's "config") is read first; flags
+given on the command line override it.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	def := replay.DefaultConfig()
+	var c replay.Config = def
+	tracePath := fs.String("trace", "", "trace file (JSONL, gzip-compressed or not); default: the bundled synthetic trace")
+	format := fs.String("format", "auto", "trace format: auto, mooncake or native")
+	skipBad := fs.Bool("skip-bad", false, "skip malformed trace lines (counted in the report) instead of stopping at the first")
+	configPath := fs.String("config", "", "JSON config file (strict: unknown fields are errors)")
+	fs.StringVar(&c.Model, "model", def.Model, "model preset: "+strings.Join(cost.ModelNames(), ", "))
+	fs.StringVar(&c.GPU, "gpu", def.GPU, "GPU preset: "+strings.Join(cost.GPUNames(), ", "))
+	fs.IntVar(&c.TP, "tp", def.TP, "tensor-parallel degree (tier sizes are per GPU)")
+	fs.IntVar(&c.BlockTokens, "block-tokens", def.BlockTokens, "tokens per block; 0 takes the trace's (512 for Mooncake)")
+	fs.Var(&c.GPUBytes, "gpu-kv", "GPU memory for the KV cache, e.g. 40GiB")
+	fs.Var(&c.HostBytes, "host", "host tier capacity, e.g. 256GiB (0: none)")
+	fs.Var(&c.NVMeBytes, "nvme", "NVMe tier capacity, e.g. 2TiB (0: none)")
+	fs.StringVar(&c.HostLink, "host-link", def.HostLink, "host-GPU link preset: "+strings.Join(cost.LinkNames(), ", "))
+	fs.StringVar(&c.NVMeLink, "nvme-link", def.NVMeLink, "NVMe link preset (NAME-xN for N striped drives)")
+	fs.StringVar(&c.Policy, "policy", def.Policy, "eviction policy: lru, s3fifo, 2q or cost-aware")
+	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
+	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
+	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
+	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once on the one GPU; 0: each request on a GPU of its own (no compute queueing)")
+	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
+	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
+	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
+	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
+	sweep := fs.String("sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
+	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
+	if err := fs.Parse(args); err != nil {
+		return replayArgs{}, err
+	}
+	if fs.NArg() > 0 {
+		return replayArgs{}, fmt.Errorf("unexpected argument %q (the trace is --trace FILE)", fs.Arg(0))
+	}
+	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress}
+	switch *progress {
+	case "auto", "always", "never":
+	default:
+		return a, fmt.Errorf("--progress %q: want auto, always or never", *progress)
+	}
+	if *configPath != "" {
+		f, err := os.Open(*configPath)
+		if err != nil {
+			return a, err
+		}
+		fileCfg, err := replay.LoadConfig(f)
+		f.Close()
+		if err != nil {
+			return a, fmt.Errorf("%s: %w", *configPath, err)
+		}
+		// Flags given on the command line override the file.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, o := range replayOverrides {
+			if set[o.flag] {
+				o.copy(&fileCfg, &c)
+			}
+		}
+		a.cfg = fileCfg
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return a, err
+	}
+	f, err := trace.ParseFormat(*format)
+	if err != nil {
+		return a, err
+	}
+	if *tracePath == "" {
+		a.src = replay.BundledSource()
+	} else {
+		a.src = replay.FileSource(*tracePath)
+		a.src.Format = f
+	}
+	a.src.SkipBad = *skipBad
+	if *sweep != "" {
+		for _, s := range strings.Split(*sweep, ",") {
+			b, err := replay.ParseBytes(s)
+			if err != nil {
+				return a, fmt.Errorf("--sweep-host: %w", err)
+			}
+			a.sweepHost = append(a.sweepHost, b)
+		}
+	}
+	return a, nil
+}
+
+// replayOverrides copies a flag's field from the flags' Config onto the
+// file's.
+var replayOverrides = []struct {
+	flag string
+	copy func(dst, src *replay.Config)
+}{
+	{"model", func(d, s *replay.Config) { d.Model = s.Model }},
+	{"gpu", func(d, s *replay.Config) { d.GPU = s.GPU }},
+	{"tp", func(d, s *replay.Config) { d.TP = s.TP }},
+	{"block-tokens", func(d, s *replay.Config) { d.BlockTokens = s.BlockTokens }},
+	{"gpu-kv", func(d, s *replay.Config) { d.GPUBytes = s.GPUBytes }},
+	{"host", func(d, s *replay.Config) { d.HostBytes = s.HostBytes }},
+	{"nvme", func(d, s *replay.Config) { d.NVMeBytes = s.NVMeBytes }},
+	{"host-link", func(d, s *replay.Config) { d.HostLink = s.HostLink }},
+	{"nvme-link", func(d, s *replay.Config) { d.NVMeLink = s.NVMeLink }},
+	{"policy", func(d, s *replay.Config) { d.Policy = s.Policy }},
+	{"write-through", func(d, s *replay.Config) { d.WriteThrough = s.WriteThrough }},
+	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
+	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
+	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
+	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
+	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+
+	"kvtier.dev/kvtier/replay"
+	"kvtier.dev/kvtier/trace"
+)
+
+// replayQuick reports whether the tests run with the invariants build tag,
+// under which the block manager checks its whole state on almost every
+// operation: the replays then use the first requests of the bundled trace
+// and small tiers (quickArgs).
+func replayQuick() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "invariants") {
+			return true
+		}
+	}
+	return false
+}
+
+// quickArgs are the flags that make a replay small in quick mode, nil
+// otherwise.
+func quickArgs(t *testing.T) []string {
+	t.Helper()
+	if !replayQuick() {
+		return nil
+	}
+	all, err := io.ReadAll(trace.Bundled())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(all, []byte("\n"))
+	path := filepath.Join(t.TempDir(), "first.jsonl")
+	if err := os.WriteFile(path, bytes.Join(lines[:200], nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--trace", path, "--gpu-kv", "16GiB", "--host", "16GiB", "--nvme", "64GiB"}
+}
+
+func runReplayArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(append([]string{"replay"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestReplayDefault is the README's first command: the bundled trace on the
+// default configuration, every strategy.
+func TestReplayDefault(t *testing.T) {
+	code, out, errs := runReplayArgs(t, quickArgs(t)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	wants := []string{"bundled:synthetic.jsonl", "3000 requests", "llama-3.1-70b on h200", "cost", "reload",
+		"recompute", "gpu-only", "none", "TTFT p50"}
+	if replayQuick() {
+		wants = wants[2:]
+	}
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if errs != "" {
+		t.Errorf("stderr not empty (a progress bar off a terminal?): %q", errs)
+	}
+}
+
+// TestReplayJSONDeterministic: the same flags give byte-identical JSON,
+// and the JSON carries the configuration the flags set.
+func TestReplayJSONDeterministic(t *testing.T) {
+	args := append(quickArgs(t), "--json", "--host", "64GiB", "--policy", "s3fifo", "--baselines=false", "--sweep-host", "0,32GiB")
+	var outs [2]string
+	for i := range outs {
+		code, out, errs := runReplayArgs(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		outs[i] = out
+	}
+	if outs[0] != outs[1] {
+		t.Fatal("two runs gave different JSON")
+	}
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(outs[0]), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Config.HostBytes != 64<<30 || rep.Config.Policy != "s3fifo" || len(rep.Results) != 1 || len(rep.HostSweep) != 2 {
+		t.Errorf("config %+v, %d results, %d sweep points", rep.Config, len(rep.Results), len(rep.HostSweep))
+	}
+}
+
+func TestReplayConfigFileAndOverrides(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cfg.json")
+	if err := os.WriteFile(path, []byte(`{"decode_token_time": "20ms", "policy": "2q", "baselines": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runReplayArgs(t, append(quickArgs(t), "--config", path, "--policy", "lru", "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep replay.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Config.DecodeTokenTime.String() != "20ms" || rep.Config.Policy != "lru" || rep.Config.Baselines {
+		t.Errorf("file then flags gave %+v", rep.Config)
+	}
+	if err := os.WriteFile(path, []byte(`{"host_bytes": "32GiB", "polcy": "2q"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runReplayArgs(t, "--config", path)
+	if code != 2 || !strings.Contains(errs, "polcy") {
+		t.Errorf("unknown field: exit %d, %q", code, errs)
+	}
+}
+
+func TestReplayBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"timestamp": 1, "input_length": -10, "output_length": 1, "hash_ids": []}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trace", bad}, "bad.jsonl:2: input_length: negative"},
+		{[]string{"--trace", filepath.Join(dir, "absent.jsonl")}, "absent.jsonl"},
+		{[]string{"--gpu-kv", "lots"}, "gpu-kv"},
+		{[]string{"--model", "gpt-9"}, "model"},
+		{[]string{"--strategy", "magic"}, "strategy"},
+		{[]string{"--format", "csv"}, "csv"},
+		{[]string{"--sweep-host", "1GiB,x"}, "sweep-host"},
+		{[]string{"--progress", "sometimes"}, "progress"},
+		{[]string{"extra"}, "unexpected argument"},
+	}
+	for _, c := range cases {
+		code, _, errs := runReplayArgs(t, c.args...)
+		if code == 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", c.args, code, errs, c.want)
+		}
+	}
+	code, out, errs := runReplayArgs(t, "--trace", bad, "--skip-bad", "--baselines=false")
+	if code != 0 || !strings.Contains(out, "1 bad lines skipped") {
+		t.Errorf("--skip-bad: exit %d, %q, %q", code, out, errs)
+	}
+}
+
+func TestReplayPlot(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errs := runReplayArgs(t, append(quickArgs(t), "--plot", dir, "--sweep-host", "16GiB,64GiB", "--baselines=false")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, f := range []string{"ttft.svg", "ttft.png", "host-sweep.svg", "host-sweep.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestReplayHelp(t *testing.T) {
+	code, _, errs := runReplayArgs(t, "-h")
+	if code != 0 || !strings.Contains(errs, "--config") && !strings.Contains(errs, "-config") {
+		t.Errorf("-h: exit %d, %q", code, errs)
+	}
+}

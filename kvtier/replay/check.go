@@ -1,0 +1,62 @@
+package replay
+
+import (
+	"fmt"
+
+	"kvtier.dev/kvtier"
+)
+
+// assert panics with msg when cond is false: a broken invariant of the
+// engine, never bad input.
+func assert(cond bool, format string, args ...any) {
+	if !cond {
+		panic("replay: invariant broken: " + fmt.Sprintf(format, args...))
+	}
+}
+
+// check verifies the engine's bookkeeping after an event. It walks the
+// channels and reads the manager's counters, so it runs only with the
+// invariants build tag.
+func (e *engine) check() {
+	queued := 0
+	for ch := range numChannels {
+		s := &e.servers[ch]
+		for p := range numPriorities {
+			queued += s.queue[p].len()
+		}
+		if s.busy {
+			queued++
+		}
+		assert(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
+	}
+	assert(queued == e.inFlight, "%d copies queued or crossing, %d in flight", queued, e.inFlight)
+	assert(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",
+		e.gpuHeld, e.inPrefill, e.computeRunning)
+	assert(e.cfg.PrefillSlots == 0 || e.inPrefill <= e.cfg.PrefillSlots, "%d prefilling, %d slots", e.inPrefill, e.cfg.PrefillSlots)
+	if e.m != nil {
+		mt := e.m.Metrics()
+		for t := range kvtier.NumTiers {
+			tm := mt.Tiers[t]
+			assert(tm.ResidentBlocks <= tm.CapacitySlots, "tier %v holds %d blocks in %d slots", t, tm.ResidentBlocks, tm.CapacitySlots)
+		}
+	}
+}
+
+// checkEnd verifies that a finished replay left nothing behind: no copy,
+// request or reference.
+func (e *engine) checkEnd() error {
+	if e.inFlight != 0 || len(e.waiting) != 0 || e.computeRunning != 0 || e.inPrefill != 0 ||
+		e.admitHead != len(e.admitQueue) || e.gpuHeld != 0 {
+		return fmt.Errorf("replay: internal error: ended with %d copies, %d requests waiting for space, %d prefills, "+
+			"%d prefilling, %d queued, %d GPU blocks held", e.inFlight, len(e.waiting), e.computeRunning, e.inPrefill,
+			len(e.admitQueue)-e.admitHead, e.gpuHeld)
+	}
+	if e.m != nil {
+		for t, tm := range e.m.Metrics().Tiers {
+			if tm.InUseBlocks != 0 {
+				return fmt.Errorf("replay: internal error: %d blocks of tier %v still in use at the end", tm.InUseBlocks, kvtier.Tier(t))
+			}
+		}
+	}
+	return nil
+}

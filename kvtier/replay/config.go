@@ -1,0 +1,291 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is what a replay models: the model and GPU (kvtier/cost presets),
+// the tiers, their links, the policy, and the request's timing. Every field
+// has a JSON name, the name its errors use; LoadConfig reads it strictly.
+type Config struct {
+	// Model is a kvtier/cost model preset, e.g. "llama-3.1-70b".
+	Model string `json:"model"`
+	// GPU is a kvtier/cost GPU preset, e.g. "h200".
+	GPU string `json:"gpu"`
+	// TP is the tensor-parallel degree: prefill runs TP times faster, and
+	// each GPU holds 1/TP of every block.
+	TP int `json:"tp"`
+	// BlockTokens is the tokens per block; 0 takes the trace's (512 for
+	// Mooncake traces). It must match the trace's.
+	BlockTokens int `json:"block_tokens"`
+
+	// GPUBytes is the GPU memory given to the KV cache, e.g. 40 GiB:
+	// with Llama-3.1-70B's 160 MiB blocks of 512 tokens, 256 blocks.
+	GPUBytes Bytes `json:"gpu_bytes"`
+	// HostBytes is the pinned host tier, e.g. 256 GiB; 0 means none.
+	HostBytes Bytes `json:"host_bytes"`
+	// NVMeBytes is the NVMe tier, e.g. 2 TiB; 0 means none.
+	NVMeBytes Bytes `json:"nvme_bytes"`
+	// HostLink is the kvtier/cost link between host memory and the GPU,
+	// e.g. "pcie5-pinned" (50 GB/s, 3 us).
+	HostLink string `json:"host_link"`
+	// NVMeLink is the drive's, e.g. "nvme-gen5" or "nvme-gen4-x4" (four
+	// drives striped). Reads and writes share it.
+	NVMeLink string `json:"nvme_link"`
+
+	// Policy is every tier's eviction policy: "lru", "s3fifo", "2q" or
+	// "cost-aware".
+	Policy string `json:"policy"`
+	// WriteThrough copies each block to the next tier as soon as it is
+	// ready; otherwise blocks are demoted when evicted (write-back).
+	WriteThrough bool `json:"write_through"`
+	// NVMeAdmission is "all" or "seen-twice" (a block enters NVMe only once
+	// it has been asked for twice, sparing the drive).
+	NVMeAdmission string `json:"nvme_admission"`
+
+	// DecodeTokenTime is the time per output token while decoding, e.g.
+	// "30ms"; a request holds its blocks in the GPU until it is done.
+	DecodeTokenTime Duration `json:"decode_token_time"`
+	// PrefillSlots is how many prefills the GPU runs at once, each at the
+	// full rate: 1 models one GPU serving the trace (prefills queue); 0
+	// gives every request a GPU of its own (no queueing for compute).
+	PrefillSlots int `json:"prefill_slots"`
+
+	// Strategy is the strategy the report leads with: "cost" (kvtier/cost's
+	// per-block plan), "reload", "recompute", "gpu-only" or "none".
+	Strategy string `json:"strategy"`
+	// Baselines also replays the trace under the other strategies.
+	Baselines bool `json:"baselines"`
+}
+
+// DefaultConfig is Llama-3.1-70B on one H200 with 40 GiB of KV cache, a 256
+// GiB host tier over PCIe 5.0 and a 2 TiB tier on one PCIe 5.0 NVMe drive,
+// LRU, write-through, seen-twice NVMe admission, 30 ms per output token.
+func DefaultConfig() Config {
+	return Config{
+		Model:           "llama-3.1-70b",
+		GPU:             "h200",
+		TP:              1,
+		GPUBytes:        40 << 30,
+		HostBytes:       256 << 30,
+		NVMeBytes:       2 << 40,
+		HostLink:        "pcie5-pinned",
+		NVMeLink:        "nvme-gen4",
+		Policy:          "lru",
+		WriteThrough:    true,
+		NVMeAdmission:   "seen-twice",
+		DecodeTokenTime: Duration(30 * time.Millisecond),
+		PrefillSlots:    1,
+		Strategy:        "cost",
+		Baselines:       true,
+	}
+}
+
+// ConfigError names the Config field (by its JSON name) that is wrong.
+type ConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return "replay: config: " + e.Field + ": " + e.Msg }
+
+func cfgErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// LoadConfig reads a JSON config over DefaultConfig: fields it names
+// replace the defaults. Unknown fields, values of the wrong type and
+// trailing data are errors that name the field.
+func LoadConfig(r io.Reader) (Config, error) {
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
+	if err != nil {
+		return DefaultConfig(), fmt.Errorf("replay: config: %w", err)
+	}
+	if len(data) > 1<<20 {
+		return DefaultConfig(), errors.New("replay: config: larger than 1 MiB")
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	var fields map[string]json.RawMessage
+	if err := d.Decode(&fields); err != nil {
+		return DefaultConfig(), fmt.Errorf("replay: config: want a JSON object: %w", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return DefaultConfig(), errors.New("replay: config: data after the JSON object")
+	}
+	cfg := DefaultConfig()
+	v := reflect.ValueOf(&cfg).Elem()
+	byName := map[string]int{}
+	for i := range v.NumField() {
+		byName[v.Type().Field(i).Tag.Get("json")] = i
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first bad field, in a stable order
+	for _, name := range names {
+		i, ok := byName[name]
+		if !ok {
+			return DefaultConfig(), cfgErr(name, "unknown field")
+		}
+		if err := json.Unmarshal(fields[name], v.Field(i).Addr().Interface()); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return DefaultConfig(), cfgErr(name, "want a %v, found a JSON %s", te.Type, te.Value)
+			}
+			return DefaultConfig(), cfgErr(name, "%v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return DefaultConfig(), err
+	}
+	return cfg, nil
+}
+
+// Validate checks the fields that need no preset lookup; New checks the
+// presets.
+func (c *Config) Validate() error {
+	switch {
+	case c.TP < 1 || c.TP > 1024:
+		return cfgErr("tp", "%d is not in [1, 1024]", c.TP)
+	case c.BlockTokens < 0 || c.BlockTokens > 1<<16:
+		return cfgErr("block_tokens", "%d is not in [0, 65536]", c.BlockTokens)
+	case c.GPUBytes <= 0:
+		return cfgErr("gpu_bytes", "%v: the GPU tier must have a capacity", c.GPUBytes)
+	case c.HostBytes < 0:
+		return cfgErr("host_bytes", "%v is negative", c.HostBytes)
+	case c.NVMeBytes < 0:
+		return cfgErr("nvme_bytes", "%v is negative", c.NVMeBytes)
+	case c.DecodeTokenTime < 0:
+		return cfgErr("decode_token_time", "%v is negative", c.DecodeTokenTime)
+	case c.PrefillSlots < 0:
+		return cfgErr("prefill_slots", "%d is negative", c.PrefillSlots)
+	}
+	if _, err := ParseStrategy(c.Strategy); err != nil {
+		return cfgErr("strategy", "%v", err)
+	}
+	switch c.Policy {
+	case "lru", "s3fifo", "2q", "cost-aware":
+	default:
+		return cfgErr("policy", "%q is not lru, s3fifo, 2q or cost-aware", c.Policy)
+	}
+	switch c.NVMeAdmission {
+	case "all", "seen-twice":
+	default:
+		return cfgErr("nvme_admission", "%q is not all or seen-twice", c.NVMeAdmission)
+	}
+	return nil
+}
+
+// Bytes is a size in bytes. In JSON and flags it is an integer or a string
+// with a unit: "40GiB", "2TiB", "512MB", "1.5GiB".
+type Bytes int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1},
+}
+
+// ParseBytes parses "40GiB", "2TiB", "1e9" or "1000".
+func ParseBytes(s string) (Bytes, error) {
+	num, mult := strings.TrimSpace(s), 1.0
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q is not a size (want e.g. 40GiB, 2TiB or a number of bytes)", s)
+	}
+	b := v * mult
+	if b < 0 || b >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return Bytes(b), nil
+}
+
+// String writes the size with the largest binary unit that divides it.
+func (b Bytes) String() string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.mult == 0 {
+			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
+}
+
+// Set implements flag.Value.
+func (b *Bytes) Set(s string) error {
+	v, err := ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// MarshalJSON writes the size as a string with its unit.
+func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()) }
+
+// UnmarshalJSON reads an integer or a string with a unit.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		return b.Set(s)
+	}
+	var n int64
+	if err := json.Unmarshal(data, &n); err != nil {
+		return fmt.Errorf("%s is not a size (want e.g. \"40GiB\" or a number of bytes)", data)
+	}
+	*b = Bytes(n)
+	return nil
+}
+
+// Duration is a time.Duration written as "30ms" in JSON and flags.
+type Duration time.Duration
+
+// String implements flag.Value.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set implements flag.Value.
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a string such as "30ms".
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("%s is not a duration (want e.g. \"30ms\")", data)
+	}
+	return d.Set(s)
+}

@@ -1,0 +1,228 @@
+package replay
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/trace"
+)
+
+// maxPlanBlocks is the longest request the cost model plans whole (4,096
+// blocks of 512 tokens is 2M tokens); the blocks of a longer one beyond it
+// are loaded if cached.
+const maxPlanBlocks = 4096
+
+// engine replays one trace under one strategy: a discrete-event simulation
+// on a virtual clock. It is single-threaded; the block manager's Mover is
+// the engine itself, which completes copies when the clock reaches their end.
+type engine struct {
+	cfg        Config
+	strategy   Strategy
+	progress   func(requests int)
+	model      cost.Model
+	gpu        cost.GPU
+	scen       cost.Scenario
+	hostLink   cost.Link
+	nvmeLink   cost.Link
+	nvmePath   cost.Path
+	blockBytes int64 // one block's KV on one GPU rank
+	bt         int   // tokens per block
+
+	m       *kvtier.Manager
+	planner *costPlanner
+	current *request // the request whose Onboard is being submitted
+
+	now     time.Duration
+	events  eventHeap
+	seq     uint64
+	servers [numChannels]server
+	serving [numChannels]copyJob
+
+	admitQueue []*request // arrived, waiting for a prefill slot
+	admitHead  int
+	inPrefill  int
+	gpuHeld    int64 // blocks of the requests prefilling or decoding
+	gpuSlots   int64 // the GPU's KV capacity in blocks
+
+	computeRunning int
+	computeQueue   []computeJob
+	computeHead    int
+
+	inFlight int        // copies submitted and not completed
+	waiting  []*request // requests waiting for GPU space (write-back)
+	retry    []*request // the other buffer of waiting
+	free     []*request
+
+	src     *trace.Reader
+	next    trace.Request
+	pending bool // next holds a request not yet arrived
+
+	res   tally
+	ttfts []time.Duration
+}
+
+// newEngine resolves cfg's presets.
+func newEngine(cfg Config, strategy Strategy) (*engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, strategy: strategy}
+	var err error
+	if e.model, err = cost.LookupModel(cfg.Model); err != nil {
+		return nil, cfgErr("model", "%v", err)
+	}
+	if e.gpu, err = cost.LookupGPU(cfg.GPU); err != nil {
+		return nil, cfgErr("gpu", "%v", err)
+	}
+	if e.hostLink, err = cost.LookupLink(cfg.HostLink); err != nil {
+		return nil, cfgErr("host_link", "%v", err)
+	}
+	if e.nvmeLink, err = cost.LookupLink(cfg.NVMeLink); err != nil {
+		return nil, cfgErr("nvme_link", "%v", err)
+	}
+	e.nvmePath = cost.Path{Source: e.nvmeLink, Ingress: e.hostLink, Pipelined: true}
+	e.scen = cost.Scenario{Model: e.model, GPU: e.gpu, TP: cfg.TP, Path: cost.DirectPath(e.hostLink)}
+	if err := e.scen.Validate(); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	return e, nil
+}
+
+// start builds the block manager once the trace's block size is known.
+func (e *engine) start(blockTokens int) error {
+	cfg := &e.cfg
+	if cfg.BlockTokens != 0 && cfg.BlockTokens != blockTokens {
+		return cfgErr("block_tokens", "%d, but the trace's blocks have %d tokens", cfg.BlockTokens, blockTokens)
+	}
+	e.bt = blockTokens
+	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
+	e.servers[chanHostToGPU].perCopy = e.hostLink.TransferTime(e.blockBytes)
+	e.servers[chanGPUToHost].perCopy = e.hostLink.TransferTime(e.blockBytes)
+	e.servers[chanNVMe].perCopy = e.nvmePath.TransferTime(e.blockBytes)
+	e.res.BlockBytes = e.blockBytes
+	e.gpuSlots = int64(cfg.GPUBytes) / e.blockBytes
+	if e.gpuSlots == 0 {
+		return cfgErr("gpu_bytes", "%v holds no block of %d bytes", cfg.GPUBytes, e.blockBytes)
+	}
+	if e.strategy == StrategyNone {
+		return nil
+	}
+	var err error
+	pcfg := cost.PlannerConfig{Model: e.model, GPU: e.gpu, TP: cfg.TP, BlockTokens: blockTokens, MaxBlocks: maxPlanBlocks}
+	pcfg.Paths[cost.TierHost] = cost.DirectPath(e.hostLink)
+	pcfg.Paths[cost.TierNVMe] = e.nvmePath
+	cp, err := cost.NewPlanner(pcfg)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	e.planner = &costPlanner{p: cp}
+	mc := kvtier.Config{
+		BlockTokens: blockTokens,
+		Mover:       e,
+		RecomputeCost: func(pos int) float64 {
+			return cp.BlockRecomputeCost(min(pos, maxPlanBlocks-1)).Seconds()
+		},
+		WriteThrough: cfg.WriteThrough,
+	}
+	switch e.strategy {
+	case StrategyCost:
+		mc.Planner = e.planner
+	case StrategyRecompute:
+		mc.Planner = recomputeAll{}
+	default:
+		mc.Planner = kvtier.LoadAll{}
+	}
+	capacity := [kvtier.NumTiers]Bytes{cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes}
+	if e.strategy == StrategyGPUOnly {
+		capacity[kvtier.Host], capacity[kvtier.NVMe] = 0, 0
+	}
+	for t := range kvtier.NumTiers {
+		slots := int64(capacity[t]) / e.blockBytes
+		if capacity[t] == 0 {
+			continue
+		}
+		field := [...]string{"gpu_bytes", "host_bytes", "nvme_bytes"}[t]
+		if slots == 0 {
+			return cfgErr(field, "%v holds no block of %d bytes", capacity[t], e.blockBytes)
+		}
+		if slots > 1<<31 {
+			return cfgErr(field, "%v makes %d slots, more than 2^31", capacity[t], slots)
+		}
+		p, err := newPolicy(cfg.Policy, int(slots))
+		if err != nil {
+			return cfgErr("policy", "%v", err)
+		}
+		tc := kvtier.TierConfig{CapacityBytes: int64(capacity[t]), SlotBytes: e.blockBytes, Policy: p}
+		if t == kvtier.NVMe && cfg.NVMeAdmission == "seen-twice" {
+			counters := max(1<<16, 4*int(min(slots, 1<<24)))
+			a, err := policy.NewSeenTwice(counters, counters, func(k kvtier.Key) uint64 { return uint64(k) })
+			if err != nil {
+				return cfgErr("nvme_admission", "%v", err)
+			}
+			tc.Admitter = a
+		}
+		mc.Tiers[t] = tc
+		e.res.CapacityBlocks[t] = slots
+	}
+	if e.m, err = kvtier.New(mc); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	return nil
+}
+
+func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
+	switch name {
+	case "lru":
+		return policy.NewLRU[kvtier.BlockRef](slots)
+	case "s3fifo":
+		return policy.NewS3FIFO[kvtier.BlockRef](slots)
+	case "2q":
+		return policy.NewTwoQ[kvtier.BlockRef](slots)
+	case "cost-aware":
+		return policy.NewCostAware[kvtier.BlockRef](slots, 4*slots)
+	}
+	return nil, fmt.Errorf("unknown policy %q", name)
+}
+
+// run replays the trace to its end.
+func (e *engine) run(src *trace.Reader) error {
+	e.src = src
+	if err := e.readNext(); err != nil {
+		return err
+	}
+	if e.pending {
+		if err := e.start(e.next.BlockTokens); err != nil {
+			return err
+		}
+	}
+	for len(e.events) > 0 {
+		ev := heap.Pop(&e.events).(event)
+		e.now = ev.at
+		switch ev.kind {
+		case evArrival:
+			if err := e.arrive(); err != nil {
+				return err
+			}
+		case evCopyDone:
+			e.copyDone(ev.ch)
+		case evComputeDone:
+			e.computeDone(ev.r, ev.phase)
+		case evDecodeDone:
+			e.decodeDone(ev.r)
+		}
+		if len(e.waiting) > 0 {
+			e.retryWaiting()
+		}
+		if e.admitHead < len(e.admitQueue) {
+			e.admit() // a release or a copy may have made room
+		}
+		if invariantsEnabled {
+			e.check()
+		}
+	}
+	return e.checkEnd()
+}

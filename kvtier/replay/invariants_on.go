@@ -1,0 +1,5 @@
+//go:build invariants
+
+package replay
+
+const invariantsEnabled = true

@@ -1,0 +1,405 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"kvtier.dev/kvtier"
+)
+
+// tally is what an engine counts while it runs.
+type tally struct {
+	Requests, InputTokens, Blocks int64
+	HitBlocks                     [kvtier.NumTiers]int64
+	UsedBlocks, LoadedBlocks      int64
+	LoadsFrom                     [kvtier.NumTiers]int64
+	TokensReused                  int64
+	LoadSavedCompute              time.Duration
+	RecomputedBlocks              int64
+	ForcedRecomputes              int64
+	RecomputeSavedLink            time.Duration
+	MissBlocks, UncachedBlocks    int64
+	SpaceWaits                    int64
+	PlanErrors                    int64
+	DroppedOffloads               int64
+	PlannedTime, PlannedLoadAll   time.Duration
+	PlannedRecomputeAll           time.Duration
+	PrefillBusy                   time.Duration
+	QueueWait                     time.Duration
+	End                           time.Duration
+	BlockBytes                    int64
+	CapacityBlocks                [kvtier.NumTiers]int64
+	copies                        [kvtier.NumTiers][kvtier.NumTiers]int64
+}
+
+// Report is a replay's outcome: the trace, the configuration, and one
+// result per strategy, the chosen one first. It holds no map and no
+// wall-clock time, so the same trace and configuration give byte-identical
+// JSON.
+type Report struct {
+	Trace        string           `json:"trace"`
+	Format       string           `json:"format"`
+	SkippedLines int              `json:"skipped_lines"`
+	Config       Config           `json:"config"`
+	BlockTokens  int              `json:"block_tokens"`
+	BlockBytes   int64            `json:"block_bytes"`
+	Results      []StrategyResult `json:"results"`
+	// HostSweep is the chosen strategy's hit ratio against host capacity
+	// (--sweep-host), in increasing capacity.
+	HostSweep []SweepPoint `json:"host_sweep,omitempty"`
+}
+
+// StrategyResult is one strategy's replay of the trace.
+type StrategyResult struct {
+	Strategy    string `json:"strategy"`
+	Description string `json:"description"`
+	Requests    int64  `json:"requests"`
+	// Blocks is the number of block references in the trace; the hit
+	// ratios are of these, by the fastest tier that held each block.
+	Blocks   int64      `json:"blocks"`
+	HitRatio TierRatios `json:"hit_ratio"`
+	// CapacityBlocks is each tier's size in blocks (0: absent).
+	CapacityBlocks TierCounts `json:"capacity_blocks"`
+	InputTokens    int64      `json:"input_tokens"`
+	// TokensReused are the prompt tokens not prefilled: their blocks were
+	// used on the GPU or loaded.
+	TokensReused int64 `json:"tokens_reused"`
+	// Used, Loads and Recomputes split the cached blocks by what was done
+	// with them.
+	UsedBlocks int64          `json:"used_blocks"`
+	Loads      LoadResult     `json:"loads"`
+	Recomputes RecomputeStats `json:"recomputes"`
+	// MissBlocks were not cached anywhere; UncachedBlocks could not be kept
+	// in the GPU (every slot in use).
+	MissBlocks     int64 `json:"miss_blocks"`
+	UncachedBlocks int64 `json:"uncached_blocks"`
+	// SpaceWaits counts requests that waited for demotions to free GPU
+	// slots (write-back).
+	SpaceWaits int64 `json:"space_waits"`
+	// DroppedOffloads are offloads refused because their link's queue was
+	// full (the link could not keep up).
+	DroppedOffloads int64 `json:"dropped_offloads"`
+	// PlanErrors counts requests the cost model could not plan (longer than
+	// its MaxBlocks); they loaded every cached block.
+	PlanErrors int64 `json:"plan_errors"`
+	// QueueSeconds is the mean wait for a prefill slot, in TTFT.
+	QueueSeconds float64      `json:"mean_queue_s"`
+	Moves        []MoveResult `json:"moves"`
+	Links        []LinkResult `json:"links"`
+	TTFT         Percentiles  `json:"ttft"`
+	// PrefillBusySeconds is the GPU time spent prefilling; over SpanSeconds
+	// (first arrival to last request done) it is the prefill load.
+	PrefillBusySeconds float64        `json:"prefill_busy_s"`
+	SpanSeconds        float64        `json:"span_s"`
+	Evictions          TierCounts     `json:"evictions"`
+	Demotions          TierCounts     `json:"demotions"`
+	Plan               *PlanTotals    `json:"plan,omitempty"`
+	Manager            *ManagerCounts `json:"manager,omitempty"`
+
+	ttftQuantiles []float64 // the 0th to 100th percentiles, for Plot
+}
+
+// TierRatios is a ratio per tier and overall.
+type TierRatios struct {
+	GPU     float64 `json:"gpu"`
+	Host    float64 `json:"host"`
+	NVMe    float64 `json:"nvme"`
+	Overall float64 `json:"overall"`
+}
+
+// TierCounts is a count per tier.
+type TierCounts struct {
+	GPU  int64 `json:"gpu"`
+	Host int64 `json:"host"`
+	NVMe int64 `json:"nvme"`
+}
+
+// LoadResult counts the cached blocks loaded into the GPU and the prefill
+// time they saved (what recomputing them would have cost).
+type LoadResult struct {
+	Blocks              int64   `json:"blocks"`
+	FromHost            int64   `json:"from_host"`
+	FromNVMe            int64   `json:"from_nvme"`
+	PrefillSavedSeconds float64 `json:"prefill_saved_s"`
+}
+
+// RecomputeStats counts the cached blocks recomputed instead of loaded and
+// the link time they saved (what loading them would have cost). Forced are
+// those the plan wanted loaded but for which no GPU slot was free.
+type RecomputeStats struct {
+	Blocks           int64   `json:"blocks"`
+	Forced           int64   `json:"forced"`
+	LinkSavedSeconds float64 `json:"link_saved_s"`
+}
+
+// MoveResult is the copies between two tiers.
+type MoveResult struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Copies int64  `json:"copies"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// LinkResult is one modelled channel's traffic.
+type LinkResult struct {
+	Name        string  `json:"name"`
+	Copies      int64   `json:"copies"`
+	Bytes       int64   `json:"bytes"`
+	BusySeconds float64 `json:"busy_s"`
+}
+
+// Percentiles of a time, in seconds.
+type Percentiles struct {
+	P50  float64 `json:"p50_s"`
+	P90  float64 `json:"p90_s"`
+	P99  float64 `json:"p99_s"`
+	Mean float64 `json:"mean_s"`
+	Max  float64 `json:"max_s"`
+}
+
+// PlanTotals are the cost model's own estimates, summed over requests, each
+// for its request alone on an idle link and GPU: the plan chosen, loading
+// every cached block, recomputing every one.
+type PlanTotals struct {
+	MeanPlannedSeconds      float64 `json:"mean_planned_s"`
+	MeanLoadAllSeconds      float64 `json:"mean_load_all_s"`
+	MeanRecomputeAllSeconds float64 `json:"mean_recompute_all_s"`
+}
+
+// ManagerCounts are the block manager's own counters at the end.
+type ManagerCounts struct {
+	Lookups      uint64 `json:"lookups"`
+	LookupBlocks uint64 `json:"lookup_blocks"`
+	HitBlocks    uint64 `json:"hit_blocks"`
+	NoSpace      uint64 `json:"no_space"`
+	Records      int64  `json:"records"`
+}
+
+// SweepPoint is one host capacity of a --sweep-host run.
+type SweepPoint struct {
+	HostBytes Bytes       `json:"host_bytes"`
+	HitRatio  TierRatios  `json:"hit_ratio"`
+	TTFT      Percentiles `json:"ttft"`
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// percentiles sorts ds and returns its nearest-rank percentiles.
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(p float64) float64 {
+		i := int(p*float64(len(ds))+0.999999999) - 1
+		return seconds(ds[max(0, min(i, len(ds)-1))])
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99),
+		Mean: seconds(sum / time.Duration(len(ds))), Max: seconds(ds[len(ds)-1])}
+}
+
+// result turns the tally into the engine's StrategyResult.
+func (e *engine) result() StrategyResult {
+	t := &e.res
+	slices.Sort(e.ttfts)
+	r := StrategyResult{
+		Strategy:        e.strategy.String(),
+		Description:     e.strategy.Describe(),
+		Requests:        t.Requests,
+		Blocks:          t.Blocks,
+		InputTokens:     t.InputTokens,
+		TokensReused:    t.TokensReused,
+		UsedBlocks:      t.UsedBlocks,
+		MissBlocks:      t.MissBlocks,
+		UncachedBlocks:  t.UncachedBlocks,
+		SpaceWaits:      t.SpaceWaits,
+		DroppedOffloads: t.DroppedOffloads,
+		PlanErrors:      t.PlanErrors,
+		QueueSeconds:    seconds(t.QueueWait / time.Duration(max(1, t.Requests))),
+		HitRatio: TierRatios{
+			GPU: ratio(t.HitBlocks[kvtier.GPU], t.Blocks), Host: ratio(t.HitBlocks[kvtier.Host], t.Blocks),
+			NVMe:    ratio(t.HitBlocks[kvtier.NVMe], t.Blocks),
+			Overall: ratio(t.HitBlocks[kvtier.GPU]+t.HitBlocks[kvtier.Host]+t.HitBlocks[kvtier.NVMe], t.Blocks),
+		},
+		CapacityBlocks: TierCounts{t.CapacityBlocks[kvtier.GPU], t.CapacityBlocks[kvtier.Host], t.CapacityBlocks[kvtier.NVMe]},
+		Loads: LoadResult{Blocks: t.LoadedBlocks, FromHost: t.LoadsFrom[kvtier.Host], FromNVMe: t.LoadsFrom[kvtier.NVMe],
+			PrefillSavedSeconds: seconds(t.LoadSavedCompute)},
+		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
+			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
+		TTFT:               percentiles(e.ttfts),
+		ttftQuantiles:      quantiles(e.ttfts),
+		PrefillBusySeconds: seconds(t.PrefillBusy),
+		SpanSeconds:        seconds(t.End),
+	}
+	for from := range kvtier.NumTiers {
+		for to := range kvtier.NumTiers {
+			if n := t.copies[from][to]; n > 0 {
+				r.Moves = append(r.Moves, MoveResult{From: from.String(), To: to.String(), Copies: n, Bytes: n * t.BlockBytes})
+			}
+		}
+	}
+	for ch := range numChannels {
+		s := &e.servers[ch]
+		var copies int64
+		for from := range kvtier.NumTiers {
+			for to := range kvtier.NumTiers {
+				if c, _ := route(from, to); c == ch && from != to {
+					copies += t.copies[from][to]
+				}
+			}
+		}
+		r.Links = append(r.Links, LinkResult{Name: channelNames[ch], Copies: copies, Bytes: copies * t.BlockBytes,
+			BusySeconds: seconds(s.busyTime)})
+	}
+	if e.strategy == StrategyCost && t.Requests > 0 {
+		n := time.Duration(t.Requests)
+		r.Plan = &PlanTotals{MeanPlannedSeconds: seconds(t.PlannedTime / n),
+			MeanLoadAllSeconds: seconds(t.PlannedLoadAll / n), MeanRecomputeAllSeconds: seconds(t.PlannedRecomputeAll / n)}
+	}
+	if e.m != nil {
+		mt := e.m.Metrics()
+		r.Evictions = TierCounts{int64(mt.Tiers[kvtier.GPU].Evictions), int64(mt.Tiers[kvtier.Host].Evictions), int64(mt.Tiers[kvtier.NVMe].Evictions)}
+		r.Demotions = TierCounts{int64(mt.Tiers[kvtier.GPU].Demotions), int64(mt.Tiers[kvtier.Host].Demotions), int64(mt.Tiers[kvtier.NVMe].Demotions)}
+		r.Manager = &ManagerCounts{Lookups: mt.Lookups, LookupBlocks: mt.LookupBlocks, HitBlocks: mt.HitBlocks,
+			NoSpace: mt.NoSpace, Records: mt.Records}
+	}
+	return r
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the report as tables.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	c := &r.Config
+	fmt.Fprintf(&b, "trace %s (%s): ", r.Trace, r.Format)
+	if len(r.Results) > 0 {
+		res := &r.Results[0]
+		fmt.Fprintf(&b, "%d requests, %d block references of %d tokens (%s each), %.0f s",
+			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.SpanSeconds)
+	}
+	if r.SkippedLines > 0 {
+		fmt.Fprintf(&b, ", %d bad lines skipped", r.SkippedLines)
+	}
+	fmt.Fprintf(&b, "\nmodel %s on %s (tp %d): GPU KV %s, host %s over %s, NVMe %s on %s; policy %s, %s, NVMe admission %s\n",
+		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
+		writeMode(c.WriteThrough), c.NVMeAdmission)
+	fmt.Fprintf(&b, "decode %v per token; %s\n\n", c.DecodeTokenTime, prefillNote(c.PrefillSlots))
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tTTFT p50\tp90\tp99\tmean\thit gpu\thost\tnvme\tall\ttokens reused\tloads\trecomputes\tprefill busy\t")
+	for i := range r.Results {
+		s := &r.Results[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.1f%%\t%d\t%d\t%.0f s\t\n",
+			s.Strategy, fmtSeconds(s.TTFT.P50), fmtSeconds(s.TTFT.P90), fmtSeconds(s.TTFT.P99), fmtSeconds(s.TTFT.Mean),
+			s.HitRatio.GPU, s.HitRatio.Host, s.HitRatio.NVMe, s.HitRatio.Overall,
+			100*ratio(s.TokensReused, s.InputTokens), s.Loads.Blocks, s.Recomputes.Blocks, s.PrefillBusySeconds)
+	}
+	tw.Flush()
+
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tloads host\tnvme\tprefill saved\trecomputed cached\tforced\tlink saved\tmissed\tnot kept\tmoved gpu<-host\tgpu<-nvme\tgpu->host\t->nvme\t")
+	for i := range r.Results {
+		s := &r.Results[i]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f s\t%d\t%d\t%.1f s\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
+			s.Strategy, s.Loads.FromHost, s.Loads.FromNVMe, s.Loads.PrefillSavedSeconds,
+			s.Recomputes.Blocks, s.Recomputes.Forced, s.Recomputes.LinkSavedSeconds, s.MissBlocks, s.UncachedBlocks,
+			fmtBytes(s.moved("host", "gpu")), fmtBytes(s.moved("nvme", "gpu")), fmtBytes(s.moved("gpu", "host")),
+			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
+	}
+	tw.Flush()
+	for i := range r.Results {
+		if p := r.Results[i].Plan; p != nil {
+			fmt.Fprintf(&b, "\ncost model, per request alone on an idle GPU and link (mean): plan %s, load all %s, recompute all %s\n",
+				fmtSeconds(p.MeanPlannedSeconds), fmtSeconds(p.MeanLoadAllSeconds), fmtSeconds(p.MeanRecomputeAllSeconds))
+		}
+	}
+	if len(r.HostSweep) > 0 {
+		b.WriteString("\nhit ratio against host capacity (" + r.Results[0].Strategy + "):\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "host\thit gpu\thost\tnvme\tall\tTTFT p50\tmean\t")
+		for _, p := range r.HostSweep {
+			fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t%s\t\n", p.HostBytes, p.HitRatio.GPU, p.HitRatio.Host,
+				p.HitRatio.NVMe, p.HitRatio.Overall, fmtSeconds(p.TTFT.P50), fmtSeconds(p.TTFT.Mean))
+		}
+		tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeMode(through bool) string {
+	if through {
+		return "write-through"
+	}
+	return "write-back"
+}
+
+func prefillNote(slots int) string {
+	if slots == 0 {
+		return "every request prefills on a GPU of its own (no compute queueing)"
+	}
+	if slots == 1 {
+		return "prefills queue for one GPU"
+	}
+	return fmt.Sprintf("prefills queue for %d GPU slots", slots)
+}
+
+func (s *StrategyResult) moved(from, to string) int64 {
+	for _, m := range s.Moves {
+		if m.From == from && m.To == to {
+			return m.Bytes
+		}
+	}
+	return 0
+}
+
+func fmtSeconds(s float64) string {
+	switch {
+	case s == 0:
+		return "0"
+	case s < 1:
+		return fmt.Sprintf("%.1f ms", s*1e3)
+	case s < 10:
+		return fmt.Sprintf("%.3f s", s)
+	case s < 100:
+		return fmt.Sprintf("%.2f s", s)
+	default:
+		return fmt.Sprintf("%.1f s", s)
+	}
+}
+
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, u := float64(n), 0
+	for v >= unit && u < 4 {
+		v /= unit
+		u++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u-1])
+}

@@ -1,0 +1,112 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"kvtier.dev/kvtier/trace"
+)
+
+// Source is a trace to replay, opened afresh for each strategy so that it
+// streams (it is never held in memory).
+type Source struct {
+	// Name names the trace in the report and in errors.
+	Name string
+	// Open returns the trace's lines from the start.
+	Open func() (io.ReadCloser, error)
+	// Format and SkipBad are passed to trace.Reader.
+	Format  trace.Format
+	SkipBad bool
+}
+
+// BundledSource is the trace bundled with kvtier/trace.
+func BundledSource() Source {
+	return Source{Name: trace.BundledName, Format: trace.FormatMooncake,
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(trace.Bundled()), nil }}
+}
+
+// FileSource is a trace file, gzip-compressed or not.
+func FileSource(path string) Source {
+	return Source{Name: path, Open: func() (io.ReadCloser, error) { return trace.Open(path) }}
+}
+
+// Options are a run's extras.
+type Options struct {
+	// Progress, when set, is called every 1,024 requests with the strategy
+	// being replayed and the requests replayed so far under it.
+	Progress func(s Strategy, requests int)
+	// SweepHost replays the chosen strategy again at each host capacity.
+	SweepHost []Bytes
+}
+
+// Run replays src under cfg's strategy and, with cfg.Baselines, under every
+// other strategy, and returns the report.
+func Run(src Source, cfg Config, opts Options) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	chosen, _ := ParseStrategy(cfg.Strategy)
+	order := []Strategy{chosen}
+	if cfg.Baselines {
+		for s := range NumStrategies {
+			if s != chosen {
+				order = append(order, s)
+			}
+		}
+	}
+	rep := &Report{Trace: src.Name, Config: cfg}
+	for _, s := range order {
+		res, info, err := runOne(src, cfg, s, opts.Progress)
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, res)
+		rep.Format, rep.SkippedLines, rep.BlockTokens, rep.BlockBytes = info.format, info.skipped, info.blockTokens, info.blockBytes
+	}
+	for _, host := range opts.SweepHost {
+		c := cfg
+		c.HostBytes = host
+		res, _, err := runOne(src, c, chosen, opts.Progress)
+		if err != nil {
+			return nil, fmt.Errorf("replay: sweep at host %v: %w", host, err)
+		}
+		rep.HostSweep = append(rep.HostSweep, SweepPoint{HostBytes: host, HitRatio: res.HitRatio, TTFT: res.TTFT})
+	}
+	return rep, nil
+}
+
+type runInfo struct {
+	format      string
+	skipped     int
+	blockTokens int
+	blockBytes  int64
+}
+
+// runOne replays src under one strategy.
+func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int)) (StrategyResult, runInfo, error) {
+	e, err := newEngine(cfg, s)
+	if err != nil {
+		return StrategyResult{}, runInfo{}, err
+	}
+	if progress != nil {
+		e.progress = func(n int) { progress(s, n) }
+	}
+	if src.Open == nil {
+		return StrategyResult{}, runInfo{}, errors.New("replay: Source.Open is nil")
+	}
+	rc, err := src.Open()
+	if err != nil {
+		return StrategyResult{}, runInfo{}, err
+	}
+	defer rc.Close()
+	rd := trace.NewReader(rc, trace.Options{Format: src.Format, Name: src.Name, SkipBad: src.SkipBad})
+	if err := e.run(rd); err != nil {
+		return StrategyResult{}, runInfo{}, err
+	}
+	if rd.Requests() == 0 {
+		return StrategyResult{}, runInfo{}, fmt.Errorf("replay: %s has no request", src.Name)
+	}
+	info := runInfo{format: rd.Format().String(), skipped: rd.Skipped(), blockTokens: e.bt, blockBytes: e.blockBytes}
+	return e.result(), info, nil
+}

@@ -1,0 +1,76 @@
+package replay
+
+import (
+	"testing"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+)
+
+func newTestCostPlanner(t *testing.T) *costPlanner {
+	t.Helper()
+	e, err := newEngine(DefaultConfig(), StrategyCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start(512); err != nil {
+		t.Fatal(err)
+	}
+	return e.planner
+}
+
+// TestCostPlannerAdapter: a prefix on NVMe is split (its first blocks
+// recomputed while the rest load), unless the GPU is busy; blocks on the GPU
+// are used and uncached ones recomputed either way.
+func TestCostPlannerAdapter(t *testing.T) {
+	p := newTestCostPlanner(t)
+	blocks := []kvtier.PlanBlock{{Cached: true, Tier: kvtier.GPU}}
+	for range 40 {
+		blocks = append(blocks, kvtier.PlanBlock{Cached: true, Tier: kvtier.NVMe})
+	}
+	blocks = append(blocks, kvtier.PlanBlock{}, kvtier.PlanBlock{})
+	actions := make([]kvtier.Action, len(blocks))
+	count := func() (use, load, rec int) {
+		for _, a := range actions {
+			switch a {
+			case kvtier.Use:
+				use++
+			case kvtier.Load:
+				load++
+			default:
+				rec++
+			}
+		}
+		return
+	}
+	if err := p.Plan(blocks, actions); err != nil {
+		t.Fatal(err)
+	}
+	use, load, rec := count()
+	if use != 1 || rec <= 2 || load == 0 || actions[1] != kvtier.Recompute || actions[len(actions)-1] != kvtier.Recompute {
+		t.Errorf("idle GPU: %d used, %d loaded, %d recomputed (%v); want a split", use, load, rec, actions)
+	}
+	if !(p.last.Time < p.last.LoadAllTime && p.last.LoadAllTime < p.last.RecomputeAllTime) {
+		t.Errorf("plan %v, load all %v, recompute all %v", p.last.Time, p.last.LoadAllTime, p.last.RecomputeAllTime)
+	}
+	p.gpuBusy = true
+	if err := p.Plan(blocks, actions); err != nil {
+		t.Fatal(err)
+	}
+	if use, load, rec := count(); use != 1 || load != 40 || rec != 2 {
+		t.Errorf("busy GPU: %d used, %d loaded, %d recomputed; want 1, 40, 2", use, load, rec)
+	}
+	// Longer than the cost model's MaxBlocks: refused, and the manager
+	// falls back to loading.
+	long := make([]kvtier.PlanBlock, maxPlanBlocks+1)
+	if err := p.Plan(long, make([]kvtier.Action, len(long))); err == nil {
+		t.Error("a plan beyond MaxBlocks did not fail")
+	}
+	recomputeAll{}.Plan(blocks, actions)
+	if use, load, rec := count(); use != 1 || load != 0 || rec != 42 {
+		t.Errorf("recompute all: %d used, %d loaded, %d recomputed", use, load, rec)
+	}
+	if toCostTier[kvtier.Host] != cost.TierHost || toCostTier[kvtier.NVMe] != cost.TierNVMe {
+		t.Error("tier mapping")
+	}
+}

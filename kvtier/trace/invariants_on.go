@@ -1,0 +1,5 @@
+//go:build invariants
+
+package trace
+
+const invariantsEnabled = true
