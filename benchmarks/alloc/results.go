@@ -7,21 +7,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"kvtier.dev/internal/results"
 )
 
-// row is one line of results, in the format of design.md's "Benchmark
-// results" section.
-type row struct {
-	Name     string  `json:"name"`
-	Unit     string  `json:"unit"`
-	Median   float64 `json:"median"`
-	Min      float64 `json:"min"`
-	Max      float64 `json:"max"`
-	Runs     int     `json:"runs"`
-	Baseline string  `json:"baseline"`
-	Ratio    float64 `json:"ratio"`
-	Note     string  `json:"note,omitempty"`
-}
+// row is one line of results, in the project's format.
+type row = results.Row
 
 type report struct {
 	Benchmark string `json:"benchmark"`

@@ -33,7 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"kvtier.dev/benchmarks/internal/results"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/nvme"
 )
 

@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"kvtier.dev/benchmarks/internal/results"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier/transfer"
 )

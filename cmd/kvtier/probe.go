@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/results"
 )
 
 func init() {
@@ -79,16 +80,7 @@ type probeMeasured struct {
 	EventRoundtripSeconds float64 `json:"event_roundtrip_seconds"`
 }
 
-type probeRow struct {
-	Name     string  `json:"name"`
-	Unit     string  `json:"unit"`
-	Median   float64 `json:"median"`
-	Min      float64 `json:"min"`
-	Max      float64 `json:"max"`
-	Runs     int     `json:"runs"`
-	Baseline string  `json:"baseline"`
-	Ratio    float64 `json:"ratio"`
-}
+type probeRow = results.Row
 
 func runProbe(args []string, stdout, stderr io.Writer) int {
 	cfg, err := probeParseFlags(args, stderr)

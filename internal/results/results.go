@@ -1,6 +1,7 @@
-// Package results writes benchmark results in the project's one format
+// Package results is the project's one format for benchmark results
 // (design.md, "Benchmark results"): a JSON file per benchmark and machine,
-// and the same rows as a markdown table.
+// and the same rows as a markdown table. Every benchmark program and
+// `kvtier probe` write their rows as Row.
 package results
 
 import (
@@ -27,6 +28,9 @@ type Row struct {
 	Runs     int     `json:"runs"`
 	Baseline string  `json:"baseline"`
 	Ratio    float64 `json:"ratio"`
+	// Note marks a row that is not a measurement of its own, such as one
+	// stage of a pipeline measured inside another row's runs.
+	Note string `json:"note,omitempty"`
 }
 
 // File is one benchmark's results.
