@@ -23,8 +23,8 @@ import (
 	"sync"
 	"time"
 
-	"kvtier.dev/internal/results"
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/transfer"
 )
 
