@@ -53,16 +53,9 @@ func (c *coalescer) add(dst, src uint64, n int64, pair int, split bool) {
 // the direction: host slot to GPU block, or back.
 func (c *coalescer) addLayer(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, layer int, toDevice bool) {
 	for i, p := range pairs {
-		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
 		split := h.startsRegistration(p.HostSlot)
 		for part := 0; part < g.Parts; part++ {
-			dev := g.addr(p.GPUBlock, layer, part)
-			host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
-			if toDevice {
-				c.add(dev, host, g.PartBytes, i, split)
-			} else {
-				c.add(host, dev, g.PartBytes, i, split)
-			}
+			c.addPart(g, h, hostBase, p, i, layer, part, toDevice, split)
 			split = false
 		}
 	}
@@ -72,19 +65,23 @@ func (c *coalescer) addLayer(g *GPULayout, h *HostLayout, hostBase uint64, pairs
 // block, so that a block-first GPU layout moves each block as one copy.
 func (c *coalescer) addBlocks(g *GPULayout, h *HostLayout, hostBase uint64, pairs []Pair, toDevice bool) {
 	for i, p := range pairs {
-		slot := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes)
 		split := h.startsRegistration(p.HostSlot)
 		for layer := 0; layer < g.Layers; layer++ {
 			for part := 0; part < g.Parts; part++ {
-				dev := g.addr(p.GPUBlock, layer, part)
-				host := slot + uint64(int64(layer*g.Parts+part)*g.PartBytes)
-				if toDevice {
-					c.add(dev, host, g.PartBytes, i, split)
-				} else {
-					c.add(host, dev, g.PartBytes, i, split)
-				}
+				c.addPart(g, h, hostBase, p, i, layer, part, toDevice, split)
 				split = false
 			}
 		}
+	}
+}
+
+// addPart appends the copy of one (layer, part) of pair p, the i-th.
+func (c *coalescer) addPart(g *GPULayout, h *HostLayout, hostBase uint64, p Pair, i, layer, part int, toDevice, split bool) {
+	dev := g.addr(p.GPUBlock, layer, part)
+	host := hostBase + uint64(int64(p.HostSlot)*h.SlotBytes) + uint64(int64(layer*g.Parts+part)*g.PartBytes)
+	if toDevice {
+		c.add(dev, host, g.PartBytes, i, split)
+	} else {
+		c.add(host, dev, g.PartBytes, i, split)
 	}
 }
