@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,31 +13,53 @@ import (
 )
 
 // benchManager is one GPU tier of slots 16-token blocks, already holding
-// fill random blocks besides the 128-block request it returns.
-func benchManager(b *testing.B, slots, fill int) (*Manager, []int32) {
-	m := oneTier(b, GPU, slots, 16)
+// fill random blocks (as 128-block requests of salt 2, returned in others)
+// besides the 128-block request of salt 1 it returns.
+func benchManager(b *testing.B, slots, fill int) (m *Manager, req []int32, others [][]int32) {
+	m = oneTier(b, GPU, slots, 16)
 	rng := rand.New(rand.NewPCG(1, 1))
-	req := make([]int32, 128*16)
+	req = make([]int32, 128*16)
 	for i := range req {
 		req[i] = rng.Int32N(128000)
 	}
 	insertReady(b, m, 1, req, GPU)
-	other := make([]int32, 128*16)
 	for n := 0; n < fill; n += 128 {
+		other := make([]int32, 128*16)
 		for i := range other {
 			other[i] = rng.Int32N(128000)
 		}
 		insertReady(b, m, 2, other, GPU)
+		others = append(others, other)
 	}
-	return m, req
+	return m, req, others
 }
 
 // BenchmarkLookup128 looks up a cached 128-block prefix of 16-token blocks:
 // hashing, index probes, token verification, references, LRU touches and
-// the release, with 1 million other blocks resident.
+// the release, with 1 million other blocks resident. ns/op of the parallel
+// cases is wall time over all goroutines' operations (so perfect scaling
+// halves it at -cpu 2); cpu-ns/op is CPU time per operation (the thread's
+// for serial, the process's for parallel), which a loaded machine does not
+// inflate.
+//
+//   - serial: one goroutine, the same prefix every time (a hot prefix).
+//   - serial-spread: one goroutine, a random prefix among the 8192 resident
+//     ones each time (cold caches; recency touches are due).
+//   - parallel/shared: every goroutine the same prefix (a shared system
+//     prompt): the blocks' reference counts are written by every core.
+//   - parallel/distinct: each goroutine its own hot prefix.
+//   - parallel/spread: each goroutine a random resident prefix each time.
 func BenchmarkLookup128(b *testing.B) {
-	m, req := benchManager(b, 1<<21, 1<<20)
-	b.Run("serial", func(b *testing.B) {
+	m, req, others := benchManager(b, 1<<21, 1<<20)
+	salts := func(i int) Salt { return 2 }
+	check := func(b *testing.B, l *Lease, err error) bool {
+		if err != nil || l.Len() != 128 {
+			b.Errorf("%d hits, %v", l.Len(), err)
+			return false
+		}
+		return true
+	}
+	serial := func(b *testing.B, next func() (Salt, []int32)) {
 		var l Lease
 		b.ReportAllocs()
 		runtime.LockOSThread()
@@ -44,8 +67,9 @@ func BenchmarkLookup128(b *testing.B) {
 		cpu0, ok := threadCPU()
 		n := 0
 		for b.Loop() {
-			if err := m.Lookup(1, req, &l); err != nil || l.Len() != 128 {
-				b.Fatalf("%d hits, %v", l.Len(), err)
+			salt, tok := next()
+			if err := m.Lookup(salt, tok, &l); !check(b, &l, err) {
+				return
 			}
 			m.Release(&l)
 			n++
@@ -53,27 +77,68 @@ func BenchmarkLookup128(b *testing.B) {
 		if cpu1, ok1 := threadCPU(); ok && ok1 && n > 0 {
 			b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
 		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		serial(b, func() (Salt, []int32) { return 1, req })
 	})
-	b.Run("parallel", func(b *testing.B) {
+	b.Run("serial-spread", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(5, 5))
+		serial(b, func() (Salt, []int32) {
+			i := rng.IntN(len(others))
+			return salts(i), others[i]
+		})
+	})
+	parallel := func(b *testing.B, pick func(g int, rng *rand.Rand) (Salt, []int32)) {
+		var goroutines atomic.Int32
 		b.ReportAllocs()
+		dropped0 := m.Metrics().DroppedTouches
+		cpu0, ok := processCPU()
+		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
+			g := int(goroutines.Add(1)) - 1
+			rng := rand.New(rand.NewPCG(7, uint64(g)))
 			var l Lease
 			for pb.Next() {
-				if err := m.Lookup(1, req, &l); err != nil || l.Len() != 128 {
-					b.Errorf("%d hits, %v", l.Len(), err)
+				salt, tok := pick(g, rng)
+				if err := m.Lookup(salt, tok, &l); !check(b, &l, err) {
 					return
 				}
 				m.Release(&l)
 			}
 		})
+		b.StopTimer()
+		if cpu1, ok1 := processCPU(); ok && ok1 && b.N > 0 {
+			b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		}
+		// Lookup touches the policy could not take (the lock was busy
+		// and the stripe's queue full): recency lost, not correctness.
+		b.ReportMetric(float64(m.Metrics().DroppedTouches-dropped0)/float64(b.N), "dropped-touches/op")
+	}
+	b.Run("parallel/shared", func(b *testing.B) {
+		parallel(b, func(int, *rand.Rand) (Salt, []int32) { return 1, req })
 	})
+	b.Run("parallel/distinct", func(b *testing.B) {
+		parallel(b, func(g int, _ *rand.Rand) (Salt, []int32) {
+			i := g % len(others)
+			return salts(i), others[i]
+		})
+	})
+	b.Run("parallel/spread", func(b *testing.B) {
+		parallel(b, func(_ int, rng *rand.Rand) (Salt, []int32) {
+			i := rng.IntN(len(others))
+			return salts(i), others[i]
+		})
+	})
+	if mt := m.Metrics(); mt.Mismatches != 0 {
+		b.Fatalf("%d mismatches", mt.Mismatches)
+	}
 }
 
 // BenchmarkInsertEvict inserts 16-token blocks into a full tier of 64Ki
 // slots, each evicting the least recently used; reported per block.
 func BenchmarkInsertEvict(b *testing.B) {
 	const slots = 1 << 16
-	m, _ := benchManager(b, slots, slots)
+	m, _, _ := benchManager(b, slots, slots)
 	rng := rand.New(rand.NewPCG(2, 2))
 	req := make([]int32, 16*16)
 	var l Lease

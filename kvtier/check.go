@@ -5,7 +5,7 @@ import "fmt"
 // checkInvariants walks all metadata and panics on any inconsistency: a tier
 // over capacity, a slot held twice or both held and free, a record not in the
 // index, a policy tracking a different number of blocks than hold slots.
-// O(records); called under m.mu, only with the invariants build tag (sampled)
+// O(records); called under the write lock, only with the invariants build tag (sampled)
 // and from tests.
 func (m *Manager) checkInvariants() {
 	fail := func(format string, args ...any) {

@@ -631,8 +631,9 @@ func (d *DeviceMover) bounceCopy(pairs []transfer.Pair) error {
 func (t *Transfer) blockMeta(i int, withTokens bool) nvme.BlockMeta {
 	m := t.m
 	op := &t.Ops[i]
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	st := &m.stripes[0]
+	m.rlock(st)
+	defer m.runlock(st)
 	r := m.recs.at(op.Ref)
 	meta := nvme.BlockMeta{Key: uint64(r.key), Parent: uint64(r.parent), Salt: uint64(r.salt)}
 	if withTokens && r.flags&flagTokens != 0 {

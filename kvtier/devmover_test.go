@@ -261,8 +261,8 @@ func (f *devFixture) checkAll(t *testing.T) []string {
 	}
 	defer unix.Munmap(page)
 	m := f.m
-	m.mu.RLock()
-	defer m.mu.RUnlock()
+	m.readLock()
+	defer m.readUnlock()
 	for ref := BlockRef(0); ref < BlockRef(m.recs.n); ref++ {
 		r := m.recs.at(ref)
 		for tier := range NumTiers {
@@ -437,14 +437,14 @@ func (f *devFixture) hostToNVMe(t *testing.T, tokens []int32) Key {
 func (f *devFixture) promote(t *testing.T, ref BlockRef) {
 	t.Helper()
 	m := f.m
-	m.mu.Lock()
+	m.lock()
 	if m.recs.at(ref).state[Host] != stateNone {
-		m.mu.Unlock()
+		m.unlock()
 		return
 	}
 	slot, ok := m.alloc(Host, 1)
 	if !ok {
-		m.mu.Unlock()
+		m.unlock()
 		t.Fatal("no host slot to promote into")
 	}
 	tr := m.newTransfer(nil)
@@ -535,11 +535,11 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 	}
 	// NVMe to host.
 	f.promote(t, lb.Blocks[0].Ref)
-	f.m.mu.RLock()
+	f.m.readLock()
 	if st := f.m.recs.at(lb.Blocks[0].Ref).state; st[Host] != stateNone || st[NVMe] != stateNone {
 		t.Errorf("after its copy to the host failed, the corrupt block is %v in the host and %v in nvme", st[Host], st[NVMe])
 	}
-	f.m.mu.RUnlock()
+	f.m.readUnlock()
 	for _, l := range []*Lease{&la, &la2, &lb} {
 		f.m.Release(l)
 	}
@@ -852,13 +852,13 @@ func testDeviceMoverReclaim(t *testing.T, real bool) {
 	if got := f.mover.Stats().Reclaims; got != 1 {
 		t.Errorf("Reclaims = %d, want 1", got)
 	}
-	f.m.mu.RLock()
+	f.m.readLock()
 	ref, _ := f.m.index.find(keyA)
 	r := f.m.recs.at(BlockRef(ref))
 	if r.state[NVMe] != stateReady || r.slot[NVMe] != 1 {
 		t.Errorf("a is %v in NVMe slot %d, want ready in slot 1", r.state[NVMe], r.slot[NVMe])
 	}
-	f.m.mu.RUnlock()
+	f.m.readUnlock()
 	if bad := f.checkAll(t); len(bad) > 0 {
 		t.Errorf("ready copies that differ: %v", bad)
 	}

@@ -10,9 +10,10 @@ import (
 )
 
 // This file holds the manager's internals; every function here runs with
-// m.mu held for writing unless its comment says otherwise. A record's refs
-// are written plainly under the write lock and atomically under the read
-// lock (lookups); the lock orders the two.
+// the write lock held (m.lock) unless its comment says otherwise. A
+// record's refs are written plainly under the write lock and atomically
+// under a stripe's read lock (lookups and releases); the lock orders the
+// two.
 
 func (m *Manager) checkTier(op string, t Tier) error {
 	if t >= NumTiers || !m.tiers[t].present {
@@ -21,7 +22,7 @@ func (m *Manager) checkTier(op string, t Tier) error {
 	return nil
 }
 
-// begin readies l for a new lookup or insert. Called without m.mu.
+// begin readies l for a new lookup or insert. Called without the lock.
 func (m *Manager) begin(l *Lease) error {
 	if l.leased {
 		return fmt.Errorf("%w: lease still holds %d blocks: Release it first", ErrBadInput, len(l.Blocks))
@@ -58,68 +59,77 @@ func (m *Manager) verify(ref BlockRef, r *record, salt Salt, parent Key, depth i
 	return r.flags&flagTokens != 0 && slices.Equal(m.recs.tokensOf(ref), tok)
 }
 
-func (m *Manager) recordAccess(keys []Key) {
+func (m *Manager) recordAccess(k Key) {
 	for t := range NumTiers {
 		if a := m.tiers[t].admitter; a != nil {
-			for _, k := range keys {
-				a.Record(k)
-			}
+			a.Record(k)
 		}
 	}
 }
 
-// lookup fills l with the verified ready prefix of keys. It read-locks m.mu:
-// lookups run in parallel with each other. A reference is added atomically;
-// eviction (under the write lock) sees every reference taken before it.
-// The policy touches and admission records wait for Release.
+// lookup fills l with the verified ready prefix of keys. It read-locks l's
+// stripe: lookups run in parallel with each other, and write nothing but
+// l and their stripe. The lease is pinned (see pin) rather than adding a
+// reference to each block: the next write lock turns the pin into
+// references before anything can evict. The policy touches and admission
+// records wait for Release.
 func (m *Manager) lookup(salt Salt, keys []Key, tokens []int32, l *Lease) {
+	st := m.stripeOf(l)
 	var hits [NumTiers]uint64
-	var users [NumTiers]int64
 	mismatches := uint64(0)
 	bt := m.blockTokens
 	l.requested = len(keys)
-	m.mu.RLock()
+	m.rlock(st)
+	// Blocks go in batches, each step over the whole batch before the
+	// next, so that the cache misses of a batch's index probes, records
+	// and tokens (three a block in a large cache) overlap rather than
+	// follow one another. A miss wastes at most one batch of probes.
+	const batch = 16
+	var refs [batch]BlockRef
 	parent := Key(0)
-	for i, k := range keys {
-		idx, ok := m.index.find(k)
-		if !ok {
-			break
-		}
-		ref := BlockRef(idx)
-		r := m.recs.at(ref)
-		var tok []int32
-		if tokens != nil {
-			tok = tokens[i*bt : (i+1)*bt]
-		}
-		if !m.verify(ref, r, salt, parent, i, tok) {
-			mismatches++
-			break
-		}
-		best := r.best()
-		if best == NumTiers {
-			break
-		}
-		if atomic.AddUint32(&r.refs, 1) == 1 {
-			for t, s := range r.state {
-				if s != stateNone {
-					users[t]++
-				}
+blocks:
+	for base := 0; base < len(keys); base += batch {
+		n := min(batch, len(keys)-base)
+		found := 0
+		for found < n {
+			idx, ok := m.index.find(keys[base+found])
+			if !ok {
+				break
 			}
+			refs[found] = BlockRef(idx)
+			found++
 		}
-		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: best, Slot: r.slot[best]})
-		hits[best]++
-		parent = k
-	}
-	for t, n := range users {
-		if n != 0 {
-			m.gauges.inUse[t].Add(n)
+		for j := range found {
+			i, ref := base+j, refs[j]
+			r := m.recs.at(ref)
+			var tok []int32
+			if tokens != nil {
+				tok = tokens[i*bt : (i+1)*bt]
+			}
+			if !m.verify(ref, r, salt, parent, i, tok) {
+				mismatches++
+				break blocks
+			}
+			best := r.best()
+			if best == NumTiers {
+				break blocks
+			}
+			l.Blocks = append(l.Blocks, Block{Key: keys[i], Ref: ref, Tier: best, Slot: r.slot[best]})
+			hits[best]++
+			parent = keys[i]
+		}
+		if found < n {
+			break
 		}
 	}
-	m.mu.RUnlock()
+	if len(l.Blocks) > 0 {
+		m.pin(st, l)
+	}
+	m.runlock(st)
 	l.leased = true
 	l.lookup = true
 
-	if c := m.metrics; c != nil {
+	if c := m.stripeCounters(st); c != nil {
 		n := uint64(len(keys))
 		c.lookup(len(keys), len(l.Blocks))
 		if mismatches > 0 {
@@ -144,14 +154,15 @@ func (m *Manager) lookup(salt Salt, keys []Key, tokens []int32, l *Lease) {
 	}
 }
 
-// insert is Insert after hashing. Takes m.mu.
+// insert is Insert after hashing. Takes the write lock.
 func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Lease) error {
 	bt := m.blockTokens
-	ts := &m.tiers[tier]
 	var err error
-	m.mu.Lock()
+	m.lock()
 	l.leased = true
-	m.recordAccess(keys)
+	for _, k := range keys {
+		m.recordAccess(k)
+	}
 	parent := Key(0)
 	for i, k := range keys {
 		var tok []int32
@@ -177,7 +188,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			}
 			switch r.state[tier] {
 			case stateReady:
-				ts.policy.Touch(ref)
+				m.policyTouch(tier, ref)
 				m.ref(ref)
 				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: r.slot[tier]})
 				parent = k
@@ -205,7 +216,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 		r := m.recs.at(ref)
 		r.slot[tier] = slot
 		m.setState(ref, tier, stateWriting)
-		ts.policy.Insert(ref, m.meta(tier, r))
+		m.policyInsert(tier, ref)
 		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: slot, Write: true})
 		parent = k
 	}
@@ -253,7 +264,7 @@ func (m *Manager) ref(ref BlockRef) {
 	if r.refs == 0 {
 		for t, s := range r.state {
 			if s != stateNone {
-				m.gauges.inUse[t].Add(1)
+				m.stripes[0].inUse[t].Add(1)
 			}
 		}
 	}
@@ -269,7 +280,7 @@ func (m *Manager) unref(ref BlockRef) {
 	if r.refs == 0 {
 		for t, s := range r.state {
 			if s != stateNone {
-				m.gauges.inUse[t].Add(-1)
+				m.stripes[0].inUse[t].Add(-1)
 			}
 		}
 		m.maybeFree(ref)
@@ -286,12 +297,12 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 	case old == stateNone && s != stateNone:
 		g.resident[t]++
 		if r.refs > 0 {
-			g.inUse[t].Add(1)
+			m.stripes[0].inUse[t].Add(1)
 		}
 	case old != stateNone && s == stateNone:
 		g.resident[t]--
 		if r.refs > 0 {
-			g.inUse[t].Add(-1)
+			m.stripes[0].inUse[t].Add(-1)
 		}
 		r.slot[t] = noSlot
 	}
@@ -390,7 +401,7 @@ func (m *Manager) startCopy(t *Transfer, ref BlockRef, from, to Tier, slot Slot)
 	r := m.recs.at(ref)
 	r.slot[to] = slot
 	m.setState(ref, to, stateWriting)
-	m.tiers[to].policy.Insert(ref, m.meta(to, r))
+	m.policyInsert(to, ref)
 	m.ref(ref)
 	t.Ops = append(t.Ops, MoveOp{Key: r.key, Ref: ref, From: from, FromSlot: r.slot[from], To: to, ToSlot: slot})
 }
@@ -418,13 +429,13 @@ func (m *Manager) background() *Transfer {
 	return m.bg
 }
 
-// unlockAndSubmit releases m.mu and then submits t and the background copies
+// unlockAndSubmit releases the write lock and then submits t and the background copies
 // decided under the lock.
 func (m *Manager) unlockAndSubmit(t *Transfer) {
 	m.checkSampled()
 	bg := m.bg
 	m.bg = nil
-	m.mu.Unlock()
+	m.unlock()
 	if t != nil {
 		m.submit(t)
 	}
@@ -433,21 +444,21 @@ func (m *Manager) unlockAndSubmit(t *Transfer) {
 	}
 }
 
-// submit hands t to the mover. Called without m.mu.
+// submit hands t to the mover. Called without the lock.
 func (m *Manager) submit(t *Transfer) {
 	n := len(t.Ops)
-	m.mu.Lock()
+	m.lock()
 	t.remaining = n
 	t.done = slices.Grow(t.done[:0], n)[:n]
 	clear(t.done)
 	if n == 0 {
 		m.finish(t)
-		m.mu.Unlock()
+		m.unlock()
 		return
 	}
-	m.mu.Unlock()
+	m.unlock()
 	if err := m.mover.Submit(t); err != nil {
-		m.mu.Lock()
+		m.lock()
 		if t.remaining > 0 { // not recycled: some ops are still ours to fail
 			for i := range t.done {
 				if !t.done[i] && t.remaining > 0 {
@@ -459,11 +470,11 @@ func (m *Manager) submit(t *Transfer) {
 	}
 }
 
-// complete processes one op's completion. Called without m.mu.
+// complete processes one op's completion. Called without the lock.
 func (m *Manager) complete(t *Transfer, i int, err error) {
-	m.mu.Lock()
+	m.lock()
 	if i < 0 || i >= len(t.done) || t.done[i] || t.remaining == 0 {
-		m.mu.Unlock()
+		m.unlock()
 		panic(fmt.Sprintf("kvtier: Transfer.Complete(%d) called twice or out of range (%d ops)", i, len(t.done)))
 	}
 	m.completeLocked(t, i, err)
@@ -493,7 +504,7 @@ func (m *Manager) completeLocked(t *Transfer, i int, err error) {
 		m.freeSlot(op.Ref, op.To)
 		if demotion { // the source is intact: keep it
 			m.setState(op.Ref, op.From, stateReady)
-			m.tiers[op.From].policy.Insert(op.Ref, m.meta(op.From, r))
+			m.policyInsert(op.From, op.Ref)
 		} else if op.From == NVMe && r.state[NVMe] == stateReady && errors.Is(err, ErrSourceLost) {
 			// The manager reads an NVMe copy only to load it into the
 			// GPU, where the block is then being written, so this op was
@@ -538,18 +549,111 @@ func (m *Manager) checkSampled() {
 }
 
 // settle records the uses a lookup made: policy touches of the tiers that
-// served each block, and the request's keys for the admitters. Lookups only
-// read-lock, so these wait for the lease's next write-locked operation
-// (Onboard, Offload or Release).
+// served each block (skipping blocks touched very recently, see recent),
+// and the request's keys for the admitters. Lookups only read-lock, so these
+// wait for the lease's next write-locked operation (Onboard, Offload, or a
+// Release that needs the write lock; other Releases queue them, see
+// releaseShared).
 func (m *Manager) settle(l *Lease) {
 	if !l.lookup {
 		return
 	}
 	l.lookup = false
 	for i := range l.Blocks {
-		m.tiers[l.Blocks[i].Tier].policy.Touch(l.Blocks[i].Ref)
+		b := &l.Blocks[i]
+		if !m.recent(b.Tier, m.recs.at(b.Ref)) {
+			m.policyTouch(b.Tier, b.Ref)
+		}
 	}
 	if m.admitters {
-		m.recordAccess(l.keys)
+		for _, k := range l.keys {
+			m.recordAccess(k)
+		}
 	}
+}
+
+// releaseShared is Release for a lease that reserved no slot, under the
+// read lock of its stripe only: a pinned lease is unpinned; otherwise its
+// references are dropped atomically. The lookup's touches and admission records are queued in the stripe (see
+// stripe.go). The last reference to a block that no tier holds any more
+// (its only copy was lost) is left to the write lock, which forgets the
+// record. It reports false, having done nothing, when l reserved slots.
+func (m *Manager) releaseShared(l *Lease) bool {
+	for i := range l.Blocks {
+		if l.Blocks[i].Write {
+			return false
+		}
+	}
+	st := m.stripeOf(l)
+	var users [NumTiers]int64
+	touches := l.touches[:0]
+	slow := 0
+	var now, window [NumTiers]uint32 // see recent
+	for t := range NumTiers {
+		now[t], window[t] = m.ticks[t].Load(), m.tiers[t].window
+	}
+	m.rlock(st)
+	pinned := l.pinned
+	if pinned {
+		m.unpin(st, l)
+	}
+	for i := range l.Blocks {
+		b := l.Blocks[i]
+		r := m.recs.at(b.Ref)
+		if l.lookup && now[b.Tier]-atomic.LoadUint32(&r.touched[b.Tier]) >= window[b.Tier] {
+			touches = append(touches, touch{key: b.Key, ref: b.Ref, tier: b.Tier})
+		}
+		if pinned {
+			continue
+		}
+		n := atomic.AddUint32(&r.refs, ^uint32(0))
+		if n == ^uint32(0) {
+			panic(fmt.Sprintf("kvtier: block %#x released more often than referenced", uint64(r.key)))
+		}
+		if n != 0 {
+			continue
+		}
+		if !r.resident() {
+			// Only the write lock may forget it: put the reference
+			// back (no writer runs while this stripe is read-locked,
+			// and readers never free) and leave the block in l for
+			// unref under the write lock.
+			atomic.AddUint32(&r.refs, 1)
+			l.Blocks[slow] = b
+			slow++
+			continue
+		}
+		for t, s := range r.state {
+			if s != stateNone {
+				users[t]--
+			}
+		}
+	}
+	for t, n := range users {
+		if n != 0 {
+			st.inUse[t].Add(n)
+		}
+	}
+	m.runlock(st)
+	if l.lookup && m.admitters {
+		for _, k := range l.keys {
+			touches = append(touches, touch{key: k, tier: NumTiers})
+		}
+	}
+	l.lookup = false
+	l.touches = touches[:0]
+	l.Blocks = l.Blocks[:slow]
+	if slow > 0 {
+		m.lock()
+		for i := range l.Blocks {
+			m.unref(l.Blocks[i].Ref)
+		}
+		m.unlockAndSubmit(nil)
+	}
+	l.Blocks = l.Blocks[:0]
+	l.leased = false
+	if len(touches) > 0 {
+		m.pushTouches(st, touches)
+	}
+	return true
 }

@@ -35,8 +35,8 @@ func mustNew(t testing.TB, cfg Config) *Manager {
 // check runs the full invariant walk under the lock.
 func (m *Manager) check(t testing.TB) {
 	t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.lock()
+	defer m.unlock()
 	m.checkInvariants()
 }
 
@@ -176,3 +176,7 @@ func (f *fakeMover) read(t Tier, s Slot) Key {
 	defer f.mu.Unlock()
 	return f.data[t][s]
 }
+
+// readLock read-locks one stripe: enough to read the metadata in tests.
+func (m *Manager) readLock()   { m.rlock(&m.stripes[0]) }
+func (m *Manager) readUnlock() { m.runlock(&m.stripes[0]) }

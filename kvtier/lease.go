@@ -36,14 +36,19 @@ type Lease struct {
 	buf       []byte      // hashing scratch
 	plan      []PlanBlock // Plan scratch
 	actions   []Action    // Plan scratch
+	touches   []touch     // Release scratch
+	stripe    uint32      // 1 + index of the manager stripe this lease uses; 0: none yet
 
-	// Guarded by the manager's mutex.
-	xfers  int   // transfers of this lease in flight
-	err    error // first failure since the last Wait
-	done   chan struct{}
-	m      *Manager
-	leased bool
-	lookup bool // Release must record the lookup's uses
+	// Guarded by the manager's write lock (pinned and activeAt: by the
+	// lease's stripe, see stripe.go).
+	xfers    int   // transfers of this lease in flight
+	err      error // first failure since the last Wait
+	done     chan struct{}
+	m        *Manager
+	leased   bool
+	pinned   bool // in its stripe's active list, holding no references yet
+	activeAt int  // its index there
+	lookup   bool // Release must record the lookup's uses
 }
 
 // Len is the number of leased blocks.

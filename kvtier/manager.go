@@ -14,20 +14,29 @@
 //   - No tier holds more slots than its capacity, and a block held by a Lease
 //     or a copy is never evicted (invariant 4).
 //   - Lookups allocate nothing once the Lease has grown (invariant 5), and the
-//     metadata of a resident block is plain values in flat arrays (a 48-byte
-//     record, a 12-byte index entry at most 3/4 full, a free-list entry:
-//     68 bytes a block measured at 10 million, plus the policy's), which
-//     the garbage collector never scans.
+//     metadata of a resident block is plain values in flat arrays (a 64-byte
+//     record, one cache line; a 12-byte index entry at most 3/4 full; a
+//     free-list entry), which the garbage collector never scans.
 //
-// Concurrency: one readers-writer lock guards all metadata and the policies
-// (which have no lock of their own). Lookups take it for reading: they
-// hash outside it, then probe the index, verify tokens and add references
-// (atomically) in parallel with each other. Their policy touches and
-// admission records are applied at the lease's next write-locked call
-// (Onboard, Offload or Release), so recency counts from the end of a use.
-// Everything else takes it for writing. The Mover and the Planner are
-// called, and copy completions are processed, without it held, so a Mover
-// may complete copies from inside Submit.
+// Concurrency (details in stripe.go): a striped readers-writer lock guards
+// all metadata, and a mutex of their own guards the policies and admitters
+// (which have no lock inside). Lookups, and Releases of leases that
+// reserved no slot, read-lock one stripe: they hash outside it, probe the
+// index and verify tokens in parallel with each other, and write no shared
+// cache line: a lookup pins its Lease instead of counting references on
+// each block, and the next write-locked operation turns the pins into
+// references before anything can be evicted. Their policy touches and
+// admission records are queued per stripe at Release (or applied at the
+// lease's Onboard or Offload) and applied in batches, in order per stripe,
+// by the next writer or by a releaser that finds its queue full, so recency
+// counts from the end of a use. Recency from lookups is approximate in two
+// bounded ways: when the queue is full and the policies are busy, touches
+// are dropped (Metrics.DroppedTouches), and a block already touched within
+// the last slots/256 policy operations of its tier is not touched again
+// (it is among the most recent 1/256 of an LRU). Inserts touch exactly.
+// Everything else takes the lock for writing (every stripe). The Mover and
+// the Planner are called, and copy completions are processed, without it
+// held, so a Mover may complete copies from inside Submit.
 //
 // A request's path:
 //
@@ -46,16 +55,34 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"kvtier.dev/kvtier/policy"
 )
 
 // Manager is the block manager. All methods are safe for concurrent use.
 type Manager struct {
-	// mu guards everything below. Lookups take it for reading (index,
-	// records and tokens are only read, references are added atomically);
-	// everything else takes it for writing.
-	mu sync.RWMutex
+	// stripes hold the lock, which guards everything below: lookups
+	// read-lock one stripe (index, records and tokens are only read,
+	// references are added atomically); everything else write-locks all
+	// of them (m.lock). They also hold the lookups' counters and queued
+	// policy touches.
+	stripes []stripe
+
+	// What follows up to the next padding is written while lookups run:
+	// it keeps off the cache lines lookups read.
+	_          [64]byte
+	nextStripe atomic.Uint32
+	// policyMu guards the tiers' policies and admitters, the records'
+	// touch stamps, ticks and drainBuf. A writer takes it after the
+	// stripes; drainTouches may hold it alone.
+	policyMu     sync.Mutex
+	touchPending atomic.Bool
+	// ticks[t] counts tier t's policy inserts and touches (wrapping): the
+	// clock of the records' touch stamps.
+	ticks    [NumTiers]atomic.Uint32
+	drainBuf [touchBufLen]touch // drainTouches' scratch
+	_        [64]byte
 
 	blockTokens  int
 	writeThrough bool
@@ -89,6 +116,7 @@ type tierState struct {
 	next      uint32 // slots below next have been handed out at least once
 	free      []Slot
 	policy    policy.Policy[BlockRef]
+	window    uint32 // lookups skip touching blocks stamped within it
 	admitter  policy.Admitter[Key]
 	evictable func(BlockRef) bool
 	below     Tier // next present tier, or NumTiers
@@ -108,12 +136,13 @@ func New(cfg Config) (*Manager, error) {
 		planner:      cfg.Planner,
 		recompute:    cfg.RecomputeCost,
 		slots:        slots,
+		stripes:      make([]stripe, stripeCount()),
 	}
 	if m.planner == nil {
 		m.planner = LoadAll{}
 	}
 	if !cfg.DisableMetrics {
-		m.metrics = new(counters)
+		m.metrics = &m.stripes[0].c
 	}
 	m.recs.blockTokens = cfg.BlockTokens
 	below := NumTiers
@@ -127,6 +156,7 @@ func New(cfg Config) (*Manager, error) {
 		ts.present = true
 		ts.slotBytes = tc.SlotBytes
 		ts.slots = slots[t]
+		ts.window = slots[t] >> 8
 		ts.policy = tc.Policy
 		ts.admitter = tc.Admitter
 		m.admitters = m.admitters || tc.Admitter != nil
@@ -153,13 +183,15 @@ func (m *Manager) CapacitySlots(t Tier) int {
 // Metrics returns a snapshot of the counters (zeros when disabled).
 func (m *Manager) Metrics() Metrics {
 	var inUse [NumTiers]int64
-	m.mu.RLock()
+	m.lock() // exact in-use gauges: pinned leases become references
 	resident, records := m.gauges.resident, m.recs.live()
-	for t := range inUse {
-		inUse[t] = m.gauges.inUse[t].Load()
+	for i := range m.stripes {
+		for t := range inUse {
+			inUse[t] += m.stripes[i].inUse[t].Load()
+		}
 	}
-	m.mu.RUnlock()
-	return m.metrics.snapshot(m.slots, resident, inUse, records)
+	m.unlock()
+	return m.snapshot(resident, inUse, records)
 }
 
 // Lookup finds the longest prefix of tokens' full blocks that is ready in
@@ -244,7 +276,7 @@ func (m *Manager) Onboard(l *Lease) error {
 			want++
 		}
 	}
-	m.mu.Lock()
+	m.lock()
 	m.settle(l)
 	var t *Transfer
 	full := false
@@ -326,7 +358,7 @@ func (m *Manager) Commit(l *Lease, err error) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Commit: lease holds no insert of this manager", ErrBadInput)
 	}
-	m.mu.Lock()
+	m.lock()
 	for i := range l.Blocks {
 		b := &l.Blocks[i]
 		if !b.Write {
@@ -335,7 +367,7 @@ func (m *Manager) Commit(l *Lease, err error) error {
 		b.Write = false
 		r := m.recs.at(b.Ref)
 		if r.state[b.Tier] != stateWriting || r.slot[b.Tier] != b.Slot {
-			m.mu.Unlock()
+			m.unlock()
 			panic(fmt.Sprintf("kvtier: Commit: block %#x in %v is %v", uint64(b.Key), b.Tier, r.state[b.Tier]))
 		}
 		if err == nil {
@@ -362,7 +394,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Offload: lease holds no blocks of this manager", ErrBadInput)
 	}
-	m.mu.Lock()
+	m.lock()
 	m.settle(l)
 	var t *Transfer
 	ts := &m.tiers[to]
@@ -395,15 +427,15 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 // naming the block and tiers), or ctx's error.
 func (m *Manager) Wait(ctx context.Context, l *Lease) error {
 	for {
-		m.mu.Lock()
+		m.lock()
 		if l.xfers == 0 {
 			err := l.err
 			l.err = nil
-			m.mu.Unlock()
+			m.unlock()
 			return err
 		}
 		done := l.done
-		m.mu.Unlock()
+		m.unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -417,10 +449,10 @@ func (m *Manager) Wait(ctx context.Context, l *Lease) error {
 // Commit are forgotten, as by Commit with an error. Copies still in flight
 // keep their own references. Releasing an empty lease does nothing.
 func (m *Manager) Release(l *Lease) {
-	if !l.leased {
+	if !l.leased || m.releaseShared(l) {
 		return
 	}
-	m.mu.Lock()
+	m.lock()
 	m.settle(l)
 	for i := range l.Blocks {
 		b := &l.Blocks[i]

@@ -35,6 +35,10 @@ type Metrics struct {
 	NoSpace uint64
 	// MoveFailures counts copies the Mover reported as failed.
 	MoveFailures uint64
+	// DroppedTouches counts policy touches and admission records of
+	// lookups that were dropped because their stripe's queue was full
+	// while another call held the lock (recency is then approximate).
+	DroppedTouches uint64
 	// Records is the number of blocks known to the manager.
 	Records int64
 }
@@ -48,14 +52,14 @@ type counters struct {
 	tiers                             [NumTiers]tierCounters
 	lookups, lookupBlocks, hitBlocks  atomic.Uint64
 	mismatches, noSpace, moveFailures atomic.Uint64
+	droppedTouches                    atomic.Uint64
 }
 
 // gauges are levels, not counts. resident changes only under the manager's
-// write lock; inUse also changes in lookups, under the read lock, so it is
-// atomic.
+// write lock. (The in-use gauges also change in lookups and releases, under
+// a stripe's read lock: they are atomic, kept per stripe in stripe.inUse.)
 type gauges struct {
 	resident [NumTiers]int64
-	inUse    [NumTiers]atomic.Int64
 }
 
 func (c *counters) tier(t Tier) *tierCounters {
@@ -123,25 +127,38 @@ func (t *tierCounters) demoted() {
 	}
 }
 
-// snapshot reads the counters; each is read atomically, the set is not.
-// resident and records were read under the manager's lock.
-func (c *counters) snapshot(slots [NumTiers]uint32, resident, inUse [NumTiers]int64, records int) Metrics {
-	var m Metrics
+// snapshot sums the stripes' counters; each is read atomically, the set
+// is not. resident, inUse and records were read under the manager's lock.
+func (m *Manager) snapshot(resident, inUse [NumTiers]int64, records int) Metrics {
+	var mt Metrics
 	for t := range NumTiers {
-		m.Tiers[t].CapacitySlots = int64(slots[t])
+		mt.Tiers[t].CapacitySlots = int64(m.slots[t])
 	}
-	if c == nil {
-		return m
+	if m.metrics == nil {
+		return mt
+	}
+	for i := range m.stripes {
+		c := &m.stripes[i].c
+		for t := range NumTiers {
+			s, d := &c.tiers[t], &mt.Tiers[t]
+			d.Hits += s.hits.Load()
+			d.Misses += s.misses.Load()
+			d.BytesIn += s.bytesIn.Load()
+			d.BytesOut += s.bytesOut.Load()
+			d.Evictions += s.evictions.Load()
+			d.Demotions += s.demotions.Load()
+		}
+		mt.Lookups += c.lookups.Load()
+		mt.LookupBlocks += c.lookupBlocks.Load()
+		mt.HitBlocks += c.hitBlocks.Load()
+		mt.Mismatches += c.mismatches.Load()
+		mt.NoSpace += c.noSpace.Load()
+		mt.MoveFailures += c.moveFailures.Load()
+		mt.DroppedTouches += c.droppedTouches.Load()
 	}
 	for t := range NumTiers {
-		s, d := &c.tiers[t], &m.Tiers[t]
-		d.Hits, d.Misses = s.hits.Load(), s.misses.Load()
-		d.BytesIn, d.BytesOut = s.bytesIn.Load(), s.bytesOut.Load()
-		d.Evictions, d.Demotions = s.evictions.Load(), s.demotions.Load()
-		d.ResidentBlocks, d.InUseBlocks = resident[t], inUse[t]
+		mt.Tiers[t].ResidentBlocks, mt.Tiers[t].InUseBlocks = resident[t], inUse[t]
 	}
-	m.Lookups, m.LookupBlocks, m.HitBlocks = c.lookups.Load(), c.lookupBlocks.Load(), c.hitBlocks.Load()
-	m.Mismatches, m.NoSpace, m.MoveFailures = c.mismatches.Load(), c.noSpace.Load(), c.moveFailures.Load()
-	m.Records = int64(records)
-	return m
+	mt.Records = int64(records)
+	return mt
 }

@@ -38,7 +38,7 @@ type Transfer struct {
 
 	m         *Manager
 	lease     *Lease // nil for background demotions and write-through
-	done      []bool // per op; guarded by m.mu, like remaining
+	done      []bool // per op; guarded by the write lock, like remaining
 	remaining int
 }
 

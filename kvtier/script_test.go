@@ -189,9 +189,9 @@ func (e *scriptEnv) run(args []string) string {
 		return errText(m.Offload(e.lease(args[1]), parseTier(args[2]))) + e.state()
 	case "wait":
 		l := e.lease(args[1])
-		m.mu.Lock()
+		m.lock()
 		pending := l.xfers
-		m.mu.Unlock()
+		m.unlock()
 		if pending > 0 {
 			return fmt.Sprintf("%d transfers pending", pending)
 		}
@@ -228,7 +228,7 @@ func (e *scriptEnv) run(args []string) string {
 // state prints every block, sorted by name, and the pending copies.
 func (e *scriptEnv) state() string {
 	m := e.m
-	m.mu.Lock()
+	m.lock()
 	var lines []string
 	for i := uint32(0); i < m.recs.n; i++ {
 		if slices.Contains(m.recs.free, BlockRef(i)) {
@@ -246,7 +246,7 @@ func (e *scriptEnv) state() string {
 		}
 		lines = append(lines, line)
 	}
-	m.mu.Unlock()
+	m.unlock()
 	slices.Sort(lines)
 	e.f.mu.Lock()
 	for i, p := range e.f.pending {

@@ -6,12 +6,21 @@
 // pread of the payload at the same offsets, from the same number of
 // goroutines. Every figure is payload GiB/s.
 //
-// Each round runs every case once, raw first in even rounds and the tier
-// first in odd ones; a warm-up pass writes every slot first. It writes
+// Read cases also time a diagnostic raw row, "raw O_DIRECT+header": one
+// preadv of the header region and the payload, the very bytes the tier
+// reads, so that a gap between the tier and raw splits into what the on-disk
+// layout costs (raw+header vs raw) and what the tier's code costs (tier vs
+// raw+header). The notes give, per case, the CPU time a block cost this
+// process (getrusage), the device requests it took and their mean size
+// (/proc/diskstats), and the device's queue limits.
+//
+// Each round runs every case once, the order of raw, raw+header and tier
+// rotating by round; a warm-up pass writes every slot first. It writes
 // nvme-<machine>.json and nvme-<machine>.md under --out.
 //
-//	go build -o .gpu/ ./benchmarks/nvme
-//	.gpu/nvme --dir /tmp/kvtier-nvme-bench --machine h200 --out $OUT
+//	CGO_ENABLED=0 go build -o .gpu/nv/ ./benchmarks/nvme
+//	.gpu/nv/nvme --dir /tmp/kvtier-nvme-bench --machine h200 --out $OUT
+//	.gpu/nv/nvme --dir /tmp/kvtier-nvme-bench --machine h200-thp --thp --out $OUT
 package main
 
 import (
@@ -30,6 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -45,7 +55,9 @@ func main() {
 	rounds := flag.Int("rounds", 5, "timed rounds of every case")
 	sizes := flag.String("sizes", "256KiB,1MiB,4MiB", "block sizes to measure, a subset of the default")
 	out := flag.String("out", "benchmarks/results", "directory for nvme-<machine>.json and .md")
-	depth := flag.Int("depth", 32, "I/Os in flight, the same for raw and tier: goroutines issuing blocks, and the tier's Config.Workers")
+	depth := flag.Int("depth", 32, "I/Os in flight, the same for raw and tier: goroutines issuing blocks")
+	thp := flag.Bool("thp", false, "put the I/O buffers on transparent huge pages (MADV_HUGEPAGE), like the pinned host pool; default 4 KiB pages")
+	workers := flag.Int("workers", 0, "the tier's Config.Workers (0: the same as --depth); fewer than --depth shows whether the tier keeps its workers busy with I/O")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -60,9 +72,12 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *dir == "" || *rounds < 1 || *sizeGiB <= 0 || *depth < 1 {
-		fmt.Fprintln(os.Stderr, "nvme: --dir is required; --rounds, --size-gib and --depth must be positive")
+	if *dir == "" || *rounds < 1 || *sizeGiB <= 0 || *depth < 1 || *workers < 0 {
+		fmt.Fprintln(os.Stderr, "nvme: --dir is required; --rounds, --size-gib and --depth must be positive, --workers at least 0")
 		os.Exit(2)
+	}
+	if *workers == 0 {
+		*workers = *depth
 	}
 	var bss []int
 	for _, name := range strings.Split(*sizes, ",") {
@@ -73,7 +88,7 @@ func main() {
 		}
 		bss = append(bss, bs)
 	}
-	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth); err != nil {
+	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth, *workers, *thp); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "nvme:", err)
 		os.Exit(1)
@@ -89,17 +104,27 @@ var cases = []struct {
 	{"rand write", true, true}, {"rand read", false, true},
 }
 
-func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out string, depth int) error {
+// how a pass moves a block.
+type mode int
+
+const (
+	modeRaw    mode = iota // pread/pwrite of the payload
+	modeRawHdr             // preadv of the header region and the payload (reads only)
+	modeTier               // Store.Read / Store.Write
+	numModes
+)
+
+func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out string, depth, workers int, thp bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	res := results.New("nvme", machine, commit())
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("payload GiB/s, %d I/Os in flight, %.2f GiB per pass, %d rounds, raw and tier order alternating by round", depth, sizeGiB, rounds),
+		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of raw, raw+header and tier rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
 		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
 	start := time.Now()
 	for _, bs := range sizes {
-		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth)
+		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth, workers, thp)
 		if err != nil {
 			return fmt.Errorf("%s blocks: %w", sizeName(bs), err)
 		}
@@ -114,7 +139,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 
 // measureSize builds a store of sizeGiB of bs-byte slots and times every
 // case, raw and through the tier, alternating their order by round.
-func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth int) (string, error) {
+func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth, workers int, thp bool) (string, error) {
 	sub := filepath.Join(dir, fmt.Sprintf("bs-%d", bs))
 	if err := os.MkdirAll(sub, 0o700); err != nil {
 		return "", err
@@ -122,7 +147,7 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	defer os.RemoveAll(sub)
 	nslots := max(int(sizeGiB*(1<<30))/bs, depth)
 	s, err := nvme.Open(nvme.Config{Dirs: []string{sub}, SlotsPerFile: nslots, BlockBytes: bs,
-		MaxTokens: 16, Mode: nvme.ModeDirect, Workers: depth})
+		MaxTokens: 16, Mode: nvme.ModeDirect, Workers: workers})
 	if err != nil {
 		return "", err
 	}
@@ -130,6 +155,10 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	info := s.Info()
 	note := fmt.Sprintf("%s: %d slots of %d bytes, %s I/O, alignment %d bytes (%s), preallocated %v",
 		sizeName(bs), nslots, info.SlotBytes, info.Mode, info.AlignBytes, info.AlignSource, info.Preallocated)
+	dev := newDiskStats(info.Files[0])
+	if dev.ok() {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s blocks on device %s: %s", sizeName(bs), dev.name, dev.queue()))
+	}
 	raw, err := unix.Open(info.Files[0], unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open %s with O_DIRECT for the raw baseline: %w", info.Files[0], err)
@@ -148,19 +177,42 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	payloadOff := func(slot nvme.Slot) int64 {
 		return info.FirstSlotOffset + int64(slot)*info.SlotBytes + int64(info.HeaderBytes)
 	}
+	// One mapping holds every goroutine's buffer; with --thp it is 2 MiB
+	// aligned and asks for transparent huge pages, as the pinned host pool
+	// that feeds the tier in a server does.
+	const hugeBytes = 2 << 20
+	mem, err := unix.Mmap(-1, 0, depth*bs+hugeBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Munmap(mem)
+	base := mem
+	if thp {
+		p := uintptr(unsafe.Pointer(&mem[0]))
+		base = mem[(hugeBytes-int(p%hugeBytes))%hugeBytes:]
+		if err := unix.Madvise(base[:depth*bs], unix.MADV_HUGEPAGE); err != nil {
+			return "", fmt.Errorf("--thp: madvise(MADV_HUGEPAGE): %w", err)
+		}
+	}
 	bufs := make([][]byte, depth)
 	for i := range bufs {
-		b, err := unix.Mmap(-1, 0, bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-		if err != nil {
-			return "", err
-		}
-		defer unix.Munmap(b)
+		b := base[i*bs : (i+1)*bs : (i+1)*bs]
 		// Every buffer holds the same bytes, so that a raw write leaves the
 		// tier's block (and its checksum) valid for the reads that follow.
 		for j := range b {
 			b[j] = byte(j*131 + j>>12)
 		}
 		bufs[i] = b
+	}
+	// Header regions for the raw+header reads.
+	hdrs := make([][]byte, depth)
+	for i := range hdrs {
+		b, err := unix.Mmap(-1, 0, info.HeaderBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		if err != nil {
+			return "", err
+		}
+		defer unix.Munmap(b)
+		hdrs[i] = b
 	}
 	rng := rand.New(rand.NewPCG(1, uint64(bs)))
 	perm := rng.Perm(nslots)
@@ -169,7 +221,7 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 		seq[i] = i
 	}
 	// one pass over all slots, in order, with depth goroutines; returns GiB/s.
-	pass := func(write, random, tier bool) (float64, error) {
+	pass := func(write, random bool, m mode) (float64, error) {
 		order := seq
 		if random {
 			order = perm
@@ -180,7 +232,7 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 		var wg sync.WaitGroup
 		t0 := time.Now()
 		for g := range depth {
-			buf := bufs[g]
+			buf, hdr := bufs[g], hdrs[g]
 			wg.Go(func() {
 				ctx := context.Background()
 				for {
@@ -191,12 +243,14 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 					slot := slots[order[i]]
 					var err error
 					switch {
-					case tier && write:
+					case m == modeTier && write:
 						err = s.Write(ctx, slot, nvme.BlockMeta{Key: uint64(slot) + 1, Parent: uint64(slot), Salt: 1}, buf)
-					case tier:
+					case m == modeTier:
 						_, err = s.Read(ctx, slot, buf)
 					case write:
 						err = full(unix.Pwrite, raw, buf, payloadOff(slot))
+					case m == modeRawHdr:
+						err = fullv(raw, hdr, buf, payloadOff(slot)-int64(info.HeaderBytes))
 					default:
 						err = full(unix.Pread, raw, buf, payloadOff(slot))
 					}
@@ -213,38 +267,89 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	}
 	// Warm up, untimed: write every slot through the tier, so that the
 	// file is allocated on the drive and the reads find blocks.
-	if _, err := pass(true, false, true); err != nil {
+	if _, err := pass(true, false, modeTier); err != nil {
 		return "", err
 	}
 	type key struct {
-		c    int
-		tier bool
+		c int
+		m mode
 	}
 	samples := map[key][]float64{}
+	reqs := map[key]diskDelta{}
+	cpu := map[key]time.Duration{}
 	for r := range rounds {
 		for c, cs := range cases {
-			order := []bool{false, true}
-			if r%2 == 1 {
-				order = []bool{true, false}
-			}
-			for _, tier := range order {
-				v, err := pass(cs.write, cs.random, tier)
-				if err != nil {
-					return "", fmt.Errorf("%s (tier %v): %w", cs.name, tier, err)
+			for i := range numModes {
+				m := (mode(r) + i) % numModes
+				if m == modeRawHdr && cs.write {
+					continue // it would overwrite the tier's headers
 				}
-				samples[key{c, tier}] = append(samples[key{c, tier}], v)
+				before, cpu0 := dev.read(), cpuTime()
+				v, err := pass(cs.write, cs.random, m)
+				cpu[key{c, m}] += cpuTime() - cpu0
+				if err != nil {
+					return "", fmt.Errorf("%s (%s): %w", cs.name, modeNames[m], err)
+				}
+				k := key{c, m}
+				samples[k] = append(samples[k], v)
+				reqs[k] = reqs[k].add(dev.read().sub(before, cs.write))
 			}
 		}
 	}
 	if st := s.Stats(); st.CorruptDrops != 0 {
 		return "", fmt.Errorf("the tier dropped %d corrupt slots during the run", st.CorruptDrops)
 	}
+	blocks := float64(nslots * rounds)
 	for c, cs := range cases {
 		base := fmt.Sprintf("raw O_DIRECT %s %s", cs.name, sizeName(bs))
-		res.Add(base, "GiB/s", samples[key{c, false}], "")
-		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, true}], base)
+		res.Add(base, "GiB/s", samples[key{c, modeRaw}], "")
+		if !cs.write {
+			r := res.Add(fmt.Sprintf("raw O_DIRECT+header %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, modeRawHdr}], base)
+			r.Note = "diagnostic: the tier's bytes (header region + payload) in one raw preadv"
+			res.Rows[len(res.Rows)-1] = r
+		}
+		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, modeTier}], base)
+		note += fmt.Sprintf("; %s CPU µs per block (user+system, this process):", cs.name)
+		for m := range numModes {
+			if d, ok := cpu[key{c, m}]; ok {
+				note += fmt.Sprintf(" %s %.1f,", modeNames[m], float64(d.Microseconds())/blocks)
+			}
+		}
+		note = strings.TrimSuffix(note, ",")
+		if dev.ok() {
+			note += fmt.Sprintf("; %s device requests per block:", cs.name)
+			for m := range numModes {
+				if d, ok := reqs[key{c, m}]; ok {
+					note += fmt.Sprintf(" %s %s,", modeNames[m], d.per(blocks))
+				}
+			}
+			note = strings.TrimSuffix(note, ",")
+		}
 	}
 	return note, nil
+}
+
+var modeNames = [numModes]string{"raw", "raw+header", "tier"}
+
+// fullv reads hdr then b from off with preadv, continuing after short reads.
+func fullv(fd int, hdr, b []byte, off int64) error {
+	for len(hdr)+len(b) > 0 {
+		n, err := unix.Preadv(fd, [][]byte{hdr, b}, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("short I/O")
+		}
+		off += int64(n)
+		k := min(n, len(hdr))
+		hdr, n = hdr[k:], n-k
+		b = b[n:]
+	}
+	return nil
 }
 
 // full moves all of b at off with pread or pwrite.
@@ -263,6 +368,15 @@ func full(call func(int, []byte, int64) (int, error), fd int, b []byte, off int6
 		b, off = b[n:], off+int64(n)
 	}
 	return nil
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func sizeName(bs int) string {

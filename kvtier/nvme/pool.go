@@ -22,7 +22,10 @@ type worker struct {
 // pool holds the workers' contexts. An I/O runs on the goroutine that asks
 // for it, after it took a worker: the number of workers bounds the system
 // calls in flight (each blocks an OS thread), and the caller pays no hand-off
-// to another goroutine and back.
+// to another goroutine and back. A read holds its worker for the system call
+// and the header check only: hashing the payload, the one CPU-heavy step,
+// runs after the worker went back. (A write still hashes while it holds its
+// worker: the header it encodes in the worker's memory carries the sum.)
 type pool struct {
 	idle    chan *worker
 	workers []*worker
