@@ -3,7 +3,9 @@
 //	kvtier replay   replay a request trace through the block manager (the main job)
 //	kvtier calc     reload or recompute? for a model, context length and link
 //	kvtier probe    the device's facts and measured link figures
-//	kvtier bench    benchmarks against the baselines, in one run
+//	kvtier pin      pin a host pool with the pipelined allocator, with a progress bar
+//
+// The benchmarks against the baselines are programs under benchmarks/.
 //
 // Each subcommand lives in its own file and registers itself in init.
 package main
