@@ -6,8 +6,15 @@
 // copy of the same bytes. It also measures how much an onboard slows a
 // compute kernel on the server's stream.
 //
+// Each engine moves both directions, as a server's does, so that in the
+// "both" rows MethodAuto sees the other direction's traffic: the onboard is
+// submitted first, into an idle link, and the offload while it runs
+// (engine-auto-offload-first reverses the order). A note per size says
+// which method Auto chose for each direction.
+//
 //	go build -o .gpu/ ./benchmarks/transfer
 //	.gpu/transfer --machine h200 --out benchmarks/results
+//	.gpu/transfer --dirs both --no-overlap --out /tmp   # both ways only
 package main
 
 import (
@@ -38,9 +45,11 @@ func main() {
 type bench struct {
 	dev          cudastream.Device
 	total        int64
+	gpu          cudastream.DevicePtr // gpuA then gpuB
 	gpuA, gpuB   cudastream.DevicePtr // scatter regions, 4x total each
 	gpuRegion    int64
-	poolA, poolB []byte // pinned, total bytes each
+	pool         []byte // pinned: poolA then poolB
+	poolA, poolB []byte // total bytes each
 	sA, sB       cudastream.Stream
 	evA, evB     cudastream.Event
 }
@@ -59,6 +68,7 @@ func run() error {
 		threads = flag.Int("kernel-threads", 0, "threads per CTA of the copy kernel (0: cudastream's default)")
 		fma     = flag.Int("fma-iters", 1<<19, "iterations of the FMA kernel in the overlap measurement")
 		skipOv  = flag.Bool("no-overlap", false, "skip the overlap measurement")
+		dirsS   = flag.String("dirs", "HtoD,DtoH,both", "directions to measure (HtoD, DtoH, both)")
 	)
 	flag.Parse()
 	total, err := parseBytes(*totalS)
@@ -76,6 +86,10 @@ func run() error {
 		}
 		blockSizes = append(blockSizes, n)
 	}
+	dirs, err := parseDirs(*dirsS)
+	if err != nil {
+		return fmt.Errorf("--dirs: %w", err)
+	}
 	if *rounds < 1 {
 		return fmt.Errorf("--rounds must be at least 1, got %d", *rounds)
 	}
@@ -90,6 +104,7 @@ func run() error {
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("device: %s, driver %d, PCIe gen %d x%d, batched copies: %v", info.Name, info.DriverVersion, info.PCIeGen, info.PCIeWidth, info.BatchCopy),
 		fmt.Sprintf("%d bytes per transfer; blocks scattered at random over a %d-byte device region, contiguous in a pinned (cuMemHostAlloc) pool", total, 4*total),
+		"one engine moves both directions (onboard into the first device region from the first half of the pool, offload from the second region to the second half); both at once: the onboard is submitted first, then the offload while it runs, except in engine-auto-offload-first",
 		fmt.Sprintf("each case: one warm-up, then %d rounds with the order of the engine's methods / per-block loop / one large copy rotated each round; GiB/s = bytes / wall time from first submission to completion", *rounds),
 		"engine-auto is the engine's default (Config.Method = MethodAuto); engine-kernel forces the copy kernel (SMs read/write the pinned pool), engine-batch forces cuMemcpyBatchAsync",
 		fmt.Sprintf("copy kernel: %d CTAs x %d threads (0: defaults %d x %d); overlap: kvtier_fma, %d iterations per thread in one wave of 4 CTAs x 256 threads per SM, an eighth of that in 32 CTAs per SM",
@@ -103,7 +118,7 @@ func run() error {
 
 	base := transfer.Config{MaxBatch: *batch, KernelCopy: cudastream.KernelCopyOptions{CTAs: *ctas, ThreadsPerCTA: *threads}}
 	for _, bs := range blockSizes {
-		if err := b.size(res, bs, *rounds, base); err != nil {
+		if err := b.size(res, bs, *rounds, base, dirs); err != nil {
 			return fmt.Errorf("block size %d: %w", bs, err)
 		}
 	}
@@ -118,20 +133,18 @@ func run() error {
 	return res.Markdown(os.Stdout)
 }
 
+// setup allocates one device region and one pinned pool, each cut in two
+// halves (A and B), so that one engine can address both directions' memory.
 func (b *bench) setup() error {
 	var err error
-	if b.gpuA, err = b.dev.Alloc(b.gpuRegion); err != nil {
+	if b.gpu, err = b.dev.Alloc(2 * b.gpuRegion); err != nil {
 		return err
 	}
-	if b.gpuB, err = b.dev.Alloc(b.gpuRegion); err != nil {
+	b.gpuA, b.gpuB = b.gpu, b.gpu+cudastream.DevicePtr(b.gpuRegion)
+	if b.pool, err = b.dev.HostAlloc(2 * b.total); err != nil {
 		return err
 	}
-	if b.poolA, err = b.dev.HostAlloc(b.total); err != nil {
-		return err
-	}
-	if b.poolB, err = b.dev.HostAlloc(b.total); err != nil {
-		return err
-	}
+	b.poolA, b.poolB = b.pool[:b.total:b.total], b.pool[b.total:]
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < len(b.poolA); i += 8 {
 		v := rng.Uint64()
@@ -164,48 +177,38 @@ func (b *bench) teardown() {
 			e.Destroy()
 		}
 	}
-	for _, p := range [][]byte{b.poolA, b.poolB} {
-		if p != nil {
-			b.dev.HostFree(p)
-		}
+	if b.pool != nil {
+		b.dev.HostFree(b.pool)
 	}
-	for _, p := range []cudastream.DevicePtr{b.gpuA, b.gpuB} {
-		if p != 0 {
-			b.dev.Free(p)
-		}
+	if b.gpu != 0 {
+		b.dev.Free(b.gpu)
 	}
 }
 
-// engines builds one engine per direction's region: A moves poolA <-> gpuA,
-// B moves poolB <-> gpuB, so that "both at once" uses disjoint memory.
-func (b *bench) engines(bs int64, cfg transfer.Config) (ea, eb *transfer.Engine, err error) {
-	mk := func(base cudastream.DevicePtr, pool []byte) (*transfer.Engine, error) {
-		g, err := transfer.BlockFirstLayout(base, 1, 1, int(b.gpuRegion/bs), bs)
-		if err != nil {
-			return nil, err
-		}
-		c := cfg
-		c.GPU, c.Host = g, transfer.HostLayout{Pool: pool, SlotBytes: bs}
-		return transfer.New(b.dev, c)
+// engine builds an engine over both halves of the device region and of the
+// pool, in blocks of bs bytes: one engine moves both directions, as a
+// server's does, so that MethodAuto sees one direction's traffic from the
+// other. "Both at once" still uses disjoint memory: pairs of half A (see
+// halfPairs) onboard, pairs of half B offload.
+func (b *bench) engine(bs int64, cfg transfer.Config) (*transfer.Engine, error) {
+	g, err := transfer.BlockFirstLayout(b.gpu, 1, 1, int(2*b.gpuRegion/bs), bs)
+	if err != nil {
+		return nil, err
 	}
-	if ea, err = mk(b.gpuA, b.poolA); err != nil {
-		return nil, nil, err
-	}
-	if eb, err = mk(b.gpuB, b.poolB); err != nil {
-		ea.Close()
-		return nil, nil, err
-	}
-	return ea, eb, nil
+	cfg.GPU, cfg.Host = g, transfer.HostLayout{Pool: b.pool, SlotBytes: bs}
+	return transfer.New(b.dev, cfg)
 }
 
-// scatter picks n distinct GPU blocks among the region's, in random order,
-// for host slots 0..n-1.
-func scatter(n, blocks int, seed uint64) []transfer.Pair {
+// halfPairs picks n distinct GPU blocks at random in half h (0: A, 1: B) of
+// the device region, in random order, for host slots 0..n-1 of the same
+// half of the pool.
+func (b *bench) halfPairs(h int, bs int64, seed uint64) []transfer.Pair {
+	n, blocks := int(b.total/bs), int(b.gpuRegion/bs)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	perm := rng.Perm(blocks)[:n]
 	pairs := make([]transfer.Pair, n)
 	for i := range pairs {
-		pairs[i] = transfer.Pair{GPUBlock: int32(perm[i]), HostSlot: int32(i)}
+		pairs[i] = transfer.Pair{GPUBlock: int32(h*blocks + perm[i]), HostSlot: int32(h*n + i)}
 	}
 	return pairs
 }
@@ -220,51 +223,81 @@ const (
 
 func (d direction) String() string { return [...]string{"HtoD", "DtoH", "both"}[d] }
 
+func parseDirs(s string) ([]direction, error) {
+	var dirs []direction
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		found := false
+		for d := htod; d <= both; d++ {
+			if strings.EqualFold(f, d.String()) {
+				dirs, found = append(dirs, d), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown direction %q: want HtoD, DtoH or both, separated by commas", f)
+		}
+	}
+	return dirs, nil
+}
+
 // engineMethods are the engine's rows: what the engine does by default
 // (auto), and each submission method forced.
 var engineMethods = []transfer.Method{transfer.MethodAuto, transfer.MethodKernel, transfer.MethodBatch} // size() relies on this order
 
-func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Config) error {
-	type pair struct{ a, b *transfer.Engine }
-	engs := make([]pair, len(engineMethods))
+func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Config, dirs []direction) error {
+	engs := make([]*transfer.Engine, len(engineMethods))
 	for i, m := range engineMethods {
 		cfg := base
 		cfg.Method = m
-		ea, eb, err := b.engines(bs, cfg)
+		e, err := b.engine(bs, cfg)
 		if err != nil {
 			return fmt.Errorf("engine %v: %w", m, err)
 		}
-		defer ea.Close()
-		defer eb.Close()
-		engs[i] = pair{ea, eb}
+		defer e.Close()
+		engs[i] = e
 	}
-	n := int(b.total / bs)
-	pairsA := scatter(n, int(b.gpuRegion/bs), uint64(bs))
-	pairsB := scatter(n, int(b.gpuRegion/bs), uint64(bs)+1)
+	pairsA := b.halfPairs(0, bs, uint64(bs))
+	pairsB := b.halfPairs(1, bs, uint64(bs)+1)
 	for i, m := range engineMethods {
-		if err := b.verify(engs[i].a, pairsA, bs, m); err != nil {
+		if err := b.verify(engs[i], pairsA, m); err != nil {
 			return fmt.Errorf("engine %v: %w", m, err)
 		}
 	}
 	label := sizeLabel(bs)
-	for _, dir := range []direction{htod, dtoh, both} {
+	for _, dir := range dirs {
 		type bcase struct {
 			name string
 			fn   func() (time.Duration, error)
 		}
 		var cases []bcase
+		// chose records, for each engine-auto case, which method moved
+		// each direction in the last round.
+		chose := map[string]string{}
 		for i, m := range engineMethods {
-			ea, eb := engs[i].a, engs[i].b
-			cases = append(cases, bcase{"engine-" + m.String(), func() (time.Duration, error) { return b.runEngine(dir, ea, eb, pairsA, pairsB) }})
+			e := engs[i]
+			name := "engine-" + m.String()
+			cases = append(cases, bcase{name, func() (time.Duration, error) {
+				return b.runEngine(dir, e, e, pairsA, pairsB, false, chose, name)
+			}})
+		}
+		if dir == both {
+			auto, kernel, batch := engs[0], engs[1], engs[2]
+			cases = append(cases,
+				// Onboard by the copy kernel, offload by batches: the
+				// copy engines and the SMs each carry one direction.
+				bcase{"engine-kernel-onboard+batch-offload", func() (time.Duration, error) {
+					return b.runEngine(dir, kernel, batch, pairsA, pairsB, false, nil, "")
+				}},
+				bcase{"engine-batch-onboard+kernel-offload", func() (time.Duration, error) {
+					return b.runEngine(dir, batch, kernel, pairsA, pairsB, false, nil, "")
+				}},
+				// A server's background offload is often running when an
+				// onboard arrives: the offload goes first, into an idle link.
+				bcase{"engine-auto-offload-first", func() (time.Duration, error) {
+					return b.runEngine(dir, auto, auto, pairsA, pairsB, true, chose, "engine-auto-offload-first")
+				}})
 		}
 		nEngine := len(cases)
-		if dir == both {
-			// Onboard by the copy kernel, offload by batches: the copy
-			// engines and the SMs each carry one direction.
-			ea, eb := engs[1].a, engs[2].b
-			cases = append(cases, bcase{"engine-kernel-onboard+batch-offload", func() (time.Duration, error) { return b.runEngine(dir, ea, eb, pairsA, pairsB) }})
-			nEngine++
-		}
 		cases = append(cases,
 			bcase{"per-block loop", func() (time.Duration, error) { return b.runLoop(dir, pairsA, pairsB, bs) }},
 			bcase{"one large copy", func() (time.Duration, error) { return b.runLarge(dir) }})
@@ -295,15 +328,20 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 			res.Add(fmt.Sprintf("%s %s %s vs loop", dir, label, cases[i].name), "GiB/s", samples[i], loopName)
 			res.Add(fmt.Sprintf("%s %s %s vs large copy", dir, label, cases[i].name), "GiB/s", samples[i], largeName)
 		}
+		for _, name := range []string{"engine-auto", "engine-auto-offload-first"} {
+			if c, ok := chose[name]; ok {
+				res.Notes = append(res.Notes, fmt.Sprintf("%s %s %s chose (last round): %s", dir, label, name, c))
+			}
+		}
 	}
 	return nil
 }
 
-// verify onboards pool A's blocks with ea, offloads them into pool B by the
-// same method and compares every byte.
-func (b *bench) verify(ea *transfer.Engine, pairs []transfer.Pair, bs int64, m transfer.Method) error {
+// verify onboards pool A's blocks with e, offloads the same GPU blocks into
+// pool B by the same engine and compares every byte.
+func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m transfer.Method) error {
 	ctx := context.Background()
-	t, err := ea.Onboard(ctx, pairs)
+	t, err := e.Onboard(ctx, pairs)
 	if err != nil {
 		return err
 	}
@@ -312,13 +350,11 @@ func (b *bench) verify(ea *transfer.Engine, pairs []transfer.Pair, bs int64, m t
 	}
 	t.Release()
 	clear(b.poolB)
-	g, _ := transfer.BlockFirstLayout(b.gpuA, 1, 1, int(b.gpuRegion/bs), bs)
-	ev, err := transfer.New(b.dev, transfer.Config{GPU: g, Host: transfer.HostLayout{Pool: b.poolB, SlotBytes: bs}, Method: m})
-	if err != nil {
-		return err
+	back := make([]transfer.Pair, len(pairs))
+	for i, p := range pairs {
+		back[i] = transfer.Pair{GPUBlock: p.GPUBlock, HostSlot: p.HostSlot + int32(len(pairs))}
 	}
-	defer ev.Close()
-	t, err = ev.Offload(ctx, pairs, nil)
+	t, err = e.Offload(ctx, back, nil)
 	if err != nil {
 		return err
 	}
@@ -329,37 +365,69 @@ func (b *bench) verify(ea *transfer.Engine, pairs []transfer.Pair, bs int64, m t
 	if !bytes.Equal(b.poolA, b.poolB) {
 		for i := range b.poolA {
 			if b.poolA[i] != b.poolB[i] {
-				return fmt.Errorf("verify: byte %d differs after a round trip through scattered blocks", i)
+				return fmt.Errorf("verify (%v): byte %d differs after a round trip through scattered blocks", m, i)
 			}
 		}
 	}
 	return nil
 }
 
-func (b *bench) runEngine(dir direction, ea, eb *transfer.Engine, pa, pb []transfer.Pair) (time.Duration, error) {
+// runEngine onboards pa with on and offloads pb with off, as dir says, and
+// returns the wall time until both are done. Both ways, the onboard is
+// submitted first unless offloadFirst. Where chose is not nil, it records
+// under name which method moved each direction.
+func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []transfer.Pair, offloadFirst bool, chose map[string]string, name string) (time.Duration, error) {
 	ctx := context.Background()
 	start := time.Now()
-	var ts []*transfer.Transfer
-	if dir == htod || dir == both {
-		t, err := ea.Onboard(ctx, pa)
-		if err != nil {
-			return 0, err
+	var tOn, tOff *transfer.Transfer
+	var errOn, errOff error
+	submitOn := func() {
+		if dir == htod || dir == both {
+			tOn, errOn = on.Onboard(ctx, pa)
 		}
-		ts = append(ts, t)
 	}
-	if dir == dtoh || dir == both {
-		t, err := eb.Offload(ctx, pb, nil)
-		if err != nil {
-			return 0, err
+	submitOff := func() {
+		if dir == dtoh || dir == both {
+			tOff, errOff = off.Offload(ctx, pb, nil)
 		}
-		ts = append(ts, t)
 	}
-	var errs []error
-	for _, t := range ts {
-		errs = append(errs, t.Wait(ctx))
-		t.Release()
+	if offloadFirst {
+		submitOff()
+		submitOn()
+	} else {
+		submitOn()
+		submitOff()
 	}
-	return time.Since(start), errors.Join(errs...)
+	errs := []error{errOn, errOff}
+	var picks []string
+	for _, tc := range []struct {
+		what string
+		t    *transfer.Transfer
+	}{{"onboard", tOn}, {"offload", tOff}} {
+		if tc.t == nil {
+			continue
+		}
+		errs = append(errs, tc.t.Wait(ctx))
+		picks = append(picks, fmt.Sprintf("%s %s (%d of %d descriptors)", tc.what, methodName(tc.t), tc.t.KernelCopies(), tc.t.Copies()))
+		tc.t.Release()
+	}
+	d := time.Since(start)
+	if chose != nil {
+		chose[name] = strings.Join(picks, ", ")
+	}
+	return d, errors.Join(errs...)
+}
+
+// methodName says which method moved t's descriptors; the count in
+// parentheses that follows it is those the kernel moved.
+func methodName(t *transfer.Transfer) string {
+	switch k := t.KernelCopies(); {
+	case k == t.Copies():
+		return "by the copy kernel"
+	case k == 0:
+		return "by batches"
+	}
+	return "by the kernel and batches"
 }
 
 func (b *bench) runLoop(dir direction, pa, pb []transfer.Pair, bs int64) (time.Duration, error) {
@@ -370,7 +438,7 @@ func (b *bench) runLoop(dir direction, pa, pb []transfer.Pair, bs int64) (time.D
 		wg.Go(func() {
 			for _, p := range pa {
 				off := int64(p.HostSlot) * bs
-				if errA = b.sA.CopyHtoD(b.gpuA+cudastream.DevicePtr(int64(p.GPUBlock)*bs), b.poolA[off:off+bs]); errA != nil {
+				if errA = b.sA.CopyHtoD(b.gpu+cudastream.DevicePtr(int64(p.GPUBlock)*bs), b.pool[off:off+bs]); errA != nil {
 					return
 				}
 			}
@@ -381,7 +449,7 @@ func (b *bench) runLoop(dir direction, pa, pb []transfer.Pair, bs int64) (time.D
 		wg.Go(func() {
 			for _, p := range pb {
 				off := int64(p.HostSlot) * bs
-				if errB = b.sB.CopyDtoH(b.poolB[off:off+bs], b.gpuB+cudastream.DevicePtr(int64(p.GPUBlock)*bs)); errB != nil {
+				if errB = b.sB.CopyDtoH(b.pool[off:off+bs], b.gpu+cudastream.DevicePtr(int64(p.GPUBlock)*bs)); errB != nil {
 					return
 				}
 			}
@@ -463,11 +531,11 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 	} {
 		aloneName := fmt.Sprintf("compute (FMA, %s) alone", shape.name)
 		for _, bs := range []int64{16 << 10, 2 << 20} {
-			ea, eb, err := b.engines(bs, base)
+			ea, err := b.engine(bs, base)
 			if err != nil {
 				return err
 			}
-			pairs := scatter(int(b.total/bs), int(b.gpuRegion/bs), 99)
+			pairs := b.halfPairs(0, bs, 99)
 			var alone, shared, onboard []float64
 			for r := -1; r < rounds; r++ {
 				for k := 0; k < 2; k++ {
@@ -501,7 +569,6 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 				}
 			}
 			ea.Close()
-			eb.Close()
 			if bs == 16<<10 {
 				res.Add(aloneName, "ms", alone, "")
 			}

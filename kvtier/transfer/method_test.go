@@ -3,9 +3,11 @@ package transfer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -115,6 +117,8 @@ func TestMethodConfigErrors(t *testing.T) {
 	}{
 		{"unknown method", f.sim, Config{Method: NumMethods}, "Config.Method"},
 		{"negative switch", f.sim, Config{KernelBelowBytes: -1}, "KernelBelowBytes"},
+		{"contended switch above the one-way one", f.sim, Config{KernelBelowBytes: 4096, OnboardContendedKernelBelowBytes: 8192}, "OnboardContendedKernelBelowBytes (8192) is above"},
+		{"negative contended switch", f.sim, Config{OffloadContendedKernelBelowBytes: -1}, "OffloadContendedKernelBelowBytes must not be negative"},
 		{"bad kernel CTAs", f.sim, Config{KernelCopy: cudastream.KernelCopyOptions{CTAs: -2}}, "KernelCopy"},
 		{"bad kernel threads", f.sim, Config{Method: MethodKernel, KernelCopy: cudastream.KernelCopyOptions{ThreadsPerCTA: 100}}, "ThreadsPerCTA"},
 		{"kernel without a copy kernel", noKernelDevice{f.sim}, Config{Method: MethodKernel}, "no copy kernel"},
@@ -131,5 +135,214 @@ func TestMethodString(t *testing.T) {
 		if got := m.String(); got != want {
 			t.Errorf("Method(%d).String() = %q, want %q", uint8(m), got, want)
 		}
+	}
+}
+
+// TestAutoTable checks MethodAuto's default table against the H200
+// measurements it was read from (see MethodAuto): for each measured block
+// size, the method that was fastest, one way and both ways at once.
+func TestAutoTable(t *testing.T) {
+	tab, err := newAutoTable(&Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const kernel, batch = true, false
+	for _, tc := range []struct {
+		block int64
+		// one way; onboard during a kernel offload; onboard during a
+		// batched offload; offload during an onboard
+		onAlone, offAlone                     bool
+		onDuringKernel, onDuringBatch, offDur bool
+	}{
+		// both ways (onboard+offload): kernel+kernel, kernel+batch, batch+kernel, batch+batch
+		{16 << 10, kernel, kernel, kernel, kernel, kernel}, // 49.6, 36.4, 9.7, 11.2
+		{64 << 10, kernel, kernel, kernel, kernel, batch},  // 56.8, 66.1, 46.2, 61.2
+		{256 << 10, kernel, kernel, kernel, batch, batch},  // 58.6, 63.9, 46.2, 75.8
+		{2 << 20, batch, batch, batch, batch, batch},       // 58.6, 61.2, 48.5, 83.0
+	} {
+		const n = 1000
+		for _, c := range []struct {
+			what  string
+			row   int
+			other otherState
+			want  bool
+		}{
+			{"onboard alone", onboardRow, otherIdle, tc.onAlone},
+			{"offload alone", offloadRow, otherIdle, tc.offAlone},
+			{"onboard during a kernel offload", onboardRow, otherKernel, tc.onDuringKernel},
+			{"onboard during a batched offload", onboardRow, otherBatches, tc.onDuringBatch},
+			{"offload during a kernel onboard", offloadRow, otherKernel, tc.offDur},
+			{"offload during a batched onboard", offloadRow, otherBatches, tc.offDur},
+		} {
+			if got := tab.useKernel(c.row, c.other, n*tc.block, n); got != c.want {
+				t.Errorf("%s of %d-byte pieces: kernel = %v, want %v", c.what, tc.block, got, c.want)
+			}
+		}
+	}
+
+	// A lower one-way switch lowers the contended defaults with it.
+	tab, err = newAutoTable(&Config{KernelBelowBytes: 128 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [2][numOtherStates]int64{{128 << 10, 128 << 10, 128 << 10}, {128 << 10, 64 << 10, 64 << 10}}; tab.kernelBelow != want {
+		t.Errorf("KernelBelowBytes 128 KiB: table %v, want %v", tab.kernelBelow, want)
+	}
+	tab, err = newAutoTable(&Config{OnboardContendedKernelBelowBytes: 4096, OffloadContendedKernelBelowBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := [2][numOtherStates]int64{{1 << 20, 1 << 20, 4096}, {1 << 20, 1 << 20, 1 << 20}}; tab.kernelBelow != want {
+		t.Errorf("explicit contended switches: table %v, want %v", tab.kernelBelow, want)
+	}
+
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{KernelBelowBytes: -1}, "KernelBelowBytes must not be negative"},
+		{Config{OnboardContendedKernelBelowBytes: -1}, "OnboardContendedKernelBelowBytes must not be negative"},
+		{Config{OffloadContendedKernelBelowBytes: -5}, "OffloadContendedKernelBelowBytes must not be negative"},
+		{Config{OnboardContendedKernelBelowBytes: 2 << 20}, "OnboardContendedKernelBelowBytes (2097152) is above KernelBelowBytes (1048576)"},
+		{Config{KernelBelowBytes: 4096, OffloadContendedKernelBelowBytes: 8192}, "OffloadContendedKernelBelowBytes (8192) is above KernelBelowBytes (4096)"},
+	} {
+		if _, err := newAutoTable(&tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// contentionRig is a wall-clock sim (run it inside synctest.Test, whose
+// fake time stands still until every goroutine waits) with the H200's
+// modelled link and one engine over blocks of blockBytes: one layer, one
+// part, so each block is one descriptor both ways.
+type contentionRig struct {
+	sim *cudastream.Sim
+	e   *Engine
+}
+
+const rigBlocks, rigSlots = 32, 16
+
+func newContentionRig(t *testing.T, blockBytes int64, cfg Config) *contentionRig {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &contentionRig{sim: sim}
+	region, err := sim.Alloc(rigBlocks * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GPU, err = BlockFirstLayout(region, 1, 1, rigBlocks, blockBytes); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sim.HostAlloc(rigSlots * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host = HostLayout{Pool: pool, SlotBytes: blockBytes}
+	if r.e, err = New(sim, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *contentionRig) close(t *testing.T) {
+	if err := r.e.Close(); err != nil {
+		t.Errorf("engine Close: %v", err)
+	}
+	r.sim.Close()
+}
+
+// rigPairs maps host slots first..first+n-1 to every other GPU block from
+// gpu0, so that nothing coalesces.
+func rigPairs(first, gpu0, n int) []Pair {
+	p := make([]Pair, n)
+	for i := range p {
+		p[i] = Pair{GPUBlock: int32(gpu0 + 2*i), HostSlot: int32(first + i)}
+	}
+	return p
+}
+
+// submit starts an onboard of slots 0-7 or an offload into slots 8-15, on
+// disjoint GPU blocks.
+func (r *contentionRig) submit(t *testing.T, kind cudastream.CopyKind) *Transfer {
+	t.Helper()
+	var tr *Transfer
+	var err error
+	if kind == cudastream.HostToDevice {
+		tr, err = r.e.Onboard(context.Background(), rigPairs(0, 0, rigSlots/2))
+	} else {
+		tr, err = r.e.Offload(context.Background(), rigPairs(rigSlots/2, 1, rigSlots/2), nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// TestAutoWatchesOtherDirection submits each direction alone, then one
+// while the other is still in flight (synctest's clock stands still between
+// the two calls, so the first is certainly not done), and checks which
+// method moved each transfer. One way at a time the choice is the one-way
+// switch's whatever happened before; under contention it is the table's
+// busy column; the transfer submitted first, into an idle link, keeps the
+// one-way choice.
+func TestAutoWatchesOtherDirection(t *testing.T) {
+	const kernel, batch = true, false
+	for _, tc := range []struct {
+		block                    int64
+		method                   Method
+		onAlone, offAlone        bool
+		onDuringOff, offDuringOn bool
+	}{
+		{16 << 10, MethodAuto, kernel, kernel, kernel, kernel},
+		{64 << 10, MethodAuto, kernel, kernel, kernel, batch},
+		{256 << 10, MethodAuto, kernel, kernel, kernel, batch}, // the offload alone took the kernel: the onboard stays on it
+		{2 << 20, MethodAuto, batch, batch, batch, batch},
+		// Forced methods ignore the other direction.
+		{256 << 10, MethodKernel, kernel, kernel, kernel, kernel},
+		{16 << 10, MethodBatch, batch, batch, batch, batch},
+	} {
+		t.Run(fmt.Sprintf("%v/%dKiB", tc.method, tc.block>>10), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newContentionRig(t, tc.block, Config{Method: tc.method})
+				defer r.close(t)
+				n := rigSlots / 2
+				check := func(what string, tr *Transfer, want bool) {
+					t.Helper()
+					wait(t, tr)
+					if got := tr.KernelCopies(); want && got != n || !want && got != 0 {
+						t.Errorf("%s: the kernel moved %d of %d descriptors, want kernel = %v", what, got, n, want)
+					}
+				}
+				// One way at a time, twice, in both orders.
+				for range 2 {
+					check("onboard alone", r.submit(t, cudastream.HostToDevice), tc.onAlone)
+					check("offload alone", r.submit(t, cudastream.DeviceToHost), tc.offAlone)
+				}
+				if c := r.e.Stats().ContendedDescriptors.Load(); c != 0 {
+					t.Errorf("one way at a time: %d descriptors counted as contended, want 0", c)
+				}
+
+				off := r.submit(t, cudastream.DeviceToHost)
+				on := r.submit(t, cudastream.HostToDevice)
+				check("offload submitted into an idle link", off, tc.offAlone)
+				check("onboard during an offload", on, tc.onDuringOff)
+
+				on = r.submit(t, cudastream.HostToDevice)
+				off = r.submit(t, cudastream.DeviceToHost)
+				check("onboard submitted into an idle link", on, tc.onAlone)
+				check("offload during an onboard", off, tc.offDuringOn)
+				if c := r.e.Stats().ContendedDescriptors.Load(); c != int64(2*n) {
+					t.Errorf("after two contended submissions of %d descriptors: ContendedDescriptors = %d, want %d", n, c, 2*n)
+				}
+
+				// Once both are done, the link is idle again.
+				check("onboard after both finished", r.submit(t, cudastream.HostToDevice), tc.onAlone)
+				check("offload after both finished", r.submit(t, cudastream.DeviceToHost), tc.offAlone)
+			})
+		})
 	}
 }

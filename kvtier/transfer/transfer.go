@@ -19,12 +19,14 @@ type Transfer struct {
 	final   cudastream.Event   // completes when every copy issued has
 	owned   []cudastream.Event // events to hand back on Release
 
-	bytes  int64
-	copies int
-	start  time.Duration
-	end    time.Duration
-	err    error // set before done is closed; read only after
-	done   chan struct{}
+	bytes        int64
+	copies       int
+	kernelCopies int        // of copies, those the copy kernel moved
+	inflight     *direction // counts t in its inflight until done
+	start        time.Duration
+	end          time.Duration
+	err          error // set before done is closed; read only after
+	done         chan struct{}
 }
 
 func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, error) {
@@ -52,7 +54,20 @@ func (t *Transfer) finish(err error) {
 		t.err = fmt.Errorf("transfer: %s of %d bytes: %w", t.kind, t.bytes, err)
 	}
 	t.end = t.eng.now()
+	if t.inflight != nil {
+		if t.kernelCopies > 0 {
+			t.inflight.kernelInflight.Add(-1)
+		}
+		t.inflight.inflight.Add(-1)
+	}
 	close(t.done)
+}
+
+// startInFlight counts t as d's work in flight until it is done. Every
+// transfer counted MUST reach finish.
+func (t *Transfer) startInFlight(d *direction) {
+	t.inflight = d
+	d.inflight.Add(1)
 }
 
 // Done is closed when every copy the transfer issued has completed on the
@@ -88,6 +103,10 @@ func (t *Transfer) Bytes() int64 { return t.bytes }
 
 // Copies is the number of copy descriptors issued after coalescing.
 func (t *Transfer) Copies() int { return t.copies }
+
+// KernelCopies is the number of those descriptors the copy kernel moved;
+// the rest went to batches or single copies (Config.Method).
+func (t *Transfer) KernelCopies() int { return t.kernelCopies }
 
 // Duration is the time from submission to observed completion (zero before
 // Done), on the engine's clock.
