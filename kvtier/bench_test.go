@@ -173,8 +173,9 @@ func (p *nopPolicy) Len() int                                        { return p.
 
 // BenchmarkResident10M fills one tier with 10 million blocks (keys only, as
 // a trace would: token ids are stored apart and not counted) and reports the
-// heap bytes per resident block and the GC pause with them resident.
-// Set KVTIER_BENCH_10M=1 to run it (about 1.5 GB of memory).
+// heap bytes per resident block and the GC pause with them resident: with
+// no policy, with the dense LRU the manager is meant to run with, and with
+// the map-indexed LRU for comparison. Set KVTIER_BENCH_10M=1 to run it (about 1.5 GB of memory).
 func BenchmarkResident10M(b *testing.B) {
 	if os.Getenv("KVTIER_BENCH_10M") == "" {
 		b.Skip("set KVTIER_BENCH_10M=1 to fill 10 million blocks")
@@ -185,7 +186,14 @@ func BenchmarkResident10M(b *testing.B) {
 		new  func() policy.Policy[BlockRef]
 	}{
 		{"manager-only", func() policy.Policy[BlockRef] { return &nopPolicy{} }},
-		{"with-LRU", func() policy.Policy[BlockRef] { return newLRU(b, blocks) }},
+		{"with-LRU", func() policy.Policy[BlockRef] { return newLRU(b, blocks) }}, // NewDenseLRU
+		{"with-map-LRU", func() policy.Policy[BlockRef] {
+			p, err := policy.NewLRU[BlockRef](blocks)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		}},
 	} {
 		b.Run(pc.name, func(b *testing.B) {
 			for b.Loop() {

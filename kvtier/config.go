@@ -26,7 +26,9 @@ type TierConfig struct {
 	SlotBytes int64
 	// Policy picks this tier's victims. The manager OWNS it after New and
 	// locks around every call; it MUST NOT be shared with another tier or
-	// manager.
+	// manager. BlockRefs are dense, so the dense policies, for example
+	// policy.NewDenseLRU[BlockRef](slots), index them with a slice instead
+	// of a map: cheaper per touch and per resident block.
 	Policy policy.Policy[BlockRef]
 	// Admitter, when set, filters the copies the manager makes into this
 	// tier (write-through, demotion, Offload); an explicit Insert is not

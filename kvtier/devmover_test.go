@@ -142,7 +142,7 @@ func newDevFixture(t *testing.T, o devOpts) *devFixture {
 	mc := DeviceMoverConfig{Engine: eng, Host: f.host, BlockBytes: dmBlockBytes, Bounce: bounce, BounceHost: bounceHost, StoreTokens: true}
 	cfg := Config{BlockTokens: dmTokens, WriteThrough: o.writeThrough}
 	tier := func(n int) TierConfig {
-		p, err := policy.NewLRU[BlockRef](n)
+		p, err := policy.NewDenseLRU[BlockRef](n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,8 +23,8 @@ func (instantMover) Submit(t *kvtier.Transfer) error {
 // A request's path through a GPU tier of 4 blocks over a host tier of 64,
 // write-through, with 4-token blocks.
 func Example() {
-	gpuLRU, _ := policy.NewLRU[kvtier.BlockRef](4)
-	hostLRU, _ := policy.NewLRU[kvtier.BlockRef](64)
+	gpuLRU, _ := policy.NewDenseLRU[kvtier.BlockRef](4)
+	hostLRU, _ := policy.NewDenseLRU[kvtier.BlockRef](64)
 	var cfg kvtier.Config
 	cfg.BlockTokens = 4
 	cfg.WriteThrough = true

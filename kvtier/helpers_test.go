@@ -11,7 +11,7 @@ import (
 
 func newLRU(t testing.TB, n int) policy.Policy[BlockRef] {
 	t.Helper()
-	p, err := policy.NewLRU[BlockRef](n)
+	p, err := policy.NewDenseLRU[BlockRef](n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,7 @@ func run(out io.Writer) error {
 	}
 	cfg := kvtier.Config{BlockTokens: blockTokens, Mover: mover, Planner: planner, RecomputeCost: kvtier.RecomputeCostFunc(cp)}
 	for t, n := range [kvtier.NumTiers]int{gpuBlocks, hostSlots, nvmeSlots} {
-		lru, err := policy.NewLRU[kvtier.BlockRef](n)
+		lru, err := policy.NewDenseLRU[kvtier.BlockRef](n)
 		if err != nil {
 			return err
 		}

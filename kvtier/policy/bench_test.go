@@ -83,3 +83,60 @@ func BenchmarkSeenTwice(b *testing.B) {
 		a.Admit(k)
 	}
 }
+
+// BenchmarkLRUIndex compares the map index with the dense one on the same
+// LRU[ref] of 1<<20 keys, called directly (the benchmarks above reach the
+// dense policies through the tests' uint64 adapter, which adds an indirect
+// call per key and per evictable call): Touch of resident keys, and Evict
+// plus Insert of a new key with no key or one in 64 in use. New keys cycle
+// through [1<<20, 4<<20), each long evicted when it comes round again, and
+// the dense index is grown to 4<<20 before the timer starts, as it stops
+// growing under the block manager, which reuses its BlockRefs.
+func BenchmarkLRUIndex(b *testing.B) {
+	const capacity = 1 << 20
+	for _, ix := range []struct {
+		name string
+		make func(int) (*LRU[ref], error)
+	}{{"map", NewLRU[ref]}, {"dense", NewDenseLRU[ref]}} {
+		fill := func(b *testing.B) *LRU[ref] {
+			p, err := ix.make(capacity)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for k := range ref(capacity) {
+				p.Insert(k, Meta{})
+			}
+			// Grow the dense index to the largest key once, as a block
+			// manager's would have grown to its largest BlockRef.
+			p.Insert(4*capacity-1, Meta{})
+			p.Remove(4*capacity - 1)
+			return p
+		}
+		b.Run(ix.name+"/touch", func(b *testing.B) {
+			p := fill(b)
+			keys := benchKeys(1<<16, capacity)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				p.Touch(ref(keys[i&(len(keys)-1)]))
+			}
+		})
+		for _, busy := range []ref{0, 64} {
+			b.Run(fmt.Sprintf("%s/insert-evict/inuse=1in%d", ix.name, busy), func(b *testing.B) {
+				p := fill(b)
+				var evictable func(ref) bool
+				if busy > 0 {
+					evictable = func(k ref) bool { return k >= capacity || k%busy != 0 }
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					if _, ok := p.Evict(evictable); !ok {
+						b.Fatal("nothing evictable")
+					}
+					p.Insert(capacity+ref(i%(3*capacity)), Meta{})
+				}
+			})
+		}
+	}
+}

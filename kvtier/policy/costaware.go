@@ -26,12 +26,13 @@ import "math"
 // Evict takes the evictable key with the smallest H. Keys are kept in an
 // index-based 4-ary min-heap whose entries hold the priority inline (a
 // node's four children share one cache line), over a slab of plain-value
-// nodes, with a map from key to node: no pointer per key.
+// nodes, with an index from key to node (a map, or a slice for Dense keys:
+// NewDenseCostAware): no pointer per key.
 //
 // CostAware has no locking inside; the caller serialises every call.
 type CostAware[K comparable] struct {
 	nodes     []costNode[K]
-	index     map[K]int32
+	index     keyIndex[K]
 	free      int32       // first free node, linked through pos; -1 when none
 	heap      []heapEntry // a 4-ary min-heap on prio
 	frontier  []int32     // Evict's scratch: heap positions, a binary min-heap on prio
@@ -65,15 +66,25 @@ var _ Policy[uint64] = (*CostAware[uint64])(nil)
 // blocks, a block must be used again within about 4 tier turnovers to keep its
 // weight. capacity is a hint, not a limit: the caller decides when to Evict.
 func NewCostAware[K comparable](capacity, decayCalls int) (*CostAware[K], error) {
+	return newCostAware("NewCostAware", capacity, decayCalls, func(n int) keyIndex[K] { return make(mapIndex[K], n) })
+}
+
+// NewDenseCostAware is NewCostAware for Dense keys, with a slice instead of a
+// map from key to node, as NewDenseLRU.
+func NewDenseCostAware[K Dense](capacity, decayCalls int) (*CostAware[K], error) {
+	return newCostAware("NewDenseCostAware", capacity, decayCalls, func(n int) keyIndex[K] { return newDenseIndex[K](n) })
+}
+
+func newCostAware[K comparable](constructor string, capacity, decayCalls int, index func(capacity int) keyIndex[K]) (*CostAware[K], error) {
 	if capacity <= 0 || capacity >= maxNodes {
-		return nil, argError("NewCostAware", "capacity", capacity, "1 to 2^31-2 keys")
+		return nil, argError(constructor, "capacity", capacity, "1 to 2^31-2 keys")
 	}
 	if decayCalls <= 0 {
-		return nil, argError("NewCostAware", "decayCalls", decayCalls, "> 0 calls")
+		return nil, argError(constructor, "decayCalls", decayCalls, "> 0 calls")
 	}
 	return &CostAware[K]{
 		nodes:  make([]costNode[K], 0, capacity),
-		index:  make(map[K]int32, capacity),
+		index:  index(capacity),
 		free:   -1,
 		heap:   make([]heapEntry, 0, capacity),
 		period: uint64(decayCalls),
@@ -84,7 +95,7 @@ func NewCostAware[K comparable](capacity, decayCalls int) (*CostAware[K], error)
 // replaces its cost and size and touches it.
 func (p *CostAware[K]) Insert(key K, meta Meta) {
 	cpb := costPerByte(meta)
-	if i, ok := p.index[key]; ok {
+	if i, ok := p.index.get(key); ok {
 		p.nodes[i].costPerByte = cpb
 		p.use(i)
 		p.check()
@@ -107,7 +118,7 @@ func (p *CostAware[K]) Insert(key K, meta Meta) {
 		epoch:       p.epoch,
 		pos:         int32(len(p.heap)),
 	}
-	p.index[key] = i
+	p.index.set(key, i)
 	p.heap = append(p.heap, heapEntry{prio: p.inflation + cpb, node: i})
 	p.up(len(p.heap) - 1)
 	p.check()
@@ -127,7 +138,7 @@ func costPerByte(meta Meta) float64 {
 
 // Touch records a use of a tracked key and raises its priority.
 func (p *CostAware[K]) Touch(key K) {
-	if i, ok := p.index[key]; ok {
+	if i, ok := p.index.get(key); ok {
 		p.use(i)
 		p.check()
 	}
@@ -164,7 +175,7 @@ func (p *CostAware[K]) tick() {
 
 // Remove forgets key. L is unchanged: only evictions inflate it.
 func (p *CostAware[K]) Remove(key K) {
-	if i, ok := p.index[key]; ok {
+	if i, ok := p.index.get(key); ok {
 		p.drop(i)
 		p.check()
 	}
@@ -263,7 +274,7 @@ func (p *CostAware[K]) drop(i int32) {
 	if pos != last {
 		p.fix(pos)
 	}
-	delete(p.index, p.nodes[i].key)
+	p.index.del(p.nodes[i].key)
 	p.nodes[i] = costNode[K]{pos: p.free}
 	p.free = i
 }
@@ -273,7 +284,7 @@ func (p *CostAware[K]) Len() int { return len(p.heap) }
 
 // Contains reports whether key is tracked, without touching it.
 func (p *CostAware[K]) Contains(key K) bool {
-	_, ok := p.index[key]
+	_, ok := p.index.get(key)
 	return ok
 }
 
@@ -341,12 +352,12 @@ func (p *CostAware[K]) check() {
 	if !p.checks.due(p.Len()) {
 		return
 	}
-	assertf(len(p.index) == len(p.heap), "policy: CostAware: %d keys indexed, %d in heap", len(p.index), len(p.heap))
+	assertf(p.index.len() == len(p.heap), "policy: CostAware: %d keys indexed, %d in heap", p.index.len(), len(p.heap))
 	for pos, e := range p.heap {
 		i := e.node
 		n := &p.nodes[i]
 		assertf(int(n.pos) == pos, "policy: CostAware: node %d at heap position %d says %d", i, pos, n.pos)
-		j, ok := p.index[n.key]
+		j, ok := p.index.get(n.key)
 		assertf(ok && j == i, "policy: CostAware: node %d is not indexed under its key", i)
 		if pos > 0 {
 			assertf(p.heap[(pos-1)/arity].prio <= e.prio, "policy: CostAware: heap order broken at position %d", pos)

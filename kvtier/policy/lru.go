@@ -3,7 +3,8 @@ package policy
 // LRU evicts the least recently used key.
 //
 // Its state is a queueSlab: one node of plain values per key in a single
-// slice, linked by int32 indices, and a map from key to index. golang-lru/v2's
+// slice, linked by int32 indices, and an index from key to node: a map, or
+// for Dense keys (NewDenseLRU) a slice indexed by the key. golang-lru/v2's
 // simplelru would do the same job but allocates a list element (a pointer) per
 // key; with tens of millions of resident blocks those pointers make every
 // garbage collection cycle walk the whole cache, which is what the slab
@@ -21,10 +22,24 @@ var _ Policy[uint64] = (*LRU[uint64])(nil)
 // NewLRU returns an empty LRU with room for capacity keys before its slab
 // grows. capacity is a hint, not a limit: the caller decides when to Evict.
 func NewLRU[K comparable](capacity int) (*LRU[K], error) {
+	return newLRU("NewLRU", capacity, func(n int) keyIndex[K] { return make(mapIndex[K], n) })
+}
+
+// NewDenseLRU returns an empty LRU for Dense keys, such as the block
+// manager's BlockRef: its index from key to node is a slice indexed by the
+// key instead of a map, a load instead of a hash and probe on every call,
+// and 4 bytes per key up to the largest key instead of about 36 per tracked
+// key. Keys MUST be small and dense (see Dense). A key that is removed or
+// evicted and then inserted again is a new key.
+func NewDenseLRU[K Dense](capacity int) (*LRU[K], error) {
+	return newLRU("NewDenseLRU", capacity, func(n int) keyIndex[K] { return newDenseIndex[K](n) })
+}
+
+func newLRU[K comparable](constructor string, capacity int, index func(capacity int) keyIndex[K]) (*LRU[K], error) {
 	if capacity <= 0 || capacity >= maxNodes-1 {
-		return nil, argError("NewLRU", "capacity", capacity, "1 to 2^31-2 keys")
+		return nil, argError(constructor, "capacity", capacity, "1 to 2^31-2 keys")
 	}
-	return &LRU[K]{s: newQueueSlab[K](1, capacity)}, nil
+	return &LRU[K]{s: newQueueSlab(1, capacity, index(capacity))}, nil
 }
 
 // Insert tracks key as the most recently used. Inserting a tracked key

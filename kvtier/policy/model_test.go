@@ -57,18 +57,38 @@ func checkAgainstModel(t *testing.T, p Policy[uint64], m model, seed uint64, key
 	}
 }
 
+// withBothIndexes runs f on the policy named name built with a map index and
+// with a dense index.
+func withBothIndexes(t *testing.T, name string, capacity int, f func(t *testing.T, p tracker)) {
+	ran := 0
+	for _, np := range allPolicies {
+		if np.name != name && np.name != "Dense"+name {
+			continue
+		}
+		t.Run(np.name, func(t *testing.T) { f(t, mustMake(t, np, capacity)) })
+		ran++
+	}
+	if ran != 2 {
+		t.Fatalf("%d policies named %s or Dense%s, want 2", ran, name, name)
+	}
+}
+
 func TestLRUAgainstModel(t *testing.T) {
 	for seed := range uint64(4) {
-		p, _ := NewLRU[uint64](16)
-		checkAgainstModel(t, p, &lruModel{}, seed, 48, 20000)
+		withBothIndexes(t, "LRU", 16, func(t *testing.T, p tracker) {
+			checkAgainstModel(t, p, &lruModel{}, seed, 48, 20000)
+		})
 	}
 }
 
 // TestLRUAgainstSimpleLRU compares the eviction order with golang-lru's
 // simplelru when every key is evictable.
 func TestLRUAgainstSimpleLRU(t *testing.T) {
+	withBothIndexes(t, "LRU", 64, testLRUAgainstSimpleLRU)
+}
+
+func testLRUAgainstSimpleLRU(t *testing.T, p tracker) {
 	const capacity = 64
-	p, _ := NewLRU[uint64](capacity)
 	ref, err := simplelru.NewLRU[uint64, struct{}](capacity, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -98,22 +118,30 @@ func TestLRUAgainstSimpleLRU(t *testing.T) {
 
 func TestTwoQAgainstModel(t *testing.T) {
 	for seed := range uint64(4) {
-		p, _ := NewTwoQ[uint64](16)
-		checkAgainstModel(t, p, &twoQModel{ghostMax: 8}, seed, 48, 20000)
+		withBothIndexes(t, "TwoQ", 16, func(t *testing.T, p tracker) {
+			checkAgainstModel(t, p, &twoQModel{ghostMax: 8}, seed, 48, 20000)
+		})
 	}
 }
 
 func TestS3FIFOAgainstModel(t *testing.T) {
 	for seed := range uint64(4) {
-		p, _ := NewS3FIFO[uint64](20)
-		checkAgainstModel(t, p, &s3Model{ghostMax: 18, freq: map[uint64]int{}}, seed, 48, 20000)
+		withBothIndexes(t, "S3FIFO", 20, func(t *testing.T, p tracker) {
+			checkAgainstModel(t, p, &s3Model{ghostMax: 18, freq: map[uint64]int{}}, seed, 48, 20000)
+		})
 	}
 }
 
 func TestCostAwareAgainstModel(t *testing.T) {
 	for seed := range uint64(4) {
 		p, _ := NewCostAware[uint64](16, 50)
-		checkAgainstModel(t, p, &costModel{period: 50, keys: map[uint64]*costEntry{}}, seed, 48, 20000)
+		dense, _ := newDenseTracker(NewDenseCostAware[ref](16, 50))
+		t.Run("CostAware", func(t *testing.T) {
+			checkAgainstModel(t, p, &costModel{period: 50, keys: map[uint64]*costEntry{}}, seed, 48, 20000)
+		})
+		t.Run("DenseCostAware", func(t *testing.T) {
+			checkAgainstModel(t, dense, &costModel{period: 50, keys: map[uint64]*costEntry{}}, seed, 48, 20000)
+		})
 	}
 }
 

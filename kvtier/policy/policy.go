@@ -3,6 +3,10 @@
 // manager) holds its own lock around every call. Policies decide; the caller
 // acts.
 //
+// Each policy comes in two kinds: NewX for any comparable key (a map from key
+// to node) and NewDenseX for Dense keys such as the block manager's BlockRef
+// (a slice indexed by the key, no map at all).
+//
 // Policies keep their per-key state in index-based slabs of plain values (no
 // pointer per key) so that tens of millions of resident blocks do not burden
 // the Go garbage collector, and they allocate nothing on Touch or Evict once

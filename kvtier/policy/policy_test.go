@@ -3,12 +3,14 @@ package policy
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// allPolicies builds each policy over uint64 keys.
-var allPolicies = tracePolicies
+// allPolicies builds each policy over uint64 keys, with a map index, and
+// over dense keys, with a slice index.
+var allPolicies = append(slices.Clip(tracePolicies), densePolicies...)
 
 func TestConstructorsRejectBadArguments(t *testing.T) {
 	hash := func(k uint64) uint64 { return k }
@@ -170,7 +172,8 @@ func TestRandomOperationsKeepContract(t *testing.T) {
 }
 
 // TestNoAllocations checks that Insert, Touch and Evict allocate nothing
-// once the policy's slab and map have grown to their working size. Each run
+// once the policy's slab and index have grown to their working size (the
+// keys stay below 4*capacity, so that a dense index stops growing too). Each run
 // does a batch of operations so that even a rare allocation shows
 // (AllocsPerRun rounds its average down).
 func TestNoAllocations(t *testing.T) {
@@ -221,7 +224,7 @@ func TestNoAllocations(t *testing.T) {
 					phase = rng.Uint64N(97)
 					p.Evict(evictable)
 					for {
-						if k := rng.Uint64N(1 << 40); !p.Contains(k) {
+						if k := rng.Uint64N(4 * capacity); !p.Contains(k) {
 							p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
 							break
 						}

@@ -31,11 +31,28 @@ var _ Policy[uint64] = (*S3FIFO[uint64])(nil)
 // ghost queue remembers up to 90% of capacity evicted keys (at least 1).
 // capacity is a hint, not a limit: the caller decides when to Evict.
 func NewS3FIFO[K comparable](capacity int) (*S3FIFO[K], error) {
+	return newS3FIFO("NewS3FIFO", capacity, func(n int) keyIndex[K] { return make(mapIndex[K], n) })
+}
+
+// NewDenseS3FIFO is NewS3FIFO for Dense keys, with a slice instead of a map
+// from key to node, as NewDenseLRU.
+//
+// A ghost entry (a key evicted from S that G remembers) outlives the key's
+// block: when the caller frees a key and hands it out again for a new block,
+// as the block manager does with BlockRef, the new block's Insert finds the
+// ghost and enters M instead of S. That only misplaces the new block in the
+// eviction order; it never makes a key tracked that was not inserted. The
+// map variant behaves the same with reused keys.
+func NewDenseS3FIFO[K Dense](capacity int) (*S3FIFO[K], error) {
+	return newS3FIFO("NewDenseS3FIFO", capacity, func(n int) keyIndex[K] { return newDenseIndex[K](n) })
+}
+
+func newS3FIFO[K comparable](constructor string, capacity int, index func(capacity int) keyIndex[K]) (*S3FIFO[K], error) {
 	if capacity <= 0 || capacity >= maxNodes/2 {
-		return nil, argError("NewS3FIFO", "capacity", capacity, "1 to 2^30-1 keys")
+		return nil, argError(constructor, "capacity", capacity, "1 to 2^30-1 keys")
 	}
 	ghost := max(1, capacity*9/10)
-	return &S3FIFO[K]{s: newQueueSlab[K](3, capacity+ghost), ghostKeys: ghost}, nil
+	return &S3FIFO[K]{s: newQueueSlab(3, capacity+ghost, index(capacity+ghost)), ghostKeys: ghost}, nil
 }
 
 // Insert tracks key: in M when G remembers it, else in S. Inserting a

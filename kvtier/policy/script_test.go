@@ -17,6 +17,10 @@ var update = flag.Bool("update", false, "rewrite the expected output in testdata
 // answer, which -update rewrites. Commands:
 //
 //	new lru|twoq|s3fifo|costaware CAPACITY [DECAYCALLS]
+//
+// Each script runs twice: with the map-indexed policies and with the dense
+// ones (NewDenseLRU, ...), which must give the same answers.
+//
 //	insert KEY... [bytes=N] [cost=SECONDS]
 //	touch KEY...
 //	remove KEY...
@@ -28,42 +32,50 @@ func TestScripts(t *testing.T) {
 		t.Fatalf("no scripts in testdata: %v", err)
 	}
 	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
+		for _, dense := range []bool{false, true} {
+			name := filepath.Base(file)
+			if dense {
+				name = "dense-" + name
 			}
-			lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-			var p tracker
-			for n, line := range lines {
-				cmd, want, hasWant := strings.Cut(line, " => ")
-				cmd = strings.TrimSpace(cmd)
-				if cmd == "" || strings.HasPrefix(cmd, "#") {
-					continue
-				}
-				got, err := runScriptLine(&p, cmd)
-				if err != nil {
-					t.Fatalf("%s:%d: %v", file, n+1, err)
-				}
-				if got == "" {
-					continue
-				}
-				if *update {
-					lines[n] = cmd + " => " + got
-				} else if !hasWant || strings.TrimSpace(want) != got {
-					t.Errorf("%s:%d: %s => %s, script expects %q", file, n+1, cmd, got, want)
-				}
-			}
-			if *update {
-				if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+			t.Run(name, func(t *testing.T) { runScript(t, file, dense) })
+		}
 	}
 }
 
-func runScriptLine(p *tracker, line string) (string, error) {
+func runScript(t *testing.T, file string, dense bool) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	var p tracker
+	for n, line := range lines {
+		cmd, want, hasWant := strings.Cut(line, " => ")
+		cmd = strings.TrimSpace(cmd)
+		if cmd == "" || strings.HasPrefix(cmd, "#") {
+			continue
+		}
+		got, err := runScriptLine(&p, cmd, dense)
+		if err != nil {
+			t.Fatalf("%s:%d: %v", file, n+1, err)
+		}
+		if got == "" {
+			continue
+		}
+		if *update {
+			lines[n] = cmd + " => " + got
+		} else if !hasWant || strings.TrimSpace(want) != got {
+			t.Errorf("%s:%d: %s => %s, script expects %q", file, n+1, cmd, got, want)
+		}
+	}
+	if *update && !dense {
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runScriptLine(p *tracker, line string, dense bool) (string, error) {
 	f := strings.Fields(line)
 	if f[0] != "new" && *p == nil {
 		return "", fmt.Errorf("%q before new", f[0])
@@ -112,14 +124,22 @@ func runScriptLine(p *tracker, line string) (string, error) {
 			}
 		}
 		var np tracker
-		switch f[1] {
-		case "lru":
+		switch {
+		case f[1] == "lru" && dense:
+			np, err = newDenseTracker(NewDenseLRU[ref](capacity))
+		case f[1] == "lru":
 			np, err = NewLRU[uint64](capacity)
-		case "twoq":
+		case f[1] == "twoq" && dense:
+			np, err = newDenseTracker(NewDenseTwoQ[ref](capacity))
+		case f[1] == "twoq":
 			np, err = NewTwoQ[uint64](capacity)
-		case "s3fifo":
+		case f[1] == "s3fifo" && dense:
+			np, err = newDenseTracker(NewDenseS3FIFO[ref](capacity))
+		case f[1] == "s3fifo":
 			np, err = NewS3FIFO[uint64](capacity)
-		case "costaware":
+		case f[1] == "costaware" && dense:
+			np, err = newDenseTracker(NewDenseCostAware[ref](capacity, decay))
+		case f[1] == "costaware":
 			np, err = NewCostAware[uint64](capacity, decay)
 		default:
 			return "", fmt.Errorf("unknown policy %q", f[1])

@@ -16,16 +16,17 @@ type node[K comparable] struct {
 }
 
 // queueSlab holds up to maxQueues circular doubly linked queues whose nodes
-// live in one slice and are addressed by int32 index, plus a map from key to
-// node. Node i < numQueues is queue i's sentinel: its next is the queue's
-// front (most recently pushed), its prev the queue's back (the oldest).
+// live in one slice and are addressed by int32 index, plus an index from key
+// to node (a map, or a slice for Dense keys: see keyIndex). Node
+// i < numQueues is queue i's sentinel: its next is the queue's front (most
+// recently pushed), its prev the queue's back (the oldest).
 //
 // LRU, TwoQ and S3FIFO are built on it: a key moves between queues (for
 // example from a FIFO to its ghost) without allocating, and a freed node is
 // reused through the free list.
 type queueSlab[K comparable] struct {
 	nodes     []node[K]
-	index     map[K]int32
+	index     keyIndex[K]
 	free      int32 // first free node, or -1
 	numQueues int
 	lens      [maxQueues]int
@@ -33,10 +34,12 @@ type queueSlab[K comparable] struct {
 
 const maxQueues = 3
 
-func newQueueSlab[K comparable](numQueues, capacity int) queueSlab[K] {
+// newQueueSlab returns a slab of numQueues empty queues with room for
+// capacity nodes, indexed by index.
+func newQueueSlab[K comparable](numQueues, capacity int, index keyIndex[K]) queueSlab[K] {
 	s := queueSlab[K]{
 		nodes:     make([]node[K], numQueues, numQueues+capacity),
-		index:     make(map[K]int32, capacity),
+		index:     index,
 		free:      -1,
 		numQueues: numQueues,
 	}
@@ -49,8 +52,7 @@ func newQueueSlab[K comparable](numQueues, capacity int) queueSlab[K] {
 
 // lookup returns key's node and whether the key is in the slab (on any queue).
 func (s *queueSlab[K]) lookup(key K) (int32, bool) {
-	i, ok := s.index[key]
-	return i, ok
+	return s.index.get(key)
 }
 
 // add allocates a node for key, which MUST NOT be in the slab, and pushes it
@@ -68,7 +70,7 @@ func (s *queueSlab[K]) add(q uint8, key K) int32 {
 		i = int32(len(s.nodes) - 1)
 	}
 	s.nodes[i] = node[K]{key: key}
-	s.index[key] = i
+	s.index.set(key, i)
 	s.link(q, i)
 	return i
 }
@@ -76,7 +78,7 @@ func (s *queueSlab[K]) add(q uint8, key K) int32 {
 // del unlinks node i, forgets its key and puts the node on the free list.
 func (s *queueSlab[K]) del(i int32) {
 	s.unlink(i)
-	delete(s.index, s.nodes[i].key)
+	s.index.del(s.nodes[i].key)
 	s.nodes[i] = node[K]{next: s.free} // drop the key so a K holding pointers is not kept alive
 	s.free = i
 }
@@ -122,7 +124,7 @@ func (s *queueSlab[K]) check() {
 			nd := &s.nodes[i]
 			assertf(s.nodes[nd.next].prev == i, "policy: node %d: next's prev is not the node", i)
 			assertf(int(nd.queue) == q, "policy: node %d on queue %d says queue %d", i, q, nd.queue)
-			j, ok := s.index[nd.key]
+			j, ok := s.index.get(nd.key)
 			assertf(ok && j == i, "policy: node %d on queue %d is not indexed under its key", i, q)
 			n++
 			assertf(n <= len(s.nodes), "policy: queue %d has a cycle", q)
@@ -130,7 +132,7 @@ func (s *queueSlab[K]) check() {
 		assertf(n == s.lens[q], "policy: queue %d holds %d nodes, lens says %d", q, n, s.lens[q])
 		linked += n
 	}
-	assertf(linked == len(s.index), "policy: %d nodes linked, %d keys indexed", linked, len(s.index))
+	assertf(linked == s.index.len(), "policy: %d nodes linked, %d keys indexed", linked, s.index.len())
 	free := 0
 	for i := s.free; i >= 0; i = s.nodes[i].next {
 		free++

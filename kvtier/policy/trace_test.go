@@ -208,22 +208,25 @@ var tracePolicies = []namedPolicy{
 	{"CostAware", func(c int) (tracker, error) { return NewCostAware[uint64](c, 4*c) }},
 }
 
-// TestPrefixLRUReference checks the LRU against the independent simulator's
-// figures in traces/README.md.
+// TestPrefixLRUReference checks the LRU, with a map index and with a dense
+// index (the trace's block ids are dense), against the independent
+// simulator's figures in traces/README.md.
 func TestPrefixLRUReference(t *testing.T) {
 	reqs := loadTrace(t)
 	for _, tc := range []struct {
 		blocks int
 		want   float64
 	}{{439, 0.0343}, {4392, 0.2598}, {21962, 0.5888}} {
-		p, err := NewLRU[uint64](tc.blocks)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := replayPrefix(p, reqs, tc.blocks, uniformCost)
-		t.Logf("prefix-aware LRU, %d blocks: %.4f (reference %.4f)", tc.blocks, got, tc.want)
-		if math.Abs(got-tc.want) > 0.002 {
-			t.Errorf("prefix-aware LRU, %d blocks: hit ratio %.4f, reference %.4f", tc.blocks, got, tc.want)
+		for _, np := range []namedPolicy{tracePolicies[0], densePolicies[0]} {
+			p, err := np.make(tc.blocks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := replayPrefix(p, reqs, tc.blocks, uniformCost)
+			t.Logf("prefix-aware %s, %d blocks: %.4f (reference %.4f)", np.name, tc.blocks, got, tc.want)
+			if math.Abs(got-tc.want) > 0.002 {
+				t.Errorf("prefix-aware %s, %d blocks: hit ratio %.4f, reference %.4f", np.name, tc.blocks, got, tc.want)
+			}
 		}
 	}
 }

@@ -34,11 +34,29 @@ var _ Policy[uint64] = (*TwoQ[uint64])(nil)
 // remembers up to capacity/2 evicted keys (at least 1). capacity is a hint
 // for the resident keys, not a limit: the caller decides when to Evict.
 func NewTwoQ[K comparable](capacity int) (*TwoQ[K], error) {
+	return newTwoQ("NewTwoQ", capacity, func(n int) keyIndex[K] { return make(mapIndex[K], n) })
+}
+
+// NewDenseTwoQ is NewTwoQ for Dense keys, with a slice instead of a map from
+// key to node, as NewDenseLRU.
+//
+// A ghost entry (a key evicted from A1in that A1out remembers) outlives the
+// key's block: when the caller frees a key and hands it out again for a new
+// block, as the block manager does with BlockRef, the new block's Insert
+// finds the ghost and enters Am as if it were reused. That only misplaces the
+// new block in the eviction order (it is protected as reused); it never makes
+// a key tracked that was not inserted. Calling Remove after Evict does not
+// forget a ghost. The map variant behaves the same with reused keys.
+func NewDenseTwoQ[K Dense](capacity int) (*TwoQ[K], error) {
+	return newTwoQ("NewDenseTwoQ", capacity, func(n int) keyIndex[K] { return newDenseIndex[K](n) })
+}
+
+func newTwoQ[K comparable](constructor string, capacity int, index func(capacity int) keyIndex[K]) (*TwoQ[K], error) {
 	if capacity <= 0 || capacity >= maxNodes/2 {
-		return nil, argError("NewTwoQ", "capacity", capacity, "1 to 2^30-1 keys")
+		return nil, argError(constructor, "capacity", capacity, "1 to 2^30-1 keys")
 	}
 	ghost := max(1, capacity/2)
-	return &TwoQ[K]{s: newQueueSlab[K](3, capacity+ghost), ghostKeys: ghost}, nil
+	return &TwoQ[K]{s: newQueueSlab(3, capacity+ghost, index(capacity+ghost)), ghostKeys: ghost}, nil
 }
 
 // Insert tracks key: in Am when A1out remembers it, else in A1in. Inserting a

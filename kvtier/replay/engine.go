@@ -177,13 +177,13 @@ func (e *engine) start(blockTokens int) error {
 func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
 	switch name {
 	case "lru":
-		return policy.NewLRU[kvtier.BlockRef](slots)
+		return policy.NewDenseLRU[kvtier.BlockRef](slots)
 	case "s3fifo":
-		return policy.NewS3FIFO[kvtier.BlockRef](slots)
+		return policy.NewDenseS3FIFO[kvtier.BlockRef](slots)
 	case "2q":
-		return policy.NewTwoQ[kvtier.BlockRef](slots)
+		return policy.NewDenseTwoQ[kvtier.BlockRef](slots)
 	case "cost-aware":
-		return policy.NewCostAware[kvtier.BlockRef](slots, 4*slots)
+		return policy.NewDenseCostAware[kvtier.BlockRef](slots, 4*slots)
 	}
 	return nil, fmt.Errorf("unknown policy %q", name)
 }
