@@ -267,21 +267,12 @@ var ErrClosed = errors.New("transfer: engine closed")
 // reused until the Transfer is done. Invalid pairs are rejected before any
 // copy is issued.
 func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
-	if err := checkPairs(&e.gpu, &e.host, pairs); err != nil {
-		return nil, err
-	}
-	t, err := e.newTransfer(cudastream.HostToDevice, e.gpu.Layers)
+	d := &e.on
+	t, err := e.start(d, pairs, e.gpu.Layers)
 	if err != nil {
 		return nil, err
 	}
-	d := &e.on
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e.closed.Load() {
-		t.release()
-		return nil, ErrClosed
-	}
-	t.startInFlight(d)
 	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
 		d.co.reset()
 		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
@@ -302,21 +293,12 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 // moves as one copy per block. The host slots MUST NOT be read as KV, nor the
 // GPU blocks reused, until the Transfer is done.
 func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Event) (*Transfer, error) {
-	if err := checkPairs(&e.gpu, &e.host, pairs); err != nil {
-		return nil, err
-	}
-	t, err := e.newTransfer(cudastream.DeviceToHost, 0)
+	d := &e.off
+	t, err := e.start(d, pairs, 0)
 	if err != nil {
 		return nil, err
 	}
-	d := &e.off
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e.closed.Load() {
-		t.release()
-		return nil, ErrClosed
-	}
-	t.startInFlight(d)
 	if after != nil {
 		if err := d.stream.WaitEvent(after); err != nil {
 			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
@@ -330,6 +312,27 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Eve
 	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
 	e.stats.OffloadBytes.Add(t.bytes)
 	e.submit(d, t)
+	return t, nil
+}
+
+// start checks pairs and makes their transfer on d, with layers per-layer
+// events (0 for none). On success d.mu is held, which the caller MUST
+// unlock, and the transfer counts as d's work in flight.
+func (e *Engine) start(d *direction, pairs []Pair, layers int) (*Transfer, error) {
+	if err := checkPairs(&e.gpu, &e.host, pairs); err != nil {
+		return nil, err
+	}
+	t, err := e.newTransfer(d.kind, layers)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if e.closed.Load() {
+		d.mu.Unlock()
+		t.release()
+		return nil, ErrClosed
+	}
+	t.startInFlight(d)
 	return t, nil
 }
 
