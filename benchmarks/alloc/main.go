@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier/pinned"
 )
 
@@ -124,11 +125,11 @@ func parseFlags(args []string) (config, error) {
 		return cfg, err
 	}
 	if *copySize != "0" {
-		if cfg.copySize, err = parseSize(*copySize); err != nil {
+		if cfg.copySize, err = bytesize.Parse(*copySize); err != nil {
 			return cfg, fmt.Errorf("--copy-check: %w", err)
 		}
 	}
-	if cfg.chunkBytes, err = parseSize(*chunk); err != nil {
+	if cfg.chunkBytes, err = bytesize.Parse(*chunk); err != nil {
 		return cfg, fmt.Errorf("--chunk: %w", err)
 	}
 	for _, m := range strings.Split(*modes, ",") {
@@ -206,11 +207,11 @@ func run(ctx context.Context, cfg config) error {
 					continue
 				}
 				if isSlow(mode) && time.Since(b.start) > cfg.budget {
-					fmt.Fprintf(os.Stderr, "budget %v spent: skipping %s %s\n", cfg.budget, mode, sizeName(size))
+					fmt.Fprintf(os.Stderr, "budget %v spent: skipping %s %s\n", cfg.budget, mode, bytesize.Format(size))
 					continue
 				}
 				if err := b.measure(ctx, r, size, mode); err != nil {
-					return fmt.Errorf("round %d, %s, %s: %w", r+1, sizeName(size), mode, err)
+					return fmt.Errorf("round %d, %s, %s: %w", r+1, bytesize.Format(size), mode, err)
 				}
 				if err := b.save(); err != nil {
 					return err
@@ -223,7 +224,7 @@ func run(ctx context.Context, cfg config) error {
 		if err != nil {
 			return fmt.Errorf("copy check: %w", err)
 		}
-		n := sizeName(cfg.copySize)
+		n := bytesize.Format(cfg.copySize)
 		add := func(name, base string, v []float64) {
 			for _, x := range v {
 				b.s.add(name+" "+n, base, "", x)
@@ -251,7 +252,7 @@ func (b *bench) note(s string) {
 // rowName names a path's row at a size; the baseline is the driver's
 // cuMemHostAlloc at the same size (the serial path without a GPU).
 func (b *bench) rowName(mode string, size int64) string {
-	n := sizeName(size)
+	n := bytesize.Format(size)
 	switch mode {
 	case modeHostAlloc:
 		return "cuMemHostAlloc " + n
@@ -287,7 +288,7 @@ func (b *bench) vmmOf(name string) string {
 		return ""
 	}
 	for _, size := range b.cfg.sizes {
-		if strings.HasSuffix(name, " "+sizeName(size)) {
+		if strings.HasSuffix(name, " "+bytesize.Format(size)) {
 			return b.rowName(modeVMM, size)
 		}
 	}
@@ -386,14 +387,14 @@ func (b *bench) warmUp(ctx context.Context) error {
 	t0 := time.Now()
 	r, err := pinned.Alloc(ctx, size, pinned.Options{Registrar: nopRegistrar{}, Pages: pinned.Pages4K, ChunkBytes: b.cfg.chunkBytes})
 	if err != nil {
-		return fmt.Errorf("warming %s: %w", sizeName(size), err)
+		return fmt.Errorf("warming %s: %w", bytesize.Format(size), err)
 	}
 	st := r.Stats()
 	if err := r.Close(); err != nil {
 		return err
 	}
 	b.note(fmt.Sprintf("Warm-up: touched and freed %s in %v (%.2f GiB/s, %d touchers).",
-		sizeName(size), time.Since(t0).Round(time.Millisecond), st.TouchGiBPerSec(), st.Touchers))
+		bytesize.Format(size), time.Since(t0).Round(time.Millisecond), st.TouchGiBPerSec(), st.Touchers))
 	return nil
 }
 

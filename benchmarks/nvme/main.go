@@ -43,6 +43,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/nvme"
 )
@@ -126,7 +127,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 	for _, bs := range sizes {
 		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth, workers, thp)
 		if err != nil {
-			return fmt.Errorf("%s blocks: %w", sizeName(bs), err)
+			return fmt.Errorf("%s blocks: %w", bytesize.Format(int64(bs)), err)
 		}
 		res.Notes = append(res.Notes, note)
 	}
@@ -154,10 +155,10 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	defer s.Close()
 	info := s.Info()
 	note := fmt.Sprintf("%s: %d slots of %d bytes, %s I/O, alignment %d bytes (%s), preallocated %v",
-		sizeName(bs), nslots, info.SlotBytes, info.Mode, info.AlignBytes, info.AlignSource, info.Preallocated)
+		bytesize.Format(int64(bs)), nslots, info.SlotBytes, info.Mode, info.AlignBytes, info.AlignSource, info.Preallocated)
 	dev := newDiskStats(info.Files[0])
 	if dev.ok() {
-		res.Notes = append(res.Notes, fmt.Sprintf("%s blocks on device %s: %s", sizeName(bs), dev.name, dev.queue()))
+		res.Notes = append(res.Notes, fmt.Sprintf("%s blocks on device %s: %s", bytesize.Format(int64(bs)), dev.name, dev.queue()))
 	}
 	raw, err := unix.Open(info.Files[0], unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -301,14 +302,14 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	}
 	blocks := float64(nslots * rounds)
 	for c, cs := range cases {
-		base := fmt.Sprintf("raw O_DIRECT %s %s", cs.name, sizeName(bs))
+		base := fmt.Sprintf("raw O_DIRECT %s %s", cs.name, bytesize.Format(int64(bs)))
 		res.Add(base, "GiB/s", samples[key{c, modeRaw}], "")
 		if !cs.write {
-			r := res.Add(fmt.Sprintf("raw O_DIRECT+header %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, modeRawHdr}], base)
+			r := res.Add(fmt.Sprintf("raw O_DIRECT+header %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeRawHdr}], base)
 			r.Note = "diagnostic: the tier's bytes (header region + payload) in one raw preadv"
 			res.Rows[len(res.Rows)-1] = r
 		}
-		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, sizeName(bs)), "GiB/s", samples[key{c, modeTier}], base)
+		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeTier}], base)
 		note += fmt.Sprintf("; %s CPU µs per block (user+system, this process):", cs.name)
 		for m := range numModes {
 			if d, ok := cpu[key{c, m}]; ok {
@@ -377,13 +378,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func sizeName(bs int) string {
-	if bs >= 1<<20 {
-		return fmt.Sprintf("%dMiB", bs>>20)
-	}
-	return fmt.Sprintf("%dKiB", bs>>10)
 }
 
 func loadavg() string {

@@ -25,12 +25,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/transfer"
 )
@@ -71,13 +71,13 @@ func run() error {
 		dirsS   = flag.String("dirs", "HtoD,DtoH,both", "directions to measure (HtoD, DtoH, both)")
 	)
 	flag.Parse()
-	total, err := parseBytes(*totalS)
+	total, err := bytesize.Parse(*totalS)
 	if err != nil {
 		return fmt.Errorf("--total: %w", err)
 	}
 	var blockSizes []int64
 	for _, s := range strings.Split(*sizes, ",") {
-		n, err := parseBytes(s)
+		n, err := bytesize.Parse(s)
 		if err != nil {
 			return fmt.Errorf("--sizes: %w", err)
 		}
@@ -263,7 +263,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 			return fmt.Errorf("engine %v: %w", m, err)
 		}
 	}
-	label := sizeLabel(bs)
+	label := bytesize.Format(bs)
 	for _, dir := range dirs {
 		type bcase struct {
 			name string
@@ -572,8 +572,8 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 			if bs == 16<<10 {
 				res.Add(aloneName, "ms", alone, "")
 			}
-			res.Add(fmt.Sprintf("compute (FMA, %s) during a 1 GiB onboard of %s blocks (%s)", shape.name, sizeLabel(bs), methodFor(bs, base)), "ms", shared, aloneName)
-			res.Add(fmt.Sprintf("the 1 GiB onboard of %s blocks during compute (FMA, %s)", sizeLabel(bs), shape.name), "GiB/s", onboard, "")
+			res.Add(fmt.Sprintf("compute (FMA, %s) during a 1 GiB onboard of %s blocks (%s)", shape.name, bytesize.Format(bs), methodFor(bs, base)), "ms", shared, aloneName)
+			res.Add(fmt.Sprintf("the 1 GiB onboard of %s blocks during compute (FMA, %s)", bytesize.Format(bs), shape.name), "GiB/s", onboard, "")
 		}
 	}
 	return nil
@@ -589,33 +589,4 @@ func methodFor(bs int64, cfg transfer.Config) string {
 		return "copy kernel"
 	}
 	return "cuMemcpyBatchAsync"
-}
-
-func sizeLabel(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSuffix(s, u.suffix), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q: want a positive number with an optional KiB/MiB/GiB suffix", s)
-	}
-	return n * mult, nil
 }

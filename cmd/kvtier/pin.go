@@ -12,6 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier/pinned"
 )
 
@@ -49,7 +50,7 @@ func runPin(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeReg()
-	fmt.Fprintf(stdout, "pinning %s with %s\n", probeSizeName(cfg.size), what)
+	fmt.Fprintf(stdout, "pinning %s with %s\n", bytesize.Format(cfg.size), what)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -84,7 +85,7 @@ func pinReport(w io.Writer, st pinned.Stats) {
 	if st.PageNote != "" {
 		fmt.Fprintf(w, " (%s)", st.PageNote)
 	}
-	fmt.Fprintf(w, "\nchunks      %d of %s\n", st.Chunks, probeSizeName(st.ChunkBytes))
+	fmt.Fprintf(w, "\nchunks      %d of %s\n", st.Chunks, bytesize.Format(st.ChunkBytes))
 	fmt.Fprintf(w, "CPUs        %s\n", st.CPUNote)
 	fmt.Fprintf(w, "VMA names   %v %s\n", st.VMANames, st.VMANote)
 	fmt.Fprintf(w, "NUMA        %v %s\n", st.NUMABound, st.NUMANote)
@@ -128,10 +129,10 @@ func pinParse(args []string, stderr io.Writer) (pinConfig, error) {
 	}
 	cfg := pinConfig{touchers: *touchers, registrar: *registrar, device: *device, progress: *progress}
 	var err error
-	if cfg.size, err = probeParseBytes(*size); err != nil {
+	if cfg.size, err = bytesize.Parse(*size); err != nil {
 		return cfg, fmt.Errorf("--size: %w", err)
 	}
-	if cfg.chunk, err = probeParseBytes(*chunk); err != nil {
+	if cfg.chunk, err = bytesize.Parse(*chunk); err != nil {
 		return cfg, fmt.Errorf("--chunk: %w", err)
 	}
 	switch *pages {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/internal/results"
 )
 
@@ -111,7 +112,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		Device:    probeDeviceFacts(d.Info()),
 	}
 	probePrintFacts(stdout, res.Device)
-	fmt.Fprintf(stdout, "\nmeasuring: %s per bandwidth copy, %d runs after a warm-up\n", probeSizeName(cfg.size), cfg.runs)
+	fmt.Fprintf(stdout, "\nmeasuring: %s per bandwidth copy, %d runs after a warm-up\n", bytesize.Format(cfg.size), cfg.runs)
 	if err := probeMeasure(d, cfg, &res); err != nil {
 		fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
 		return 1
@@ -144,7 +145,7 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	n, err := probeParseBytes(size)
+	n, err := bytesize.Parse(size)
 	if err != nil {
 		return cfg, fmt.Errorf("--size: %w", err)
 	}
@@ -180,40 +181,6 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 
 // probeParseBytes reads a byte count: a plain integer or one with a binary
 // suffix (KiB, MiB, GiB, TiB; K, M, G, T mean the same).
-func probeParseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a positive byte count", s)
-	}
-	if n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return n * mult, nil
-}
-
-// probeSizeName names a byte count the way rows do: "1GiB", "16KiB", "1000B".
-func probeSizeName(n int64) string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + "B"
-}
 
 func probeBuildCommit() string {
 	bi, ok := debug.ReadBuildInfo()
@@ -343,14 +310,14 @@ func probeAllocate(d cudastream.Device, size int64) (*probeBuffers, func(), erro
 		h, err := d.HostAlloc(size)
 		if err != nil {
 			release()
-			return nil, nil, fmt.Errorf("pinned host buffer of %s: %w", probeSizeName(size), err)
+			return nil, nil, fmt.Errorf("pinned host buffer of %s: %w", bytesize.Format(size), err)
 		}
 		b.pinned[i] = h
 		undo = append(undo, func() { d.HostFree(h) })
 		p, err := d.Alloc(size)
 		if err != nil {
 			release()
-			return nil, nil, fmt.Errorf("device buffer of %s: %w", probeSizeName(size), err)
+			return nil, nil, fmt.Errorf("device buffer of %s: %w", bytesize.Format(size), err)
 		}
 		b.dev[i] = p
 		undo = append(undo, func() { d.Free(p) })
@@ -509,8 +476,8 @@ func probeMeasure(d cudastream.Device, cfg probeConfig, res *probeResult) error 
 		return probeSummarise(v)
 	}
 	const gib = 1.0 / (1 << 30)
-	sz := probeSizeName(cfg.size)
-	small := fmt.Sprintf("%s x%d", probeSizeName(probeSmallCopyBytes), int(min(int64(probeSmallCopies), cfg.size/probeSmallCopyBytes)))
+	sz := bytesize.Format(cfg.size)
+	small := fmt.Sprintf("%s x%d", bytesize.Format(probeSmallCopyBytes), int(min(int64(probeSmallCopies), cfg.size/probeSmallCopyBytes)))
 	runs := cfg.runs
 
 	h2d := probeRowOf("HtoD pinned "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.h2dPinned }, gib), runs, nil, false)

@@ -47,33 +47,6 @@ func TestProbeBadFlags(t *testing.T) {
 	}
 }
 
-func TestProbeParseBytes(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want int64
-	}{
-		{"1073741824", 1 << 30}, {"1GiB", 1 << 30}, {"256MiB", 256 << 20}, {"16KiB", 16 << 10},
-		{"2G", 2 << 30}, {" 4 MiB ", 4 << 20},
-	} {
-		if got, err := probeParseBytes(c.in); err != nil || got != c.want {
-			t.Errorf("probeParseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
-		}
-	}
-	for _, in := range []string{"", "-1", "0", "1.5GiB", "GiB", "1PiB", "9999999999TiB"} {
-		if got, err := probeParseBytes(in); err == nil {
-			t.Errorf("probeParseBytes(%q) = %d, want an error", in, got)
-		}
-	}
-}
-
-func TestProbeSizeName(t *testing.T) {
-	for n, want := range map[int64]string{1 << 30: "1GiB", 16 << 10: "16KiB", 1000: "1000B", 3 << 29: "1536MiB"} {
-		if got := probeSizeName(n); got != want {
-			t.Errorf("probeSizeName(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestProbeSummariseAndRatio(t *testing.T) {
 	st := probeSummarise([]float64{5, 1, 3, 2, 4})
 	if st != (probeStats{median: 3, min: 1, max: 5}) {
