@@ -15,6 +15,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"golang.org/x/term"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
@@ -67,4 +69,17 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "run 'kvtier <command> -h' for a command's flags")
+}
+
+// showProgress says whether a subcommand draws a progress bar: mode
+// "always", "never", or "auto" for only when stderr is a terminal.
+func showProgress(mode string, stderr io.Writer) bool {
+	switch mode {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	f, ok := stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -55,7 +55,7 @@ func runPin(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	opts := pinned.Options{Registrar: reg, Pages: cfg.pages, Fault: cfg.fault, ChunkBytes: cfg.chunk, Touchers: cfg.touchers}
-	if replayShowProgress(cfg.progress, stderr) {
+	if showProgress(cfg.progress, stderr) {
 		bar := progressbar.NewOptions64(cfg.size, progressbar.OptionSetWriter(stderr),
 			progressbar.OptionSetDescription("registered"), progressbar.OptionShowBytes(true),
 			progressbar.OptionClearOnFinish())

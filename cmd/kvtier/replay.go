@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/replay"
@@ -41,7 +40,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := replay.Options{SweepHost: a.sweepHost}
 	var bar *progressbar.ProgressBar
-	if replayShowProgress(a.progress, stderr) {
+	if showProgress(a.progress, stderr) {
 		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("replaying"),
 			progressbar.OptionShowCount(), progressbar.OptionSetItsString("req"), progressbar.OptionShowIts(),
 			progressbar.OptionClearOnFinish())
@@ -86,18 +85,6 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// replayShowProgress: a progress bar only on a terminal, unless forced.
-func replayShowProgress(mode string, stderr io.Writer) bool {
-	switch mode {
-	case "always":
-		return true
-	case "never":
-		return false
-	}
-	f, ok := stderr.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func replayParse(args []string, stderr io.Writer) (replayArgs, error) {
