@@ -417,12 +417,17 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 	if err != nil {
 		return nil, err
 	}
+	// Under the onboard lock, which Close takes to mark the engine closed:
+	// once Close has started waiting, no staged onboard can join.
+	e.on.mu.Lock()
 	if e.closed.Load() {
+		e.on.mu.Unlock()
 		t.release()
 		return nil, ErrClosed
 	}
 	t.startInFlight(&e.on)
 	e.wg.Add(1)
+	e.on.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
 		e.stagingMu.Lock()

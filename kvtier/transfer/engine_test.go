@@ -432,3 +432,25 @@ func TestSubmissionAllocatesPerTransferNotPerBlock(t *testing.T) {
 		t.Errorf("allocations per onboard: %v for 1 block, %v for %d blocks", one, many, fxSlots)
 	}
 }
+
+// TestSubmissionsAfterCloseAreRefused: every way in returns ErrClosed and
+// issues nothing once the engine is closed.
+func TestSubmissionsAfterCloseAreRefused(t *testing.T) {
+	f := newFixture(t, "block-first", cudastream.H200Link())
+	e := f.stagingEngine(t, 2, 1)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Onboard(context.Background(), []Pair{{0, 0}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Onboard after Close: %v", err)
+	}
+	if _, err := e.Offload(context.Background(), []Pair{{0, 0}}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Offload after Close: %v", err)
+	}
+	if _, err := e.OnboardStaged(context.Background(), &blockSource{size: f.host.SlotBytes}, []int32{0}); !errors.Is(err, ErrClosed) {
+		t.Errorf("OnboardStaged after Close: %v", err)
+	}
+	if n := e.Stats().Transfers.Load(); n != 0 {
+		t.Errorf("%d transfers issued after Close", n)
+	}
+}
