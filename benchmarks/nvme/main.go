@@ -54,7 +54,7 @@ func main() {
 	machine := flag.String("machine", host, "machine name for the results files")
 	sizeGiB := flag.Float64("size-gib", 0.5, "GiB of slots per block size (each pass reads or writes all of it)")
 	rounds := flag.Int("rounds", 5, "timed rounds of every case")
-	sizes := flag.String("sizes", "256KiB,1MiB,4MiB", "block sizes to measure, a subset of the default")
+	sizes := flag.String("sizes", "256KiB,1MiB,4MiB", "block sizes to measure")
 	out := flag.String("out", "benchmarks/results", "directory for nvme-<machine>.json and .md")
 	depth := flag.Int("depth", 32, "I/Os in flight, the same for raw and tier: goroutines issuing blocks")
 	thp := flag.Bool("thp", false, "put the I/O buffers on transparent huge pages (MADV_HUGEPAGE), like the pinned host pool; default 4 KiB pages")
@@ -82,12 +82,12 @@ func main() {
 	}
 	var bss []int
 	for _, name := range strings.Split(*sizes, ",") {
-		bs, ok := map[string]int{"256KiB": 256 << 10, "1MiB": 1 << 20, "4MiB": 4 << 20}[name]
-		if !ok {
-			fmt.Fprintf(os.Stderr, "nvme: --sizes: unknown block size %q, want 256KiB, 1MiB or 4MiB\n", name)
+		bs, err := bytesize.Parse(name)
+		if err != nil || bs > 1<<30 || bs%4096 != 0 {
+			fmt.Fprintf(os.Stderr, "nvme: --sizes: %q is not a block size: a multiple of 4KiB up to 1GiB, e.g. 256KiB,1MiB,4MiB\n", name)
 			os.Exit(2)
 		}
-		bss = append(bss, bs)
+		bss = append(bss, int(bs))
 	}
 	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth, *workers, *thp); err != nil {
 		pprof.StopCPUProfile()

@@ -230,6 +230,7 @@ func TestCalcBadInput(t *testing.T) {
 		{[]string{"--sweep", "--plot", filepath.Join(dir, "x.pdf")}, []string{".svg or .png"}},
 		{[]string{"--sweep", "--tokens", "10"}, []string{"--sweep"}},
 		{[]string{"--nonsense"}, []string{"nonsense"}},
+		{[]string{"--tokens", "100", "extra"}, []string{"unexpected argument", `"extra"`}},
 		{[]string{"extra"}, []string{`"extra"`}},
 	}
 	for _, c := range cases {

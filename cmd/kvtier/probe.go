@@ -179,9 +179,6 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 	return cfg, nil
 }
 
-// probeParseBytes reads a byte count: a plain integer or one with a binary
-// suffix (KiB, MiB, GiB, TiB; K, M, G, T mean the same).
-
 func probeBuildCommit() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

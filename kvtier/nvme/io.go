@@ -421,7 +421,9 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		}
 		for i, k := range run {
 			o := &ops[k]
-			if err := s.writeFull(sf.f, [][]byte{w.hdr[i*g.hdrBytes : (i+1)*g.hdrBytes]}, g.slotOffset(o.idx)); err != nil {
+			// w.bufs is free again: the run's payloads are written.
+			w.bufs = append(w.bufs[:0], w.hdr[i*g.hdrBytes:(i+1)*g.hdrBytes])
+			if err := s.writeFull(sf.f, w.bufs, g.slotOffset(o.idx)); err != nil {
 				fail("write headers of", err)
 				return
 			}

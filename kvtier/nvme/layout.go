@@ -12,13 +12,12 @@ import (
 //	[superblock: superBytes][slot 0][slot 1]...[slot SlotsPerFile-1]
 //	slot = [header region: hdrBytes][payload region: payloadRegion]
 //
-// Every region is a multiple of unitBytes: the direct-I/O alignment, but at
+// Every region is a multiple of the layout unit: the direct-I/O alignment, but at
 // least 4 KiB, so that each header and payload starts on a direct-I/O
 // boundary and on the 4 KiB physical sector of current NVMe drives (a 512e
 // drive would otherwise read-modify-write the sectors that slots share).
 type geometry struct {
 	alignBytes    int // direct-I/O alignment of buffers and lengths
-	unitBytes     int // layout unit: max(alignBytes, 4096)
 	hdrBytes      int
 	payloadRegion int
 	slotBytes     int64
@@ -32,7 +31,7 @@ func roundUp(n, a int64) int64 { return (n + a - 1) / a * a }
 func newGeometry(cfg *Config, alignBytes int) geometry {
 	unit := max(alignBytes, 4096)
 	a := int64(unit)
-	g := geometry{alignBytes: alignBytes, unitBytes: unit, slotsPerFile: cfg.SlotsPerFile,
+	g := geometry{alignBytes: alignBytes, slotsPerFile: cfg.SlotsPerFile,
 		hdrBytes:      int(roundUp(int64(headerBytes(cfg.MaxTokens)), a)),
 		payloadRegion: int(roundUp(int64(cfg.BlockBytes), a)),
 		superBytes:    a}

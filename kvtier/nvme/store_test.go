@@ -26,13 +26,16 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"Dirs[0]", func(c *Config) { c.Dirs = []string{dir + "/missing"} }},
 		{"Dirs[0]", func(c *Config) { c.Dirs = []string{file} }},
 		{"FilesPerDir", func(c *Config) { c.FilesPerDir = -1 }},
+		{"FilesPerDir", func(c *Config) { c.FilesPerDir = 1025 }},
 		{"SlotsPerFile", func(c *Config) { c.SlotsPerFile = 0 }},
 		{"SlotsPerFile", func(c *Config) { c.SlotsPerFile = 1 << 30; c.FilesPerDir = 8 }},
 		{"BlockBytes", func(c *Config) { c.BlockBytes = 0 }},
 		{"BlockBytes", func(c *Config) { c.BlockBytes = 2 << 30 }},
 		{"MaxTokens", func(c *Config) { c.MaxTokens = -1 }},
+		{"MaxTokens", func(c *Config) { c.MaxTokens = maxTokensLimit + 1 }},
 		{"Mode", func(c *Config) { c.Mode = NumIOModes }},
 		{"Workers", func(c *Config) { c.Workers = -3 }},
+		{"Workers", func(c *Config) { c.Workers = 4097 }},
 		{"MaxIOBytes", func(c *Config) { c.MaxIOBytes = -1 }},
 	} {
 		c := good
@@ -445,6 +448,35 @@ func TestWriteDoesNotKeepCallerTokens(t *testing.T) {
 	for i := range keep {
 		if meta.Tokens[i] != keep[i] {
 			t.Fatalf("the caller's Tokens changed after Write: %v, was %v", meta.Tokens, keep)
+		}
+	}
+}
+
+// TestWriteAllocatesNothing holds Write to its doc comment, in both modes:
+// the same slot rewritten, after warm-up, costs no Go allocation.
+func TestWriteAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	for _, durable := range []bool{false, true} {
+		cfg := testConfig(t.TempDir())
+		cfg.Durable = durable
+		s := mustOpen(t, cfg)
+		slot, err := s.Allocate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := alignedBuf(t, 8192)
+		fillPayload(buf, 42)
+		meta := metaFor(42, 4)
+		write := func() {
+			if err := s.Write(context.Background(), slot, meta, buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write()
+		if n := testing.AllocsPerRun(20, write); n != 0 {
+			t.Errorf("durable=%v: %v allocations per Write", durable, n)
 		}
 	}
 }
