@@ -389,7 +389,9 @@ func (v *drvVMMHost) Close() error {
 	v.once.Do(func() {
 		v.cleanup.Stop()
 		var step C.int
-		err = v.d.err(drvVMMStep(step), C.drvHostFreeVMM(v.d.t, v.ptr, v.mapped, v.h, &step))
+		// The C call sets step: call it before naming the step that failed.
+		rc := C.drvHostFreeVMM(v.d.t, v.ptr, v.mapped, v.h, &step)
+		err = v.d.err(drvVMMStep(step), rc)
 		v.b = nil
 	})
 	return err
@@ -413,7 +415,8 @@ func (d *drvDevice) NewStream(priority int) (Stream, error) {
 		C.drvStreamDestroy(d.t, s)
 		return nil, fmt.Errorf("cudastream: NewStream: %w: calloc of the batch descriptors failed", ErrOutOfMemory)
 	}
-	cs := &cuStream{d: d, s: s, st: b}
+	kopts, _ := KernelCopyOptions{}.withDefaults() // the defaults are valid
+	cs := &cuStream{d: d, s: s, st: b, kopts: kopts}
 	cs.cleanup = runtime.AddCleanup(cs, drvDestroyLeakedStream, drvLeakedStream{t: d.t, s: s, b: b})
 	return cs, nil
 }
@@ -439,7 +442,7 @@ type cuStream struct {
 	st        *C.drvStreamState
 	destroyed atomic.Bool // set under mu
 	cleanup   runtime.Cleanup
-	kopts     KernelCopyOptions // under mu
+	kopts     KernelCopyOptions // under mu; defaults filled in
 }
 
 // lock takes mu, unless the stream is destroyed.

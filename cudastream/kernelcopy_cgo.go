@@ -114,7 +114,7 @@ func (s *cuStream) CopyKernel(kind CopyKind, ops []Copy) error {
 	if err := s.lock("CopyKernel"); err != nil {
 		return err
 	}
-	o, _ := s.kopts.withDefaults()
+	o := s.kopts
 	opts := C.drvKernelOpts{ctas: C.uint(o.CTAs), threads: C.uint(o.ThreadsPerCTA), pieceBytes: C.size_t(o.PieceBytes)}
 	var fail C.size_t
 	var step C.int
