@@ -160,8 +160,10 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 	var err error
 	m.lock()
 	l.leased = true
-	for _, k := range keys {
-		m.recordAccess(k)
+	if m.admitters {
+		for _, k := range keys {
+			m.recordAccess(k)
+		}
 	}
 	parent := Key(0)
 	for i, k := range keys {
@@ -311,6 +313,10 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 // freeSlot takes ref out of tier t and returns its slot to the free list.
 // The caller guarantees no copy reads or writes the slot (invariant 3).
 func (m *Manager) freeSlot(ref BlockRef, t Tier) {
+	// The policy tracks exactly the writing and ready blocks of its tier.
+	// A victim of Evict is already gone from it; Remove is then a no-op
+	// (ghost entries stay).
+	m.tiers[t].policy.Remove(ref)
 	r := m.recs.at(ref)
 	slot := r.slot[t]
 	m.setState(ref, t, stateNone)
@@ -500,7 +506,6 @@ func (m *Manager) completeLocked(t *Transfer, i int, err error) {
 		m.propagate(op.Ref, op.To)
 	} else {
 		m.metrics.moveFailure()
-		m.tiers[op.To].policy.Remove(op.Ref)
 		m.freeSlot(op.Ref, op.To)
 		if demotion { // the source is intact: keep it
 			m.setState(op.Ref, op.From, stateReady)
@@ -509,7 +514,6 @@ func (m *Manager) completeLocked(t *Transfer, i int, err error) {
 			// The manager reads an NVMe copy only to load it into the
 			// GPU, where the block is then being written, so this op was
 			// the slot's only reader.
-			m.tiers[NVMe].policy.Remove(op.Ref)
 			m.freeSlot(op.Ref, NVMe)
 		}
 		if l := t.lease; l != nil && l.err == nil {

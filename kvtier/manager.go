@@ -375,7 +375,6 @@ func (m *Manager) Commit(l *Lease, err error) error {
 			m.metrics.tier(b.Tier).in(m.tiers[b.Tier].slotBytes)
 			m.propagate(b.Ref, b.Tier)
 		} else {
-			m.tiers[b.Tier].policy.Remove(b.Ref)
 			m.freeSlot(b.Ref, b.Tier)
 		}
 	}
@@ -457,7 +456,6 @@ func (m *Manager) Release(l *Lease) {
 	for i := range l.Blocks {
 		b := &l.Blocks[i]
 		if b.Write {
-			m.tiers[b.Tier].policy.Remove(b.Ref)
 			m.freeSlot(b.Ref, b.Tier)
 		}
 		m.unref(b.Ref)

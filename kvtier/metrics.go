@@ -96,16 +96,6 @@ func (c *counters) moveFailure() {
 	}
 }
 
-func (t *tierCounters) hit() {
-	if t != nil {
-		t.hits.Add(1)
-	}
-}
-func (t *tierCounters) miss() {
-	if t != nil {
-		t.misses.Add(1)
-	}
-}
 func (t *tierCounters) in(n int64) {
 	if t != nil {
 		t.bytesIn.Add(uint64(n))
