@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"kvtier.dev/internal/bytesize"
 )
 
 // Config is what a replay models: the model and GPU (kvtier/cost presets),
@@ -220,17 +222,7 @@ func ParseBytes(s string) (Bytes, error) {
 }
 
 // String writes the size with the largest binary unit that divides it.
-func (b Bytes) String() string {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if b != 0 && int64(b)%u.mult == 0 {
-			return strconv.FormatInt(int64(b)/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(int64(b), 10) + "B"
-}
+func (b Bytes) String() string { return bytesize.Format(int64(b)) }
 
 // Set implements flag.Value.
 func (b *Bytes) Set(s string) error {

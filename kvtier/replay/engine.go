@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
 
@@ -200,7 +199,7 @@ func (e *engine) run(src *trace.Reader) error {
 		}
 	}
 	for len(e.events) > 0 {
-		ev := heap.Pop(&e.events).(event)
+		ev := e.events.pop()
 		e.now = ev.at
 		switch ev.kind {
 		case evArrival:

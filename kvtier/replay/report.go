@@ -196,12 +196,12 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-// percentiles sorts ds and returns its nearest-rank percentiles.
+// percentiles returns the nearest-rank percentiles of ds, which MUST be
+// sorted (result sorts the TTFTs once for this and the plots' quantiles).
 func percentiles(ds []time.Duration) Percentiles {
 	if len(ds) == 0 {
 		return Percentiles{}
 	}
-	slices.Sort(ds)
 	at := func(p float64) float64 {
 		i := int(p*float64(len(ds))+0.999999999) - 1
 		return seconds(ds[max(0, min(i, len(ds)-1))])
