@@ -375,6 +375,10 @@ func TestHugeTLBWithoutPool(t *testing.T) {
 	if st := r.Stats(); st.PageMode != Pages4K || !strings.Contains(st.PageNote, "not a multiple") {
 		t.Errorf("fallback for 3 MiB: %v %q", st.PageMode, st.PageNote)
 	}
+	// The touchers are planned for the pages the region got.
+	if st := r.Stats(); strings.Contains(st.CPUNote, "registration") && !strings.Contains(st.CPUNote, "4KiB registration") {
+		t.Errorf("touchers planned for other pages than 4 KiB: %q", st.CPUNote)
+	}
 	r.Close()
 }
 

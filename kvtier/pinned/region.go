@@ -82,8 +82,6 @@ func Alloc(ctx context.Context, size int64, opts Options) (*Region, error) {
 		if err := checkCPUs(cpus, allowed); err != nil {
 			return nil, err
 		}
-	} else {
-		cpus, cpuNote = derivePlan(readTopology(allowed), p.pages, opts.Touchers)
 	}
 	nodes, numaNote, err := chooseNodes(opts.NUMANodes)
 	if err != nil {
@@ -104,12 +102,17 @@ func Alloc(ctx context.Context, size int64, opts Options) (*Region, error) {
 	s.stats = Stats{
 		SizeBytes: size, ChunkBytes: p.chunkBytes, Chunks: p.chunks,
 		PageModeAsked: opts.Pages, Fault: p.fault,
-		Touchers: len(cpus.Touch), TouchCPUs: cpus.Touch, RegisterCPU: cpus.Register, CPUNote: cpuNote,
 		NUMANote: numaNote,
 	}
 	if err := s.mapRegion(); err != nil {
 		return nil, err
 	}
+	if cpus.Touch == nil {
+		// From the page mode the mapping got (a hugetlb fallback to 4 KiB
+		// pages needs about twice the touchers), not the one asked for.
+		cpus, cpuNote = derivePlan(readTopology(allowed), s.stats.PageMode, opts.Touchers)
+	}
+	s.stats.Touchers, s.stats.TouchCPUs, s.stats.RegisterCPU, s.stats.CPUNote = len(cpus.Touch), cpus.Touch, cpus.Register, cpuNote
 	if err := s.prepareChunks(nodes, !opts.NoVMANames); err != nil {
 		return nil, errors.Join(err, sys.Munmap(s.mapBase, s.mapBytes))
 	}
