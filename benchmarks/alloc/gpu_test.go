@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/pinned"
 )
 
@@ -35,9 +36,9 @@ func TestGPUCopiesAtPinnedSpeed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", pages, err)
 		}
-		p, h := median(res.dtohPinned), median(res.dtohHostAlloc)
+		p, h := results.Median(res.dtohPinned), results.Median(res.dtohHostAlloc)
 		t.Logf("%v: DtoH %.2f GiB/s into the region, %.2f into cuMemHostAlloc; HtoD %.2f vs %.2f",
-			pages, p, h, median(res.htodPinned), median(res.htodHostAlloc))
+			pages, p, h, results.Median(res.htodPinned), results.Median(res.htodHostAlloc))
 		if p < 0.9*h {
 			t.Errorf("%v: DtoH into the pinned region %.2f GiB/s is below 90%% of cuMemHostAlloc's %.2f", pages, p, h)
 		}

@@ -21,13 +21,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/bytesize"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/pinned"
 )
 
@@ -235,7 +235,7 @@ func run(ctx context.Context, cfg config) error {
 		add("HtoD from cuMemHostAlloc", "", res.htodHostAlloc)
 		add("HtoD from pinned THP", "HtoD from cuMemHostAlloc "+n, res.htodPinned)
 		b.note(fmt.Sprintf("Copy check (%s, THP region): data round-trips intact; DtoH median %.2f GiB/s into the region vs %.2f into cuMemHostAlloc memory; HtoD %.2f vs %.2f.",
-			n, median(res.dtohPinned), median(res.dtohHostAlloc), median(res.htodPinned), median(res.htodHostAlloc)))
+			n, results.Median(res.dtohPinned), results.Median(res.dtohHostAlloc), results.Median(res.htodPinned), results.Median(res.htodHostAlloc)))
 		if err := b.save(); err != nil {
 			return err
 		}
@@ -416,27 +416,10 @@ func (b *bench) save() error {
 // go build -ldflags "-X main.buildCommit=$(git rev-parse HEAD)".
 var buildCommit string
 
-// commit is the VCS revision the binary was built from ("-dirty" when the
-// tree had changes).
+// commit is buildCommit when set, else the revision the build recorded.
 func commit() string {
 	if buildCommit != "" {
 		return buildCommit
 	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	rev, dirty := "unknown", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
+	return results.BuildCommit()
 }

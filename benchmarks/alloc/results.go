@@ -46,33 +46,20 @@ func (s *series) add(name, baseline, note string, v float64) {
 	}
 }
 
-func median(v []float64) float64 {
-	w := slices.Clone(v)
-	slices.Sort(w)
-	n := len(w)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return w[n/2]
-	}
-	return (w[n/2-1] + w[n/2]) / 2
-}
-
 // rows summarizes the samples; ratio is the row's median over its
 // baseline's median (1 for a baseline row, 0 where there is none).
 func (s *series) rows() []row {
 	var out []row
 	for _, name := range s.names {
 		v := s.samples[name]
-		r := row{Name: name, Unit: "GiB/s", Median: median(v), Min: slices.Min(v), Max: slices.Max(v), Runs: len(v),
+		r := row{Name: name, Unit: "GiB/s", Median: results.Median(v), Min: slices.Min(v), Max: slices.Max(v), Runs: len(v),
 			Baseline: s.baseline[name], Note: s.notes[name]}
 		switch {
 		case r.Baseline == "" && r.Note == "":
 			r.Ratio = 1
 		case r.Baseline != "":
-			if b, ok := s.samples[r.Baseline]; ok && median(b) > 0 {
-				r.Ratio = r.Median / median(b)
+			if b, ok := s.samples[r.Baseline]; ok && results.Median(b) > 0 {
+				r.Ratio = r.Median / results.Median(b)
 			}
 		}
 		out = append(out, r)

@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -119,7 +118,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	res := results.New("nvme", machine, commit())
+	res := results.New("nvme", machine, "")
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of raw, raw+header and tier rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
 		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
@@ -387,12 +386,4 @@ func loadavg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
 }

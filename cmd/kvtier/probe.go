@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,14 +42,9 @@ type probeConfig struct {
 // probeResult is the JSON that --json writes. "measured" is what the cost
 // model reads; "rows" follow design.md's benchmark format.
 type probeResult struct {
-	Benchmark string        `json:"benchmark"`
-	Machine   string        `json:"machine"`
-	Date      string        `json:"date"`
-	Commit    string        `json:"commit"`
-	Command   string        `json:"command"`
-	Device    probeDevice   `json:"device"`
-	Measured  probeMeasured `json:"measured"`
-	Rows      []probeRow    `json:"rows"`
+	results.File               // benchmark, machine, date, commit, command, rows
+	Device       probeDevice   `json:"device"`
+	Measured     probeMeasured `json:"measured"`
 }
 
 type probeDevice struct {
@@ -81,8 +74,6 @@ type probeMeasured struct {
 	EventRoundtripSeconds float64 `json:"event_roundtrip_seconds"`
 }
 
-type probeRow = results.Row
-
 func runProbe(args []string, stdout, stderr io.Writer) int {
 	cfg, err := probeParseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -103,14 +94,8 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	}
 	defer d.Close()
 
-	res := probeResult{
-		Benchmark: "probe",
-		Machine:   cfg.machine,
-		Date:      time.Now().UTC().Format("2006-01-02"),
-		Commit:    cfg.commit,
-		Command:   cfg.command,
-		Device:    probeDeviceFacts(d.Info()),
-	}
+	res := probeResult{File: *results.New("probe", cfg.machine, cfg.commit), Device: probeDeviceFacts(d.Info())}
+	res.Command = cfg.command
 	probePrintFacts(stdout, res.Device)
 	fmt.Fprintf(stdout, "\nmeasuring: %s per bandwidth copy, %d runs after a warm-up\n", bytesize.Format(cfg.size), cfg.runs)
 	if err := probeMeasure(d, cfg, &res); err != nil {
@@ -167,7 +152,7 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 		cfg.machine = h
 	}
 	if cfg.commit == "" {
-		cfg.commit = probeBuildCommit()
+		cfg.commit = results.BuildCommit()
 	}
 	cfg.command = "kvtier probe"
 	for _, a := range args {
@@ -177,29 +162,6 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 		cfg.command += " " + a
 	}
 	return cfg, nil
-}
-
-func probeBuildCommit() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if rev == "" {
-		return "unknown"
-	}
-	if modified == "true" {
-		rev += "-dirty"
-	}
-	return rev
 }
 
 func probeDeviceFacts(in cudastream.Info) probeDevice {
@@ -235,7 +197,7 @@ func probePrintFacts(w io.Writer, d probeDevice) {
 	fmt.Fprintf(w, "host NUMA alloc %v (cuMemCreate with a HOST_NUMA location)\n", d.HostNUMAAlloc)
 }
 
-func probePrintRows(w io.Writer, rows []probeRow) {
+func probePrintRows(w io.Writer, rows []results.Row) {
 	fmt.Fprintf(w, "\n%-28s %10s %10s %10s  %-8s %s\n", "measurement", "median", "min", "max", "unit", "vs baseline")
 	for _, r := range rows {
 		vs := ""
@@ -255,34 +217,6 @@ func probeWriteJSON(path string, res *probeResult) error {
 		return fmt.Errorf("write --json file: %w", err)
 	}
 	return nil
-}
-
-// probeStats summarises one figure's runs.
-type probeStats struct{ median, min, max float64 }
-
-func probeSummarise(v []float64) probeStats {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return probeStats{median: m, min: s[0], max: s[len(s)-1]}
-}
-
-// probeRowOf builds a row. For rates the ratio is this median over the
-// baseline's; for times (lowerIsBetter) the baseline's over this one's.
-func probeRowOf(name, unit string, st probeStats, runs int, base *probeRow, lowerIsBetter bool) probeRow {
-	r := probeRow{Name: name, Unit: unit, Median: st.median, Min: st.min, Max: st.max, Runs: runs, Ratio: 1}
-	if base != nil && base.Median > 0 && st.median > 0 {
-		r.Baseline = base.Name
-		if lowerIsBetter {
-			r.Ratio = base.Median / st.median
-		} else {
-			r.Ratio = st.median / base.Median
-		}
-	}
-	return r
 }
 
 // probeBuffers are the memory one probe run copies between.
@@ -465,33 +399,28 @@ func probeMeasure(d cudastream.Device, cfg probeConfig, res *probeResult) error 
 		}
 		samples = append(samples, s)
 	}
-	pick := func(f func(probeSample) float64, scale float64) probeStats {
+	pick := func(f func(probeSample) float64, scale float64) []float64 {
 		v := make([]float64, len(samples))
 		for i, s := range samples {
 			v[i] = f(s) * scale
 		}
-		return probeSummarise(v)
+		return v
 	}
 	const gib = 1.0 / (1 << 30)
 	sz := bytesize.Format(cfg.size)
 	small := fmt.Sprintf("%s x%d", bytesize.Format(probeSmallCopyBytes), int(min(int64(probeSmallCopies), cfg.size/probeSmallCopyBytes)))
-	runs := cfg.runs
 
-	h2d := probeRowOf("HtoD pinned "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.h2dPinned }, gib), runs, nil, false)
-	d2h := probeRowOf("DtoH pinned "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.d2hPinned }, gib), runs, nil, false)
-	smallRow := probeRowOf("HtoD "+small, "GiB/s", pick(func(s probeSample) float64 { return s.smallRate }, gib), runs, &h2d, false)
-	res.Rows = []probeRow{
-		h2d,
-		d2h,
-		probeRowOf("HtoD pageable "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.h2dPageable }, gib), runs, &h2d, false),
-		probeRowOf("DtoH pageable "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.d2hPageable }, gib), runs, &d2h, false),
-		probeRowOf("bidirectional pinned "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.bidir }, gib), runs, nil, false),
-		smallRow,
-		probeRowOf("HtoD "+small+" batched", "GiB/s", pick(func(s probeSample) float64 { return s.batchRate }, gib), runs, &smallRow, false),
-		probeRowOf("HtoD "+small+" issue", "us/call", pick(func(s probeSample) float64 { return s.smallIssue }, 1e6), runs, nil, true),
-		probeRowOf("event record+query", "us", pick(func(s probeSample) float64 { return s.eventRound }, 1e6), runs, nil, true),
-	}
-	med := func(f func(probeSample) float64) float64 { return pick(f, 1).median }
+	h2d, d2h, smallRow := "HtoD pinned "+sz, "DtoH pinned "+sz, "HtoD "+small
+	res.Add(h2d, "GiB/s", pick(func(s probeSample) float64 { return s.h2dPinned }, gib), "")
+	res.Add(d2h, "GiB/s", pick(func(s probeSample) float64 { return s.d2hPinned }, gib), "")
+	res.Add("HtoD pageable "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.h2dPageable }, gib), h2d)
+	res.Add("DtoH pageable "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.d2hPageable }, gib), d2h)
+	res.Add("bidirectional pinned "+sz, "GiB/s", pick(func(s probeSample) float64 { return s.bidir }, gib), "")
+	res.Add(smallRow, "GiB/s", pick(func(s probeSample) float64 { return s.smallRate }, gib), h2d)
+	res.Add("HtoD "+small+" batched", "GiB/s", pick(func(s probeSample) float64 { return s.batchRate }, gib), smallRow)
+	res.Add("HtoD "+small+" issue", "us/call", pick(func(s probeSample) float64 { return s.smallIssue }, 1e6), "")
+	res.Add("event record+query", "us", pick(func(s probeSample) float64 { return s.eventRound }, 1e6), "")
+	med := func(f func(probeSample) float64) float64 { return results.Median(pick(f, 1)) }
 	res.Measured = probeMeasured{
 		H2DPinnedBytesPerS:    med(func(s probeSample) float64 { return s.h2dPinned }),
 		D2HPinnedBytesPerS:    med(func(s probeSample) float64 { return s.d2hPinned }),

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"kvtier.dev/internal/results"
 )
 
 func TestProbeNoGPU(t *testing.T) {
@@ -47,34 +49,12 @@ func TestProbeBadFlags(t *testing.T) {
 	}
 }
 
-func TestProbeSummariseAndRatio(t *testing.T) {
-	st := probeSummarise([]float64{5, 1, 3, 2, 4})
-	if st != (probeStats{median: 3, min: 1, max: 5}) {
-		t.Errorf("odd runs: %+v", st)
-	}
-	if st := probeSummarise([]float64{4, 1, 3, 2}); st.median != 2.5 {
-		t.Errorf("even runs: median %v, want 2.5", st.median)
-	}
-	base := probeRowOf("HtoD pinned 1GiB", "GiB/s", probeStats{50, 49, 51}, 5, nil, false)
-	if base.Baseline != "" || base.Ratio != 1 {
-		t.Errorf("baseline row: %+v", base)
-	}
-	pg := probeRowOf("HtoD pageable 1GiB", "GiB/s", probeStats{5, 4, 6}, 5, &base, false)
-	if pg.Baseline != base.Name || pg.Ratio != 0.1 {
-		t.Errorf("rate row: %+v", pg)
-	}
-	tb := probeRow{Name: "t", Median: 2}
-	if r := probeRowOf("x", "us", probeStats{median: 4}, 5, &tb, true); r.Ratio != 0.5 {
-		t.Errorf("time row ratio %v, want 0.5 (baseline's time over this one's)", r.Ratio)
-	}
-}
-
 func TestProbeJSONShape(t *testing.T) {
 	res := probeResult{
-		Benchmark: "probe", Machine: "h200", Date: "2026-11-29", Commit: "abc", Command: "kvtier probe --json x",
+		File: results.File{Benchmark: "probe", Machine: "h200", Date: "2026-11-29", Commit: "abc", Command: "kvtier probe --json x",
+			Rows: []results.Row{{Name: "HtoD pinned 1GiB", Unit: "GiB/s", Median: 49.4, Min: 49, Max: 50, Runs: 5, Ratio: 1}}},
 		Device:   probeDevice{Name: "NVIDIA H200", CC: "9.0", SMCount: 132, NUMANode: 0, PCIeGen: 5, PCIeWidth: 16, DriverVersion: 13000, BatchCopy: true},
 		Measured: probeMeasured{H2DPinnedBytesPerS: 53e9, SmallCopyBytes: 16384, EventRoundtripSeconds: 3.2e-7},
-		Rows:     []probeRow{{Name: "HtoD pinned 1GiB", Unit: "GiB/s", Median: 49.4, Min: 49, Max: 50, Runs: 5, Ratio: 1}},
 	}
 	path := filepath.Join(t.TempDir(), "probe-test.json")
 	if err := probeWriteJSON(path, &res); err != nil {

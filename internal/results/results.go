@@ -45,17 +45,11 @@ type File struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// New starts a File for this process: today's date, the commit the binary
-// was built from (when the build recorded it) and the command line.
+// New starts a File for this process: today's date, the commit (BuildCommit
+// when commit is empty) and the command line.
 func New(benchmark, machine, commit string) *File {
 	if commit == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					commit = s.Value
-				}
-			}
-		}
+		commit = BuildCommit()
 	}
 	return &File{
 		Benchmark: benchmark,
@@ -66,18 +60,52 @@ func New(benchmark, machine, commit string) *File {
 	}
 }
 
-// Add appends a row summarising samples (at least one).
-func (f *File) Add(name, unit string, samples []float64, baseline string) Row {
+// BuildCommit is the VCS revision the running binary was built from, with
+// "-dirty" when the tree had uncommitted changes, or "unknown" when the
+// build recorded none (go build -buildvcs=false, or outside a checkout).
+func BuildCommit() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, st := range bi.Settings {
+		switch st.Key {
+		case "vcs.revision":
+			rev = st.Value
+		case "vcs.modified":
+			dirty = st.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+// Median is the median of samples (the mean of the middle two for an even
+// count); 0 for none.
+func Median(samples []float64) float64 {
 	s := slices.Clone(samples)
 	slices.Sort(s)
-	r := Row{Name: name, Unit: unit, Runs: len(s), Baseline: baseline, Ratio: 1}
-	if len(s) > 0 {
-		r.Min, r.Max = s[0], s[len(s)-1]
-		if len(s)%2 == 1 {
-			r.Median = s[len(s)/2]
-		} else {
-			r.Median = (s[len(s)/2-1] + s[len(s)/2]) / 2
-		}
+	switch n := len(s); {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return s[n/2]
+	default:
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// Add appends a row summarising samples (at least one).
+func (f *File) Add(name, unit string, samples []float64, baseline string) Row {
+	r := Row{Name: name, Unit: unit, Runs: len(samples), Baseline: baseline, Ratio: 1, Median: Median(samples)}
+	if len(samples) > 0 {
+		r.Min, r.Max = slices.Min(samples), slices.Max(samples)
 	}
 	if baseline != "" {
 		for _, b := range f.Rows {
