@@ -37,13 +37,18 @@ type KernelCopier interface {
 // KernelCopyOptions tunes the copy kernel. Zero fields take the defaults.
 type KernelCopyOptions struct {
 	// CTAs is the most thread blocks one launch uses. It bounds the SMs the
-	// copy takes from the server's compute: 16 CTAs occupy at most 16 of the
-	// H200's 132 SMs, and only a part of each. Default 16: on the H200, 16
-	// CTAs of 512 threads move 16 KiB pieces at 46 GiB/s host to device and
-	// 47 device to host, as fast as 264 CTAs do (cuda_test.go,
-	// TestCuCopyMethodsPerf).
+	// copy takes from the server's compute: 32 CTAs occupy at most 32 of the
+	// H200's 132 SMs, and only a small part of each. Default 32.
 	CTAs int
-	// ThreadsPerCTA is a multiple of 32, at most 1024. Default 512.
+	// ThreadsPerCTA is a multiple of 32, at most 1024. Default 128: a small
+	// CTA leaves room beside it for the server's kernels. On the H200 a
+	// one-wave compute kernel (4 CTAs of 256 threads per SM) took 25% longer
+	// when copy CTAs of 512 threads were placed before it, and 0.4% longer
+	// beside CTAs of 128 threads; placed after it, neither slowed it, so its
+	// CTAs did not fit beside the large ones and waited. 32 CTAs of 128
+	// threads move 16 KiB pieces as fast as 16 of 512 (45.8 GiB/s host to
+	// device, 47.1 device to host; TestCuCopyExperiment,
+	// benchmarks/results/copykernel-h200.md).
 	ThreadsPerCTA int
 	// PieceBytes is the largest piece one CTA copies at a time: longer
 	// copies (coalesced runs, 2 MiB blocks) are cut so that the CTAs share
@@ -53,8 +58,8 @@ type KernelCopyOptions struct {
 
 // Defaults of KernelCopyOptions.
 const (
-	DefaultKernelCTAs          = 16
-	DefaultKernelThreadsPerCTA = 512
+	DefaultKernelCTAs          = 32
+	DefaultKernelThreadsPerCTA = 128
 	DefaultKernelPieceBytes    = 64 << 10
 )
 

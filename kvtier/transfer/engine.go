@@ -95,7 +95,6 @@ type Engine struct {
 	gpu      GPULayout
 	host     HostLayout
 	hostBase uint64
-	maxBatch int
 	now      func() time.Duration
 
 	method Method
@@ -122,7 +121,8 @@ type direction struct {
 	mu      sync.Mutex // serialises submissions to stream
 	stream  cudastream.Stream
 	kind    cudastream.CopyKind
-	co      coalescer
+	co      coalescer // streams into issueOps (begin, end)
+	call    issueCall
 	pending chan *Transfer // to the completer, in stream order
 
 	kc           cudastream.KernelCopier // nil: the stream has no copy kernel
@@ -204,7 +204,6 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		gpu:      cfg.GPU,
 		host:     cfg.Host,
 		hostBase: cudastream.HostAddr(cfg.Host.Pool),
-		maxBatch: cfg.MaxBatch,
 		now:      cfg.Now,
 
 		method: cfg.Method,
@@ -240,6 +239,8 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		e.staging = append(e.staging, stagingBuf{layout: l, base: cudastream.HostAddr(b), ev: ev, pairs: make([]Pair, 0, l.Slots())})
 	}
 	for _, d := range []*direction{&e.on, &e.off} {
+		d.co.limit = cfg.MaxBatch
+		d.co.emit = func(ops []cudastream.Copy, origin []int32) bool { return e.issueOps(d, ops, origin) }
 		d.pending = make(chan *Transfer, 1024)
 		e.wg.Add(1)
 		go e.complete(d)
@@ -274,9 +275,9 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	}
 	defer d.mu.Unlock()
 	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
-		d.co.reset()
+		e.begin(ctx, d, t, "onboard layer", l)
 		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
-		e.issue(ctx, d, t, "onboard layer", l)
+		e.end(d)
 		if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
 			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
 		}
@@ -305,9 +306,9 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Eve
 		}
 	}
 	if t.err == nil {
-		d.co.reset()
+		e.begin(ctx, d, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
-		e.issue(ctx, d, t, "offload", -1)
+		e.end(d)
 	}
 	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
 	e.stats.OffloadBytes.Add(t.bytes)
@@ -336,38 +337,60 @@ func (e *Engine) start(d *direction, pairs []Pair, layers int) (*Transfer, error
 	return t, nil
 }
 
-// issue submits d.co's descriptors in calls of at most MaxBatch, by the
-// engine's method, stopping at the first error or
-// when ctx ends. It records what was issued in t. what and n (-1 for none)
-// name the step in an error; they are formatted only then.
-func (e *Engine) issue(ctx context.Context, d *direction, t *Transfer, what string, n int) {
-	ops := d.co.ops
-	for i := 0; i < len(ops); i += e.maxBatch {
-		if err := ctx.Err(); err != nil {
-			t.err = err
-			return
-		}
-		j := min(i+e.maxBatch, len(ops))
-		kernel, err := e.submitOps(d, ops[i:j])
-		if err != nil {
-			if n >= 0 {
-				what = fmt.Sprintf("%s %d", what, n)
-			}
-			t.err = fmt.Errorf("transfer: %s: descriptors %d..%d (from pair %d): %w", what, i, j-1, d.co.origin[i], err)
-			return
-		}
-		for _, op := range ops[i:j] {
-			t.bytes += op.Bytes
-		}
-		t.copies += j - i
-		if kernel {
-			if t.kernelCopies == 0 && t.inflight != nil {
-				t.inflight.kernelInflight.Add(1)
-			}
-			t.kernelCopies += j - i
-		}
-		e.stats.Descriptors.Add(int64(j - i))
+// begin makes d's coalescer issue what it gathers, by the engine's method,
+// as part of t; what and n (-1 for none) name the step in an error. Called
+// with d.mu held; end issues the rest.
+func (e *Engine) begin(ctx context.Context, d *direction, t *Transfer, what string, n int) {
+	d.co.reset()
+	d.call = issueCall{ctx: ctx, t: t, what: what, n: n}
+}
+
+// end issues what d's coalescer still holds.
+func (e *Engine) end(d *direction) {
+	d.co.flush()
+	d.call = issueCall{}
+}
+
+// issueCall is the call being coalesced on a direction, for issueOps.
+type issueCall struct {
+	ctx  context.Context
+	t    *Transfer
+	what string
+	n    int
+}
+
+// issueOps is d's coalescer's emit: it submits ops (at most MaxBatch) and
+// records them in the call's transfer, or records why it stopped: an error,
+// or the end of the call's context.
+func (e *Engine) issueOps(d *direction, ops []cudastream.Copy, origin []int32) bool {
+	c := &d.call
+	t := c.t
+	if err := c.ctx.Err(); err != nil {
+		t.err = err
+		return false
 	}
+	kernel, err := e.submitOps(d, ops)
+	if err != nil {
+		what := c.what
+		if c.n >= 0 {
+			what = fmt.Sprintf("%s %d", what, c.n)
+		}
+		i := d.co.emitted
+		t.err = fmt.Errorf("transfer: %s: descriptors %d..%d (from pair %d): %w", what, i, i+len(ops)-1, origin[0], err)
+		return false
+	}
+	for _, op := range ops {
+		t.bytes += op.Bytes
+	}
+	t.copies += len(ops)
+	if kernel {
+		if t.kernelCopies == 0 && t.inflight != nil {
+			t.inflight.kernelInflight.Add(1)
+		}
+		t.kernelCopies += len(ops)
+	}
+	e.stats.Descriptors.Add(int64(len(ops)))
+	return true
 }
 
 // submit records t's final event after everything t issued and hands t to
@@ -472,9 +495,9 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 		}
 		d := &e.on
 		d.mu.Lock()
-		d.co.reset()
+		e.begin(ctx, d, t, "staged onboard, staging buffer", k%len(e.staging))
 		d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)
-		e.issue(ctx, d, t, "staged onboard, staging buffer", k%len(e.staging))
+		e.end(d)
 		err := buf.ev.Record(d.stream)
 		d.mu.Unlock()
 		buf.used = true

@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,5 +142,48 @@ func TestCheckPairs(t *testing.T) {
 	}
 	if err := checkPairs(&g, &h, []Pair{{-1, 0}}); err == nil {
 		t.Error("negative block accepted")
+	}
+}
+
+// TestCoalescerStreams: with emit set, descriptors leave in groups of at
+// most limit, each group only once no later copy can merge into it, and a
+// refusing emit drops everything after it.
+func TestCoalescerStreams(t *testing.T) {
+	var got [][]cudastream.Copy
+	var emittedBefore []int
+	c := coalescer{limit: 2}
+	c.emit = func(ops []cudastream.Copy, origin []int32) bool {
+		got = append(got, slices.Clone(ops))
+		emittedBefore = append(emittedBefore, c.emitted)
+		return true
+	}
+	c.add(0, 1000, 10, 0, false)   // A
+	c.add(100, 1100, 10, 1, false) // B
+	c.add(110, 1110, 10, 2, false) // merges into B although the group is full
+	if len(got) != 0 {
+		t.Fatalf("emitted %v before a copy failed to merge", got)
+	}
+	c.add(500, 1500, 10, 3, false) // C: A and B+ leave
+	c.flush()
+	want := [][]cudastream.Copy{
+		{{Dst: 0, Src: 1000, Bytes: 10}, {Dst: 100, Src: 1100, Bytes: 20}},
+		{{Dst: 500, Src: 1500, Bytes: 10}},
+	}
+	if !reflect.DeepEqual(got, want) || !slices.Equal(emittedBefore, []int{0, 2}) {
+		t.Fatalf("emitted %v (after %v), want %v (after [0 2])", got, emittedBefore, want)
+	}
+
+	got = nil
+	c.reset()
+	c.emit = func(ops []cudastream.Copy, origin []int32) bool {
+		got = append(got, slices.Clone(ops))
+		return false
+	}
+	for i := range 5 {
+		c.add(uint64(i*100), uint64(i*100), 10, i, false)
+	}
+	c.flush()
+	if len(got) != 1 || len(got[0]) != 2 || !c.stopped || len(c.ops) != 0 {
+		t.Fatalf("after a refusal: emitted %v, stopped %v, holding %d ops; want one group of 2, stopped, none held", got, c.stopped, len(c.ops))
 	}
 }

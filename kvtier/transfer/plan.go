@@ -23,21 +23,36 @@ func checkPairs(g *GPULayout, h *HostLayout, pairs []Pair) error {
 
 // coalescer appends copy descriptors to a reusable slice, merging each new
 // copy into the previous one when both sides are contiguous with it.
+//
+// With emit set it streams: once limit descriptors are final (a new copy
+// does not merge into the last one), emit takes them and the slice starts
+// over, so the first copies are on their way while later pairs are still
+// being planned. flush hands over the rest.
 type coalescer struct {
 	ops []cudastream.Copy
 	// origin[i] is the index of the pair that opened descriptor i, so that a
 	// failure can be named in the caller's terms.
 	origin []int32
+
+	limit   int
+	emit    func(ops []cudastream.Copy, origin []int32) bool // false: stop, drop later copies
+	emitted int                                              // descriptors handed to emit since reset
+	stopped bool
 }
 
 func (c *coalescer) reset() {
 	c.ops = c.ops[:0]
 	c.origin = c.origin[:0]
+	c.emitted = 0
+	c.stopped = false
 }
 
 // split forbids merging with the previous copy: the new piece starts a new
 // host registration, and the driver refuses a copy that spans two.
 func (c *coalescer) add(dst, src uint64, n int64, pair int, split bool) {
+	if c.stopped {
+		return
+	}
 	if k := len(c.ops) - 1; k >= 0 && !split {
 		last := &c.ops[k]
 		if last.Dst+uint64(last.Bytes) == dst && last.Src+uint64(last.Bytes) == src {
@@ -45,8 +60,26 @@ func (c *coalescer) add(dst, src uint64, n int64, pair int, split bool) {
 			return
 		}
 	}
+	if c.emit != nil && len(c.ops) >= c.limit {
+		if c.flush(); c.stopped {
+			return
+		}
+	}
 	c.ops = append(c.ops, cudastream.Copy{Dst: dst, Src: src, Bytes: n})
 	c.origin = append(c.origin, int32(pair))
+}
+
+// flush hands the descriptors gathered so far to emit.
+func (c *coalescer) flush() {
+	if c.emit == nil || c.stopped || len(c.ops) == 0 {
+		return
+	}
+	if !c.emit(c.ops, c.origin) {
+		c.stopped = true
+	}
+	c.emitted += len(c.ops)
+	c.ops = c.ops[:0]
+	c.origin = c.origin[:0]
 }
 
 // addLayer appends the copies of one layer of every pair. toDevice selects
