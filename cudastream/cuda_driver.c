@@ -18,7 +18,7 @@
 // descriptor on the H200), so long calls add their issue time to the copy
 // time instead of overlapping it: on the H200, 1 GiB of 64 KiB blocks moved
 // host to device at 43.8 GiB/s in calls of 4096, 50.6 in calls of 256 and
-// 49.6 in calls of 64; 256 KiB blocks 44.2, 50.8 and 50.8 (TestCuCopyExperiment,
+// 49.6 in calls of 64; 256 KiB blocks 44.2, 50.8 and 50.8 (TestCuCopyVariants,
 // 2026-11-29).
 #define DRV_BATCH_CHUNK 256
 
@@ -648,7 +648,9 @@ drvResult drvCopyBatch(drvTable *t, drvStreamState *b, drvCUstream s, int kind, 
 	}
 	size_t attrIdx = 0;
 
-	size_t chunk = n < DRV_BATCH_CHUNK ? n : DRV_BATCH_CHUNK;
+	size_t chunk = t->batchChunk ? t->batchChunk : DRV_BATCH_CHUNK;
+	if (n < chunk)
+		chunk = n;
 	if (drvBatchGrow(b, chunk) != 0)
 		return DRV_NOMEM;
 	size_t i = 0;

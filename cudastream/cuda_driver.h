@@ -84,6 +84,7 @@ typedef struct drvTable {
 	unsigned batchFlags;  // CUmemcpyFlags
 	int batchNoHints;     // 1: no location hints
 	int batchNoCheck;     // 1: skip the per-descriptor device range check
+	unsigned batchChunk;  // descriptors per cuMemcpyBatchAsync call; 0: DRV_BATCH_CHUNK
 
 	// The copy kernel's module (kvtier_copy, kvtier_fma), loaded once.
 	drvCUmodule copyModule;

@@ -47,7 +47,7 @@ type KernelCopyOptions struct {
 	// beside CTAs of 128 threads; placed after it, neither slowed it, so its
 	// CTAs did not fit beside the large ones and waited. 32 CTAs of 128
 	// threads move 16 KiB pieces as fast as 16 of 512 (45.8 GiB/s host to
-	// device, 47.1 device to host; TestCuCopyExperiment,
+	// device, 47.1 device to host; TestCuCopyVariants,
 	// benchmarks/results/copykernel-h200.md).
 	ThreadsPerCTA int
 	// PieceBytes is the largest piece one CTA copies at a time: longer

@@ -165,3 +165,10 @@ func setBatchTuning(dev Device, order int, flags uint, hints, check bool) {
 		d.t.batchNoCheck = 1
 	}
 }
+
+// setBatchChunk sets the descriptors per cuMemcpyBatchAsync call on d (0:
+// DRV_BATCH_CHUNK), for the measurements in copyvariants_gpu_test.go. Not
+// safe while copies are being submitted.
+func setBatchChunk(dev Device, n uint) {
+	dev.(*drvDevice).t.batchChunk = C.uint(n)
+}

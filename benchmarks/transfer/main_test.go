@@ -44,14 +44,15 @@ func TestBothWaysOnSim(t *testing.T) {
 		}
 		for _, want := range []string{
 			// The onboard goes first, into an idle link: the one-way
-			// switch (1 MiB) sends it to the kernel; the offload then sees
-			// it in flight. Offload first: an onboard during a kernel
-			// offload stays on the kernel, never batch+kernel.
+			// switch (64 KiB) sends 16 KiB blocks to the kernel and larger
+			// ones to batches; the offload then takes the one-way switch
+			// too. Offload first: an onboard beside it takes the kernel
+			// below 256 KiB.
 			"both 16KiB engine-auto chose (last round): onboard by the copy kernel, offload by the copy kernel",
-			"both 64KiB engine-auto chose (last round): onboard by the copy kernel, offload by batches",
-			"both 256KiB engine-auto chose (last round): onboard by the copy kernel, offload by batches",
-			"both 64KiB engine-auto-offload-first chose (last round): onboard by the copy kernel, offload by the copy kernel",
-			"both 256KiB engine-auto-offload-first chose (last round): onboard by the copy kernel, offload by the copy kernel",
+			"both 64KiB engine-auto chose (last round): onboard by batches, offload by batches",
+			"both 256KiB engine-auto chose (last round): onboard by batches, offload by batches",
+			"both 64KiB engine-auto-offload-first chose (last round): onboard by the copy kernel, offload by batches",
+			"both 256KiB engine-auto-offload-first chose (last round): onboard by batches, offload by batches",
 		} {
 			if !slices.Contains(notes, want) {
 				t.Errorf("no note %q in:\n%s", want, strings.Join(notes, "\n"))

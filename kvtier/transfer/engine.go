@@ -60,24 +60,21 @@ type Config struct {
 	// call (default 4096).
 	MaxBatch int
 	// Method is how descriptors are submitted (default MethodAuto: the
-	// copy kernel for small pieces, batches for large ones, with a lower
-	// switch while the other direction has work in flight).
+	// copy kernel for small pieces, batches for large ones, with a higher
+	// switch for onboards while offloads are in flight).
 	Method Method
-	// KernelBelowBytes is MethodAuto's one-way switch: a call whose
-	// descriptors average fewer bytes goes to the copy kernel. Default
-	// DefaultKernelBelowBytes (1 MiB): 16 to 256 KiB blocks scattered on the
-	// GPU go to the kernel, 2 MiB blocks (or runs coalesced to 1 MiB and
-	// more) to cuMemcpyBatchAsync.
+	// KernelBelowBytes is MethodAuto's switch: a call whose descriptors
+	// average fewer bytes goes to the copy kernel. Default
+	// DefaultKernelBelowBytes (64 KiB): 16 KiB blocks scattered on the GPU
+	// go to the kernel, 64 KiB blocks and up to cuMemcpyBatchAsync.
 	KernelBelowBytes int64
 	// OnboardContendedKernelBelowBytes replaces KernelBelowBytes for
-	// onboards while offloads run through batches only, and
-	// OffloadContendedKernelBelowBytes for offloads while onboards run (see
-	// MethodAuto for the measurements). Defaults 256 KiB and 64 KiB, lowered
-	// to KernelBelowBytes if that is smaller; a value above it is an error. Example: while offloads run, an
-	// onboard of 64 KiB blocks goes to the kernel and one of 256 KiB blocks
-	// to batches; an offload of 64 KiB blocks during an onboard goes to
-	// batches.
-	OnboardContendedKernelBelowBytes, OffloadContendedKernelBelowBytes int64
+	// onboards while offloads are in flight (see MethodAuto for the
+	// measurements). Default DefaultOnboardContendedKernelBelowBytes (256
+	// KiB), or KernelBelowBytes where only that is set: while offloads run,
+	// an onboard of 64 KiB blocks goes to the kernel and one of 256 KiB
+	// blocks to batches.
+	OnboardContendedKernelBelowBytes int64
 	// KernelCopy tunes the copy kernel (CTAs bound the SMs it takes from
 	// the server's compute). Zero fields take cudastream's defaults.
 	KernelCopy cudastream.KernelCopyOptions
@@ -133,8 +130,6 @@ type direction struct {
 	// inflight counts the transfers of this direction submitted and not yet
 	// done; MethodAuto reads the other direction's.
 	inflight atomic.Int64
-	// kernelInflight counts those of them that used the copy kernel.
-	kernelInflight atomic.Int64
 }
 
 type stagingBuf struct {
@@ -384,9 +379,6 @@ func (e *Engine) issueOps(d *direction, ops []cudastream.Copy, origin []int32) b
 	}
 	t.copies += len(ops)
 	if kernel {
-		if t.kernelCopies == 0 && t.inflight != nil {
-			t.inflight.kernelInflight.Add(1)
-		}
 		t.kernelCopies += len(ops)
 	}
 	e.stats.Descriptors.Add(int64(len(ops)))

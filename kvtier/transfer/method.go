@@ -12,52 +12,46 @@ type Method uint8
 
 const (
 	// MethodAuto picks, for each call of at most MaxBatch descriptors, the
-	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size and
-	// by what the other direction is doing: nothing, copies through the
-	// kernel, or copies through batches only (transfers submitted and not
-	// yet done). One table, each entry a "kernel below" switch:
-	//
-	//	                  other idle   other on the kernel   other on batches
-	//	onboard (HtoD)      1 MiB            1 MiB               256 KiB
-	//	offload (DtoH)      1 MiB           64 KiB                64 KiB
-	//
-	// (Config.KernelBelowBytes, Config.OnboardContendedKernelBelowBytes and
-	// Config.OffloadContendedKernelBelowBytes.) The figures behind it: the
-	// H200, 1 GiB per transfer, blocks scattered on the GPU
-	// (benchmarks/results/transfer-h200.md, 2026-11-29), in GiB/s. One way
-	// at a time:
+	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size:
+	// the kernel below Config.KernelBelowBytes (64 KiB), batches from
+	// there. One exception: while offloads are in flight, onboards use the
+	// kernel below Config.OnboardContendedKernelBelowBytes (256 KiB). The
+	// figures behind it: the H200, 1 GiB per transfer, blocks scattered on
+	// the GPU, 5 rounds (benchmarks/results/transfer-h200.md, 2026-11-29),
+	// median GiB/s. One way at a time:
 	//
 	//	block    HtoD kernel  batch   DtoH kernel  batch   one large copy
-	//	16 KiB      44.1       3.7        44.9      21.3        51.0
-	//	64 KiB      45.8      41.7        47.0      42.4        51.0
-	//	256 KiB     46.1      42.4        47.5      42.5        50.7
-	//	2 MiB       46.1      48.8        47.7      49.6        51.0
+	//	16 KiB      45.6      14.5        47.1      35.2        51.5
+	//	64 KiB      46.2      49.2        47.7      48.8        51.5
+	//	256 KiB     46.4      49.8        47.7      49.9        51.5
+	//	2 MiB       46.7      50.2        47.8      50.0        51.5
 	//
-	// cuMemcpyBatchAsync costs the CPU 1.1 us per descriptor host to device
-	// and 0.4 us device to host (whatever its attributes), so small blocks
-	// are issue-bound; the kernel's reads and writes over PCIe top out near
-	// 90% of the copy engines' rate, so large blocks go to the engines, which
-	// also leave the SMs to the server. Both ways at once, sum of the two,
-	// the pair being onboard method + offload method:
+	// cuMemcpyBatchAsync costs the CPU 0.5-1 us per descriptor, so 16 KiB
+	// blocks are issue-bound there; the kernel's reads and writes over PCIe
+	// top out at 90-93% of the copy engines' rate (Hopper's bulk copies
+	// reach no more: benchmarks/results/copykernel-h200.md), so 64 KiB
+	// blocks and up go to the engines, which also leave the SMs to the
+	// server. Both ways at once, sum of the two, the pair being onboard
+	// method + offload method, the onboard submitted first:
 	//
 	//	block    kernel+kernel  kernel+batch  batch+kernel  batch+batch
-	//	16 KiB       49.6           36.4           9.7          11.2
-	//	64 KiB       56.8           66.1          46.2          61.2
-	//	256 KiB      58.6           63.9          46.2          75.8
-	//	2 MiB        58.6           61.2          48.5          83.0
+	//	16 KiB       52.0           32.4          31.4          30.5
+	//	64 KiB       55.2           70.6          49.0          57.4
+	//	256 KiB      55.1           65.3          49.3          84.9
+	//	2 MiB        55.2           63.1          49.5          90.8
 	//
-	// The kernel's SM-driven PCIe traffic tops out near 57 GiB/s in sum when
-	// both directions use it, where the copy engines reach 80, and a batched
-	// onboard beside a kernel offload is the worst pair at every size. The
-	// method is chosen when a call is submitted, so the first of two
-	// transfers cannot know the second is coming; the table picks the best
-	// second move given the first: an offload during an onboard leaves the
-	// kernel from 64 KiB (kernel+batch 66.1 and 63.9, batch+batch 75.8 and
-	// 83.0); an onboard during a kernel offload stays on the kernel
-	// (kernel+kernel, never batch+kernel), and during a batched offload
-	// moves to batches from 256 KiB. One way at a time the kernel is used
-	// below 1 MiB. Where the stream has no copy kernel, or its module cannot
-	// be loaded, Auto uses batches.
+	// The kernel's SM-driven PCIe traffic tops out near 55 GiB/s in sum when
+	// both directions use it, where the copy engines reach 91. The method
+	// is chosen when a call is submitted, so the first of two transfers
+	// cannot know the second is coming; the second picks its best move
+	// given the first. An offload does best with the one-way switch
+	// whatever the onboard uses; an onboard beside batched offloads does
+	// best on the kernel up to 64 KiB blocks (70.6 against 57.4) and on
+	// batches from 256 KiB. (Beside a kernel offload, which carries pieces
+	// under 64 KiB, an onboard of 256 KiB blocks and up would do 10% better
+	// on the kernel too; the table gives up that rare case to keep one
+	// switch per state.) Where the stream has no copy kernel, or its module
+	// cannot be loaded, Auto uses batches.
 	MethodAuto Method = iota
 	// MethodBatch submits cuMemcpyBatchAsync calls (or the driver's loop of
 	// single copies where it lacks them).
@@ -86,96 +80,62 @@ func (m Method) String() string {
 	return fmt.Sprintf("Method(%d)", uint8(m))
 }
 
-// Defaults of MethodAuto's table (see MethodAuto for the figures).
+// Defaults of MethodAuto's switches (see MethodAuto for the figures).
 const (
-	// DefaultKernelBelowBytes is Config.KernelBelowBytes's default: one
-	// way at a time, the copy kernel beats cuMemcpyBatchAsync up to 256
-	// KiB per descriptor and loses to it at 2 MiB.
-	DefaultKernelBelowBytes = 1 << 20
-	// DefaultOnboardContendedKernelBelowBytes: while offloads run through
-	// batches, 64 KiB pieces are onboarded fastest by the kernel, 256 KiB
-	// ones by batches. (While offloads run through the kernel, onboards keep
-	// the one-way switch.)
+	// DefaultKernelBelowBytes is Config.KernelBelowBytes's default: the
+	// copy kernel beats cuMemcpyBatchAsync on 16 KiB blocks and loses to it
+	// from 64 KiB, in each direction.
+	DefaultKernelBelowBytes = 64 << 10
+	// DefaultOnboardContendedKernelBelowBytes: while offloads are in
+	// flight, 64 KiB pieces are onboarded fastest by the kernel, 256 KiB
+	// ones by batches.
 	DefaultOnboardContendedKernelBelowBytes = 256 << 10
-	// DefaultOffloadContendedKernelBelowBytes: while onboards run, 16 KiB
-	// pieces are offloaded fastest by the kernel, 64 KiB ones by batches.
-	DefaultOffloadContendedKernelBelowBytes = 64 << 10
 )
 
 // autoTable is MethodAuto's table: a call goes to the copy kernel when its
-// descriptors average fewer bytes than kernelBelow[direction][other], where
-// other is what the other direction is doing.
+// descriptors average fewer bytes than kernelBelow[direction][busy], where
+// busy says whether the other direction has transfers in flight.
 type autoTable struct {
-	kernelBelow [2][numOtherStates]int64 // [onboard, offload][otherState]
+	kernelBelow [2][2]int64 // [onboard, offload][other idle, other busy]
 }
-
-// otherState is what the other direction has in flight.
-type otherState uint8
-
-const (
-	otherIdle    otherState = iota // nothing
-	otherKernel                    // at least one transfer that used the copy kernel
-	otherBatches                   // transfers, none of them on the kernel
-	numOtherStates
-)
 
 const (
 	onboardRow = 0
 	offloadRow = 1
 )
 
-// newAutoTable checks cfg's switches and fills the defaults. A contended
-// switch left at zero takes its default, lowered to KernelBelowBytes where
-// that is smaller: contention never sends more work to the kernel.
+// newAutoTable checks cfg's switches and fills the defaults. The contended
+// switch left at zero takes its default, or KernelBelowBytes where that was
+// set: one switch set alone applies everywhere.
 func newAutoTable(cfg *Config) (autoTable, error) {
 	var t autoTable
-	alone := cfg.KernelBelowBytes
+	alone, busy := cfg.KernelBelowBytes, cfg.OnboardContendedKernelBelowBytes
 	switch {
 	case alone < 0:
 		return t, fmt.Errorf("transfer: Config.KernelBelowBytes must not be negative, got %d", alone)
-	case alone == 0:
+	case busy < 0:
+		return t, fmt.Errorf("transfer: Config.OnboardContendedKernelBelowBytes must not be negative, got %d", busy)
+	case busy == 0 && alone != 0:
+		busy = alone
+	case busy == 0:
+		busy = DefaultOnboardContendedKernelBelowBytes
+	}
+	if alone == 0 {
 		alone = DefaultKernelBelowBytes
 	}
-	busy := [2]int64{}
-	for row, c := range []struct {
-		field string
-		v     int64
-		def   int64
-	}{
-		{"OnboardContendedKernelBelowBytes", cfg.OnboardContendedKernelBelowBytes, DefaultOnboardContendedKernelBelowBytes},
-		{"OffloadContendedKernelBelowBytes", cfg.OffloadContendedKernelBelowBytes, DefaultOffloadContendedKernelBelowBytes},
-	} {
-		b := c.v
-		switch {
-		case b < 0:
-			return t, fmt.Errorf("transfer: Config.%s must not be negative, got %d", c.field, b)
-		case b > alone:
-			return t, fmt.Errorf("transfer: Config.%s (%d) is above KernelBelowBytes (%d): contention must not send more work to the copy kernel", c.field, b, alone)
-		case b == 0:
-			b = min(c.def, alone)
-		}
-		busy[row] = b
-	}
-	t.kernelBelow[onboardRow] = [numOtherStates]int64{otherIdle: alone, otherKernel: alone, otherBatches: busy[onboardRow]}
-	t.kernelBelow[offloadRow] = [numOtherStates]int64{otherIdle: alone, otherKernel: busy[offloadRow], otherBatches: busy[offloadRow]}
+	t.kernelBelow[onboardRow] = [2]int64{alone, busy}
+	t.kernelBelow[offloadRow] = [2]int64{alone, alone}
 	return t, nil
 }
 
 // useKernel reports whether MethodAuto sends n descriptors of sum bytes in
 // all to the copy kernel.
-func (t *autoTable) useKernel(row int, other otherState, sum int64, n int) bool {
-	return sum < t.kernelBelow[row][other]*int64(n)
-}
-
-// state says what d is doing, for the other direction's choice.
-func (d *direction) state() otherState {
-	switch {
-	case d.inflight.Load() == 0:
-		return otherIdle
-	case d.kernelInflight.Load() > 0:
-		return otherKernel
+func (t *autoTable) useKernel(row int, otherBusy bool, sum int64, n int) bool {
+	col := 0
+	if otherBusy {
+		col = 1
 	}
-	return otherBatches
+	return sum < t.kernelBelow[row][col]*int64(n)
 }
 
 // setupMethod checks the method against the device and tunes each stream's
@@ -200,8 +160,8 @@ func (e *Engine) setupMethod(cfg *Config) error {
 // submitOps hands ops to d's stream by the engine's method and reports
 // whether the copy kernel took them. Called with d.mu held.
 func (e *Engine) submitOps(d *direction, ops []cudastream.Copy) (kernel bool, err error) {
-	other := d.other.state()
-	if other != otherIdle {
+	busy := d.other.inflight.Load() > 0
+	if busy {
 		e.stats.ContendedDescriptors.Add(int64(len(ops)))
 	}
 	m := e.method
@@ -212,7 +172,7 @@ func (e *Engine) submitOps(d *direction, ops []cudastream.Copy) (kernel bool, er
 			for i := range ops {
 				sum += ops[i].Bytes
 			}
-			if e.auto.useKernel(d.row, other, sum, len(ops)) {
+			if e.auto.useKernel(d.row, busy, sum, len(ops)) {
 				m = MethodKernel
 			}
 		}

@@ -50,7 +50,7 @@ func TestMethodsMoveTheSameBytes(t *testing.T) {
 			}
 			all, kernel := e.Stats().Descriptors.Load(), e.Stats().KernelDescriptors.Load()
 			// 4 KiB pieces (and 32 KiB blocks offloaded whole) are all
-			// below the 1 MiB switch: Auto picks the kernel.
+			// below the 64 KiB switch: Auto picks the kernel.
 			wantKernel := m == MethodKernel || m == MethodAuto
 			if wantKernel && kernel != all || !wantKernel && kernel != 0 {
 				t.Errorf("method %v: the kernel moved %d of %d descriptors", m, kernel, all)
@@ -117,8 +117,7 @@ func TestMethodConfigErrors(t *testing.T) {
 	}{
 		{"unknown method", f.sim, Config{Method: NumMethods}, "Config.Method"},
 		{"negative switch", f.sim, Config{KernelBelowBytes: -1}, "KernelBelowBytes"},
-		{"contended switch above the one-way one", f.sim, Config{KernelBelowBytes: 4096, OnboardContendedKernelBelowBytes: 8192}, "OnboardContendedKernelBelowBytes (8192) is above"},
-		{"negative contended switch", f.sim, Config{OffloadContendedKernelBelowBytes: -1}, "OffloadContendedKernelBelowBytes must not be negative"},
+		{"negative contended switch", f.sim, Config{OnboardContendedKernelBelowBytes: -1}, "OnboardContendedKernelBelowBytes must not be negative"},
 		{"bad kernel CTAs", f.sim, Config{KernelCopy: cudastream.KernelCopyOptions{CTAs: -2}}, "KernelCopy"},
 		{"bad kernel threads", f.sim, Config{Method: MethodKernel, KernelCopy: cudastream.KernelCopyOptions{ThreadsPerCTA: 100}}, "ThreadsPerCTA"},
 		{"kernel without a copy kernel", noKernelDevice{f.sim}, Config{Method: MethodKernel}, "no copy kernel"},
@@ -149,51 +148,49 @@ func TestAutoTable(t *testing.T) {
 	const kernel, batch = true, false
 	for _, tc := range []struct {
 		block int64
-		// one way; onboard during a kernel offload; onboard during a
-		// batched offload; offload during an onboard
-		onAlone, offAlone                     bool
-		onDuringKernel, onDuringBatch, offDur bool
+		// one way; onboard during an offload; offload during an onboard
+		onAlone, offAlone      bool
+		onDuringOff, offDuring bool
 	}{
-		// both ways (onboard+offload): kernel+kernel, kernel+batch, batch+kernel, batch+batch
-		{16 << 10, kernel, kernel, kernel, kernel, kernel}, // 49.6, 36.4, 9.7, 11.2
-		{64 << 10, kernel, kernel, kernel, kernel, batch},  // 56.8, 66.1, 46.2, 61.2
-		{256 << 10, kernel, kernel, kernel, batch, batch},  // 58.6, 63.9, 46.2, 75.8
-		{2 << 20, batch, batch, batch, batch, batch},       // 58.6, 61.2, 48.5, 83.0
+		// one way HtoD kernel/batch, DtoH kernel/batch; both ways
+		// (onboard+offload): kernel+kernel, kernel+batch, batch+kernel, batch+batch
+		{16 << 10, kernel, kernel, kernel, kernel}, // 45.6/14.5, 47.1/35.2; 52.0, 32.4, 31.4, 30.5
+		{64 << 10, batch, batch, kernel, batch},    // 46.2/49.2, 47.7/48.8; 55.2, 70.6, 49.0, 57.4
+		{256 << 10, batch, batch, batch, batch},    // 46.4/49.8, 47.7/49.9; 55.1, 65.3, 49.3, 84.9
+		{2 << 20, batch, batch, batch, batch},      // 46.7/50.2, 47.8/50.0; 55.2, 63.1, 49.5, 90.8
 	} {
 		const n = 1000
 		for _, c := range []struct {
-			what  string
-			row   int
-			other otherState
-			want  bool
+			what string
+			row  int
+			busy bool
+			want bool
 		}{
-			{"onboard alone", onboardRow, otherIdle, tc.onAlone},
-			{"offload alone", offloadRow, otherIdle, tc.offAlone},
-			{"onboard during a kernel offload", onboardRow, otherKernel, tc.onDuringKernel},
-			{"onboard during a batched offload", onboardRow, otherBatches, tc.onDuringBatch},
-			{"offload during a kernel onboard", offloadRow, otherKernel, tc.offDur},
-			{"offload during a batched onboard", offloadRow, otherBatches, tc.offDur},
+			{"onboard alone", onboardRow, false, tc.onAlone},
+			{"offload alone", offloadRow, false, tc.offAlone},
+			{"onboard during an offload", onboardRow, true, tc.onDuringOff},
+			{"offload during an onboard", offloadRow, true, tc.offDuring},
 		} {
-			if got := tab.useKernel(c.row, c.other, n*tc.block, n); got != c.want {
+			if got := tab.useKernel(c.row, c.busy, n*tc.block, n); got != c.want {
 				t.Errorf("%s of %d-byte pieces: kernel = %v, want %v", c.what, tc.block, got, c.want)
 			}
 		}
 	}
 
-	// A lower one-way switch lowers the contended defaults with it.
+	// The one-way switch set alone applies everywhere.
 	tab, err = newAutoTable(&Config{KernelBelowBytes: 128 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [2][numOtherStates]int64{{128 << 10, 128 << 10, 128 << 10}, {128 << 10, 64 << 10, 64 << 10}}; tab.kernelBelow != want {
+	if want := [2][2]int64{{128 << 10, 128 << 10}, {128 << 10, 128 << 10}}; tab.kernelBelow != want {
 		t.Errorf("KernelBelowBytes 128 KiB: table %v, want %v", tab.kernelBelow, want)
 	}
-	tab, err = newAutoTable(&Config{OnboardContendedKernelBelowBytes: 4096, OffloadContendedKernelBelowBytes: 1 << 20})
+	tab, err = newAutoTable(&Config{OnboardContendedKernelBelowBytes: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := [2][numOtherStates]int64{{1 << 20, 1 << 20, 4096}, {1 << 20, 1 << 20, 1 << 20}}; tab.kernelBelow != want {
-		t.Errorf("explicit contended switches: table %v, want %v", tab.kernelBelow, want)
+	if want := [2][2]int64{{64 << 10, 4 << 20}, {64 << 10, 64 << 10}}; tab.kernelBelow != want {
+		t.Errorf("explicit contended switch: table %v, want %v", tab.kernelBelow, want)
 	}
 
 	for _, tc := range []struct {
@@ -202,9 +199,7 @@ func TestAutoTable(t *testing.T) {
 	}{
 		{Config{KernelBelowBytes: -1}, "KernelBelowBytes must not be negative"},
 		{Config{OnboardContendedKernelBelowBytes: -1}, "OnboardContendedKernelBelowBytes must not be negative"},
-		{Config{OffloadContendedKernelBelowBytes: -5}, "OffloadContendedKernelBelowBytes must not be negative"},
-		{Config{OnboardContendedKernelBelowBytes: 2 << 20}, "OnboardContendedKernelBelowBytes (2097152) is above KernelBelowBytes (1048576)"},
-		{Config{KernelBelowBytes: 4096, OffloadContendedKernelBelowBytes: 8192}, "OffloadContendedKernelBelowBytes (8192) is above KernelBelowBytes (4096)"},
+		{Config{KernelBelowBytes: 4096, OnboardContendedKernelBelowBytes: -8192}, "OnboardContendedKernelBelowBytes must not be negative, got -8192"},
 	} {
 		if _, err := newAutoTable(&tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want one containing %q", tc.cfg, err, tc.want)
@@ -298,8 +293,8 @@ func TestAutoWatchesOtherDirection(t *testing.T) {
 		onDuringOff, offDuringOn bool
 	}{
 		{16 << 10, MethodAuto, kernel, kernel, kernel, kernel},
-		{64 << 10, MethodAuto, kernel, kernel, kernel, batch},
-		{256 << 10, MethodAuto, kernel, kernel, kernel, batch}, // the offload alone took the kernel: the onboard stays on it
+		{64 << 10, MethodAuto, batch, batch, kernel, batch}, // an onboard beside an offload takes the kernel
+		{256 << 10, MethodAuto, batch, batch, batch, batch},
 		{2 << 20, MethodAuto, batch, batch, batch, batch},
 		// Forced methods ignore the other direction.
 		{256 << 10, MethodKernel, kernel, kernel, kernel, kernel},

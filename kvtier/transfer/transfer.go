@@ -55,9 +55,6 @@ func (t *Transfer) finish(err error) {
 	}
 	t.end = t.eng.now()
 	if t.inflight != nil {
-		if t.kernelCopies > 0 {
-			t.inflight.kernelInflight.Add(-1)
-		}
 		t.inflight.inflight.Add(-1)
 	}
 	close(t.done)
