@@ -45,6 +45,7 @@ func TestCuCopyVariants(t *testing.T) {
 	slices.Sort(files)
 	machine := cmp.Or(os.Getenv("KVTIER_MACHINE"), "h200")
 	res := results.New("copykernel", machine, os.Getenv("KVTIER_COMMIT"))
+	res.Command = "KVTIER_PTX_DIR=" + dir + " " + res.Command
 	res.Notes = append(res.Notes,
 		"1 GiB per case: blocks scattered at random over a 4 GiB device region, contiguous in a 1 GiB cuMemHostAlloc pool; GiB/s = bytes / wall time from submission to stream synchronize",
 		"each case: one warm-up round, then 5 rounds with the order of the methods rotated",

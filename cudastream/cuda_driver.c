@@ -14,12 +14,11 @@
 
 #define DRV_GET_PROC_DEFAULT 0ULL
 // Descriptors per cuMemcpyBatchAsync call. The driver starts a call's copies
-// only once it has taken in the whole call (about 1 us per host-to-device
+// only once it has taken in the whole call (0.5-1 us per host-to-device
 // descriptor on the H200), so long calls add their issue time to the copy
-// time instead of overlapping it: on the H200, 1 GiB of 64 KiB blocks moved
-// host to device at 43.8 GiB/s in calls of 4096, 50.6 in calls of 256 and
-// 49.6 in calls of 64; 256 KiB blocks 44.2, 50.8 and 50.8 (TestCuCopyVariants,
-// 2026-11-29).
+// time instead of overlapping it: 1 GiB of 64 KiB blocks moved host to device
+// at 43.3 GiB/s in calls of 4096 and at 49.9 in calls of 256, 256 KiB blocks
+// at 43.2 and 50.6 (benchmarks/results/copykernel-h200.md).
 #define DRV_BATCH_CHUNK 256
 
 struct drvEntry {

@@ -43,12 +43,12 @@ type KernelCopyOptions struct {
 	// ThreadsPerCTA is a multiple of 32, at most 1024. Default 128: a small
 	// CTA leaves room beside it for the server's kernels. On the H200 a
 	// one-wave compute kernel (4 CTAs of 256 threads per SM) took 25% longer
-	// when copy CTAs of 512 threads were placed before it, and 0.4% longer
-	// beside CTAs of 128 threads; placed after it, neither slowed it, so its
-	// CTAs did not fit beside the large ones and waited. 32 CTAs of 128
-	// threads move 16 KiB pieces as fast as 16 of 512 (45.8 GiB/s host to
-	// device, 47.1 device to host; TestCuCopyVariants,
-	// benchmarks/results/copykernel-h200.md).
+	// (12.3 ms against 9.84) when copy CTAs of 512 threads were placed before
+	// it, and 0.3% longer beside CTAs of 128 threads; placed after it,
+	// neither slowed it, so its CTAs did not fit beside the large ones and
+	// waited. 32 CTAs of 128 threads move 16 KiB pieces as fast as 16 of 512
+	// (45.0 GiB/s host to device, 46.7 device to host;
+	// benchmarks/results/copykernel-h200.md, TestCuCopyVariants).
 	ThreadsPerCTA int
 	// PieceBytes is the largest piece one CTA copies at a time: longer
 	// copies (coalesced runs, 2 MiB blocks) are cut so that the CTAs share

@@ -21,32 +21,32 @@ const (
 	// median GiB/s. One way at a time:
 	//
 	//	block    HtoD kernel  batch   DtoH kernel  batch   one large copy
-	//	16 KiB      45.6      14.5        47.1      35.2        51.5
-	//	64 KiB      46.2      49.2        47.7      48.8        51.5
-	//	256 KiB     46.4      49.8        47.7      49.9        51.5
-	//	2 MiB       46.7      50.2        47.8      50.0        51.5
+	//	16 KiB      46.0      21.5        47.0      32.9        51.4
+	//	64 KiB      46.4      49.2        47.4      48.9        51.4
+	//	256 KiB     46.2      49.6        47.6      49.6        51.3
+	//	2 MiB       46.5      50.3        48.0      50.2        51.5
 	//
 	// cuMemcpyBatchAsync costs the CPU 0.5-1 us per descriptor, so 16 KiB
 	// blocks are issue-bound there; the kernel's reads and writes over PCIe
-	// top out at 90-93% of the copy engines' rate (Hopper's bulk copies
+	// top out at 90-94% of the copy engines' rate (Hopper's bulk copies
 	// reach no more: benchmarks/results/copykernel-h200.md), so 64 KiB
 	// blocks and up go to the engines, which also leave the SMs to the
 	// server. Both ways at once, sum of the two, the pair being onboard
 	// method + offload method, the onboard submitted first:
 	//
 	//	block    kernel+kernel  kernel+batch  batch+kernel  batch+batch
-	//	16 KiB       52.0           32.4          31.4          30.5
-	//	64 KiB       55.2           70.6          49.0          57.4
-	//	256 KiB      55.1           65.3          49.3          84.9
-	//	2 MiB        55.2           63.1          49.5          90.8
+	//	16 KiB       51.7           37.2          26.3          19.6
+	//	64 KiB       54.6           69.9          48.9          58.0
+	//	256 KiB      55.0           65.5          49.3          82.8
+	//	2 MiB        55.4           62.5          49.5          84.2
 	//
 	// The kernel's SM-driven PCIe traffic tops out near 55 GiB/s in sum when
-	// both directions use it, where the copy engines reach 91. The method
+	// both directions use it, where the copy engines reach 84. The method
 	// is chosen when a call is submitted, so the first of two transfers
 	// cannot know the second is coming; the second picks its best move
 	// given the first. An offload does best with the one-way switch
 	// whatever the onboard uses; an onboard beside batched offloads does
-	// best on the kernel up to 64 KiB blocks (70.6 against 57.4) and on
+	// best on the kernel up to 64 KiB blocks (69.9 against 58.0) and on
 	// batches from 256 KiB. (Beside a kernel offload, which carries pieces
 	// under 64 KiB, an onboard of 256 KiB blocks and up would do 10% better
 	// on the kernel too; the table gives up that rare case to keep one

@@ -154,10 +154,10 @@ func TestAutoTable(t *testing.T) {
 	}{
 		// one way HtoD kernel/batch, DtoH kernel/batch; both ways
 		// (onboard+offload): kernel+kernel, kernel+batch, batch+kernel, batch+batch
-		{16 << 10, kernel, kernel, kernel, kernel}, // 45.6/14.5, 47.1/35.2; 52.0, 32.4, 31.4, 30.5
-		{64 << 10, batch, batch, kernel, batch},    // 46.2/49.2, 47.7/48.8; 55.2, 70.6, 49.0, 57.4
-		{256 << 10, batch, batch, batch, batch},    // 46.4/49.8, 47.7/49.9; 55.1, 65.3, 49.3, 84.9
-		{2 << 20, batch, batch, batch, batch},      // 46.7/50.2, 47.8/50.0; 55.2, 63.1, 49.5, 90.8
+		{16 << 10, kernel, kernel, kernel, kernel}, // 46.0/21.5, 47.0/32.9; 51.7, 37.2, 26.3, 19.6
+		{64 << 10, batch, batch, kernel, batch},    // 46.4/49.2, 47.4/48.9; 54.6, 69.9, 48.9, 58.0
+		{256 << 10, batch, batch, batch, batch},    // 46.2/49.6, 47.6/49.6; 55.0, 65.5, 49.3, 82.8
+		{2 << 20, batch, batch, batch, batch},      // 46.5/50.3, 48.0/50.2; 55.4, 62.5, 49.5, 84.2
 	} {
 		const n = 1000
 		for _, c := range []struct {
