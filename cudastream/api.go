@@ -137,7 +137,10 @@ type Stream interface {
 	CopyDtoD(dst, src DevicePtr, n int64) error
 	// CopyBatch enqueues many copies of one kind. It uses cuMemcpyBatchAsync
 	// where the driver has it and a loop of single copies otherwise; the
-	// result is the same. ops may be reused once CopyBatch returns.
+	// result is the same. ops may be reused once CopyBatch returns. Every
+	// descriptor is checked before any is enqueued, so a bad one enqueues
+	// nothing; descriptors of zero bytes are no-ops (their addresses are
+	// not checked), and an empty ops enqueues nothing.
 	CopyBatch(kind CopyKind, ops []Copy) error
 	// WaitEvent makes later work on this stream wait until e completes,
 	// without blocking the host (cuStreamWaitEvent).

@@ -201,7 +201,8 @@ func (s *Sim) deviceSpan(call string, dst, src DevicePtr, n int64) (simSpan, err
 // for CopyLatency + len(ops)*DescriptorCost + total bytes/bandwidth. Host
 // addresses MUST lie inside registered, HostAlloc'd or VMM host memory
 // (ErrNotRegistered otherwise). Every descriptor is checked before anything
-// is enqueued: on error nothing is.
+// is enqueued: on error nothing is. An empty ops enqueues nothing, as on the
+// real device.
 func (st *simStream) CopyBatch(kind CopyKind, ops []Copy) error {
 	const call = "cuMemcpyBatchAsync"
 	s := st.sim
@@ -214,7 +215,7 @@ func (st *simStream) CopyBatch(kind CopyKind, ops []Copy) error {
 		return simError(call, cudaErrorInvalidValue, "copy kind %d", kind)
 	}
 	if len(ops) == 0 {
-		return simError(call, cudaErrorInvalidValue, "empty batch")
+		return nil
 	}
 	return st.enqueueMany(call, kind, ops, false)
 }
@@ -237,11 +238,16 @@ func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, kernel 
 		}
 		total += c.Bytes
 	}
+	if len(op.spans) == 0 {
+		// Only zero-sized descriptors: the device enqueues nothing.
+		s.putOp(op)
+		return nil
+	}
 	op.bytes = total
 	if kernel {
 		op.cost = s.link.kernelCost(kind, total)
 	} else {
-		op.cost = s.link.copyCost(kind, true, total, len(ops))
+		op.cost = s.link.copyCost(kind, true, total, len(op.spans))
 	}
 	s.enqueue(st, op)
 	return nil
