@@ -27,6 +27,7 @@ type Collector struct {
 	resident, inUse, capacity                             *prometheus.Desc
 	lookups, lookupBlocks, hitBlocks                      *prometheus.Desc
 	mismatches, noSpace, moveFailures, records            *prometheus.Desc
+	droppedTouches                                        *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -57,6 +58,8 @@ func New(src Source, namespace string, constLabels prometheus.Labels) *Collector
 		noSpace:      d("no_space_total", "Slot allocations that found nothing to evict.", nil),
 		moveFailures: d("move_failures_total", "Copies the mover reported as failed.", nil),
 		records:      d("records", "Blocks known to the manager.", nil),
+		droppedTouches: d("dropped_touches_total",
+			"Policy touches and admission records of lookups dropped because their stripe's queue was full (recency is then approximate).", nil),
 	}
 }
 
@@ -66,6 +69,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.hits, c.misses, c.bytesIn, c.bytesOut, c.evictions, c.demotions,
 		c.resident, c.inUse, c.capacity,
 		c.lookups, c.lookupBlocks, c.hitBlocks, c.mismatches, c.noSpace, c.moveFailures, c.records,
+		c.droppedTouches,
 	} {
 		ch <- d
 	}
@@ -102,5 +106,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.mismatches, m.Mismatches)
 	counter(c.noSpace, m.NoSpace)
 	counter(c.moveFailures, m.MoveFailures)
+	counter(c.droppedTouches, m.DroppedTouches)
 	gauge(c.records, m.Records)
 }

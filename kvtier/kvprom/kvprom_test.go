@@ -50,6 +50,9 @@ kvtier_bytes_in_total{model="test",tier="host"} 3072
 # HELP kvtier_capacity_blocks Slots of the tier.
 # TYPE kvtier_capacity_blocks gauge
 kvtier_capacity_blocks{model="test",tier="host"} 2
+# HELP kvtier_dropped_touches_total Policy touches and admission records of lookups dropped because their stripe's queue was full (recency is then approximate).
+# TYPE kvtier_dropped_touches_total counter
+kvtier_dropped_touches_total{model="test"} 0
 # HELP kvtier_evictions_total Blocks evicted from the tier to make room (demoted or dropped).
 # TYPE kvtier_evictions_total counter
 kvtier_evictions_total{model="test",tier="host"} 1
@@ -72,15 +75,15 @@ kvtier_records{model="test"} 2
 # TYPE kvtier_resident_blocks gauge
 kvtier_resident_blocks{model="test",tier="host"} 2
 `
-	names := []string{"kvtier_bytes_in_total", "kvtier_capacity_blocks", "kvtier_evictions_total",
+	names := []string{"kvtier_bytes_in_total", "kvtier_capacity_blocks", "kvtier_dropped_touches_total", "kvtier_evictions_total",
 		"kvtier_hits_total", "kvtier_in_use_blocks", "kvtier_lookup_blocks_total", "kvtier_misses_total",
 		"kvtier_records", "kvtier_resident_blocks"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	// 9 series for the one tier present, 7 manager-wide; none for gpu or nvme.
-	if n := testutil.CollectAndCount(c); n != 16 {
-		t.Fatalf("%d series, want 16", n)
+	// 9 series for the one tier present, 8 manager-wide; none for gpu or nvme.
+	if n := testutil.CollectAndCount(c); n != 17 {
+		t.Fatalf("%d series, want 17", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {
