@@ -29,7 +29,7 @@
 //   - arrival_us (required): arrival in microseconds from the start of the
 //     trace, an integer.
 //   - salt (optional, default 0): an unsigned 64-bit integer.
-//   - block_tokens (required): tokens per block, 1 to 2^20.
+//   - block_tokens (required): tokens per block, 1 to 65536 (MaxBlockTokens).
 //   - output_tokens (required): tokens decoded.
 //   - keys or tokens (exactly one): keys are prefix-chained block keys
 //     (unsigned 64-bit), one per block, the trailing partial block included,

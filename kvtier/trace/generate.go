@@ -108,8 +108,8 @@ func (c *GenConfig) Validate() error {
 		return bad("MeanThinkTime", c.MeanThinkTime, ">= 0")
 	case c.MaxContextTokens < c.SystemPromptTokens[1]+1:
 		return bad("MaxContextTokens", c.MaxContextTokens, "above the longest system prompt")
-	case c.BlockTokens < 1:
-		return bad("BlockTokens", c.BlockTokens, ">= 1")
+	case c.BlockTokens < 1 || c.BlockTokens > MaxBlockTokens:
+		return bad("BlockTokens", c.BlockTokens, "in [1, 65536]")
 	}
 	return nil
 }

@@ -121,6 +121,7 @@ func TestGenConfigValidate(t *testing.T) {
 		{"MeanThinkTime", func(c *GenConfig) { c.MeanThinkTime = -1 }},
 		{"MaxContextTokens", func(c *GenConfig) { c.MaxContextTokens = 100 }},
 		{"BlockTokens", func(c *GenConfig) { c.BlockTokens = 0 }},
+		{"BlockTokens", func(c *GenConfig) { c.BlockTokens = MaxBlockTokens + 1 }},
 	}
 	for _, c := range cases {
 		cfg := DefaultGenConfig()

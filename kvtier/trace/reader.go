@@ -250,8 +250,8 @@ func (r *Reader) checkNative(l *rawLine) (time.Duration, *LineError) {
 	if us := l.num[fieldArrivalUS]; us > math.MaxInt64/int64(time.Microsecond) {
 		return 0, &LineError{Field: fieldArrivalUS.String(), Msg: strconv.FormatInt(us, 10) + " us is too large"}
 	}
-	if bt := l.num[fieldBlockTokens]; bt < 1 || bt > 1<<20 {
-		return 0, &LineError{Field: fieldBlockTokens.String(), Msg: strconv.FormatInt(bt, 10) + " is not in [1, 2^20]"}
+	if bt := l.num[fieldBlockTokens]; bt < 1 || bt > MaxBlockTokens {
+		return 0, &LineError{Field: fieldBlockTokens.String(), Msg: strconv.FormatInt(bt, 10) + " is not in [1, 65536]"}
 	}
 	if l.num[fieldInputTokens] > math.MaxInt32 || l.num[fieldOutputTokens] > math.MaxInt32 {
 		return 0, &LineError{Field: "input_tokens", Msg: "lengths must be below 2^31 tokens"}

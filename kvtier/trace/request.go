@@ -46,6 +46,11 @@ func ParseFormat(s string) (Format, error) {
 // stands for 512 tokens.
 const MooncakeBlockTokens = 512
 
+// MaxBlockTokens is the most tokens per block a trace may have: the block
+// manager's limit (kvtier.MaxBlockTokens), so that a trace the reader
+// accepts can be replayed.
+const MaxBlockTokens = 1 << 16
+
 // Request is one request of a trace.
 //
 // A Reader reuses the Keys and Tokens of the Request it fills: they are
