@@ -5,17 +5,19 @@
 // What it promises:
 //
 //   - It never returns a torn, bit-flipped or foreign block. Every slot starts
-//     with a header that names the block (key, parent, salt, token ids), the
-//     slot it belongs to, a sequence number and the xxhash64 of the payload,
-//     and that carries its own checksum. A read checks all of it before it
-//     reports success; a mismatch drops the slot, is counted in Stats, and is
-//     returned as a miss (errors.Is(err, ErrNotFound) and ErrCorrupt).
+//     with a header that names the block (key, parent, salt, position in its
+//     prefix, token ids), the slot it belongs to, a sequence number and the
+//     xxhash64 of the payload, and that carries its own checksum. A read
+//     checks all of it before it reports success; a mismatch drops the slot,
+//     is counted in Stats, and is returned as a miss (errors.Is(err,
+//     ErrNotFound) and ErrCorrupt).
 //   - A block is readable only after its write completed (and, with
 //     Config.Durable, was synced). A slot is never reused while an I/O on it
 //     is in flight: Free and Write refuse a busy slot with ErrBusy.
 //   - A restart keeps the warm tier: Open scans the slot headers in parallel,
 //     verifies each and rebuilds the key index; corrupt or foreign slots are
-//     dropped and counted, the rest stays.
+//     dropped and counted, the rest stays, and Range lists it for the block
+//     manager to adopt (kvtier.DeviceMoverConfig.KeepBlocks, Manager.Adopt).
 //   - Bad input (config, slot number, buffer size or alignment) gets an error
 //     that names what was wrong and changes nothing.
 //

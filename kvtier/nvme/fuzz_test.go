@@ -8,7 +8,7 @@ import (
 func FuzzDecodeHeader(f *testing.F) {
 	for _, n := range []int{0, 3, 16} {
 		b := make([]byte, 512)
-		h := header{version: formatVersion, seq: 9, key: 1, parent: 2, salt: 3, payloadLen: 4096,
+		h := header{version: formatVersion, seq: 9, key: 1, parent: 2, salt: 3, position: 6, payloadLen: 4096,
 			slot: 5, file: 1, payloadSum: 77, tokens: tokensFor(4, n)}
 		encodeHeader(b, &h)
 		f.Add(b)

@@ -22,12 +22,12 @@ import (
 //	56 payloadLen  uint32
 //	60 slot        uint32  slot index within its file
 //	64 file        uint32  file index within the store
-//	68 reserved    uint32  0
+//	68 position    uint32  the block's position in its prefix (0: first)
 //	72 payloadSum  uint64  xxhash64 of the payload
 //	80 tokens      [tokenCount]uint32
 const (
 	headerMagic      uint64 = 0x31454d564e54564b // "KVTNVME1"
-	formatVersion    uint16 = 1
+	formatVersion    uint16 = 2                  // 2: position at 68 (1 had 0 there)
 	headerFixedBytes        = 80
 )
 
@@ -38,6 +38,7 @@ type header struct {
 	key        uint64
 	parent     uint64
 	salt       uint64
+	position   uint32
 	payloadLen uint32
 	slot       uint32
 	file       uint32
@@ -64,7 +65,7 @@ func encodeHeader(dst []byte, h *header) {
 	le.PutUint32(dst[56:], h.payloadLen)
 	le.PutUint32(dst[60:], h.slot)
 	le.PutUint32(dst[64:], h.file)
-	le.PutUint32(dst[68:], 0)
+	le.PutUint32(dst[68:], h.position)
 	le.PutUint64(dst[72:], h.payloadSum)
 	for i, t := range h.tokens {
 		le.PutUint32(dst[headerFixedBytes+4*i:], t)
@@ -115,6 +116,7 @@ func decodeHeader(src []byte, h *header, maxTokens int) error {
 	h.payloadLen = le.Uint32(src[56:])
 	h.slot = le.Uint32(src[60:])
 	h.file = le.Uint32(src[64:])
+	h.position = le.Uint32(src[68:])
 	h.payloadSum = le.Uint64(src[72:])
 	h.tokens = h.tokens[:0]
 	for i := range int(nt) {

@@ -46,7 +46,7 @@ func tokensFor(key uint64, n int) []uint32 {
 }
 
 func metaFor(key uint64, ntok int) BlockMeta {
-	return BlockMeta{Key: key, Parent: key ^ 0xabcdef, Salt: 7, Tokens: tokensFor(key, ntok)}
+	return BlockMeta{Key: key, Parent: key ^ 0xabcdef, Salt: 7, Position: uint32(key % 1000), Tokens: tokensFor(key, ntok)}
 }
 
 func testConfig(dir string) Config {
@@ -92,7 +92,7 @@ func checkBlock(t testing.TB, s *Store, slot Slot, key uint64, n int) {
 	if m.Key != key || m.PayloadBytes != n || string(dst[:n]) != string(want) {
 		t.Fatalf("slot %d: got key %d, %d bytes, payload equal %v; want key %d, %d bytes", slot, m.Key, m.PayloadBytes, string(dst[:n]) == string(want), key, n)
 	}
-	if wm := metaFor(key, 4); m.Parent != wm.Parent || m.Salt != wm.Salt || len(m.Tokens) != 4 || m.Tokens[3] != wm.Tokens[3] {
+	if wm := metaFor(key, 4); m.Parent != wm.Parent || m.Salt != wm.Salt || m.Position != wm.Position || len(m.Tokens) != 4 || m.Tokens[3] != wm.Tokens[3] {
 		t.Fatalf("slot %d: meta %+v, want %+v", slot, m, wm)
 	}
 }

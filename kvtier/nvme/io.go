@@ -147,7 +147,7 @@ func (s *Store) finishWriteLocked(o *op) {
 	}
 	m := &o.meta
 	*si = slotInfo{state: stReadable, ntok: uint32(len(m.Tokens)), payloadLen: uint32(o.plen),
-		key: m.Key, parent: m.Parent, salt: m.Salt, seq: o.seq}
+		position: m.Position, key: m.Key, parent: m.Parent, salt: m.Salt, seq: o.seq}
 	copy(s.tokens[int(o.slot)*s.cfg.MaxTokens:], m.Tokens)
 	s.index[m.Key] = o.slot
 	s.ctr.writes.Add(1)
@@ -390,7 +390,7 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		// A local header: w.h's token storage is the worker's, and must not
 		// alias the caller's Tokens, which a later decode would overwrite.
 		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
-			salt: o.meta.Salt, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
+			salt: o.meta.Salt, position: o.meta.Position, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
 			payloadSum: xxhash.Sum64(o.buf[:o.plen]), tokens: o.meta.Tokens}
 		encodeHeader(hb, &h)
 		if s.cfg.Durable {
@@ -509,7 +509,7 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 			ErrCorrupt, h.key, h.seq, h.file, h.slot, h.payloadLen, o.key, o.seq, o.file, o.idx, o.plen)
 	}
 	m := &o.meta
-	m.Key, m.Parent, m.Salt, m.PayloadBytes = h.key, h.parent, h.salt, o.plen
+	m.Key, m.Parent, m.Salt, m.Position, m.PayloadBytes = h.key, h.parent, h.salt, h.position, o.plen
 	m.Tokens = append(m.Tokens[:0], h.tokens...)
 	o.sum, o.hashPending = h.payloadSum, true
 	return nil

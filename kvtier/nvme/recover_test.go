@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -62,6 +63,12 @@ func TestReopenKeepsTheWarmTier(t *testing.T) {
 		}
 		checkBlock(t, s, slot, k, 8192)
 	}
+	s.Range(func(slot Slot, m BlockMeta) bool {
+		if wm := metaFor(m.Key, 4); m.Parent != wm.Parent || m.Salt != wm.Salt || m.Position != wm.Position || !slices.Equal(m.Tokens, wm.Tokens) {
+			t.Errorf("Range: slot %d: meta %+v, want %+v", slot, m, wm)
+		}
+		return true
+	})
 	// The recovered slots are allocated: new allocations avoid them, and
 	// sequence numbers continue so that the newest copy of a key wins.
 	fresh, err := s.Allocate()

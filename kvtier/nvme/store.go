@@ -19,9 +19,11 @@ const NoSlot Slot = math.MaxUint32
 // BlockMeta identifies the block a slot holds. Key is the block's chained
 // hash; Parent and Salt and the token ids let the block manager confirm a hit
 // (design invariant 1). Tokens may be empty when the block manager keeps the
-// tokens elsewhere.
+// tokens elsewhere. Position is the block's index in its prefix (0 for the
+// first), so that a block whose ancestors are gone can still be placed.
 type BlockMeta struct {
 	Key, Parent, Salt uint64
+	Position          uint32
 	Tokens            []uint32
 	// PayloadBytes is set by reads and Range; Write uses len(payload).
 	PayloadBytes int
@@ -66,6 +68,7 @@ type slotInfo struct {
 	busy                   int32 // readers in flight, or -1 for a writer
 	ntok                   uint32
 	payloadLen             uint32
+	position               uint32
 	key, parent, salt, seq uint64
 }
 
@@ -226,7 +229,7 @@ func (s *Store) Range(fn func(Slot, BlockMeta) bool) {
 			continue
 		}
 		base := i * s.cfg.MaxTokens
-		snap = append(snap, entry{Slot(i), BlockMeta{Key: si.key, Parent: si.parent, Salt: si.salt,
+		snap = append(snap, entry{Slot(i), BlockMeta{Key: si.key, Parent: si.parent, Salt: si.salt, Position: si.position,
 			Tokens:       append([]uint32(nil), s.tokens[base:base+int(si.ntok)]...),
 			PayloadBytes: int(si.payloadLen)}})
 	}
