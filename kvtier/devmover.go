@@ -63,6 +63,8 @@ type DeviceMover struct {
 	// store slot back (-1 for spares), both fixed after NewDeviceMover.
 	nvmeSlot []nvme.Slot
 	owner    []int32
+	// recovered is what NewDeviceMover kept from the store (KeepBlocks).
+	recovered []Resident
 
 	// mu guards writing: slots (the manager's) with a store write in
 	// flight, so that a stale copy of a key is reclaimed only from a slot
@@ -92,11 +94,17 @@ type DeviceMoverConfig struct {
 	// BlockBytes is one block's KV size (the engine's GPULayout.BlockBytes()):
 	// what the NVMe tier stores of each slot.
 	BlockBytes int64
-	// Store is the NVMe tier; nil when the manager has none. The mover takes
-	// every free slot of it at NewDeviceMover and frees the blocks left
-	// from before (the manager cannot adopt them yet): NVMeSlots of them
-	// back the manager's NVMe tier.
+	// Store is the NVMe tier; nil when the manager has none. The mover
+	// takes every slot of it at NewDeviceMover: NVMeSlots of them back the
+	// manager's NVMe tier, the rest are spares. The blocks left from a
+	// previous run are freed, unless KeepBlocks is set.
 	Store *nvme.Store
+	// KeepBlocks keeps the blocks the store recovered at Open (a previous
+	// run's) instead of freeing them: they take the manager's first NVMe
+	// slots, and Recovered lists them for Manager.Adopt, so that a
+	// restarted server keeps its warm NVMe tier. Blocks beyond NVMeSlots,
+	// or whose payload is not BlockBytes long, are freed.
+	KeepBlocks bool
 	// NVMeSlots is the manager's NVMe slot count (its CapacityBytes /
 	// SlotBytes); the store must have at least that many slots.
 	NVMeSlots int
@@ -170,26 +178,20 @@ func NewDeviceMover(cfg DeviceMoverConfig) (*DeviceMover, error) {
 	if cfg.Store == nil {
 		return d, nil
 	}
-	if err := d.takeStore(cfg.NVMeSlots); err != nil {
+	if err := d.takeStore(cfg.NVMeSlots, cfg.KeepBlocks); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-// takeStore frees the store's leftover blocks and allocates all its slots,
-// so that a slot freed later is the only free one and Allocate returns it.
-func (d *DeviceMover) takeStore(want int) error {
+// takeStore maps the store's slots to the manager's and allocates all of
+// them, so that a slot freed later is the only free one and Allocate
+// returns it. The blocks left from before take the manager's first slots
+// when keep is set, and are freed otherwise.
+func (d *DeviceMover) takeStore(want int, keep bool) error {
 	total := d.store.Info().Slots
 	if total < want {
 		return configErr("DeviceMoverConfig.NVMeSlots", "%d, but the store has only %d slots", want, total)
-	}
-	var ferr error
-	d.store.Range(func(s nvme.Slot, _ nvme.BlockMeta) bool {
-		ferr = d.store.Free(s)
-		return ferr == nil
-	})
-	if ferr != nil {
-		return fmt.Errorf("kvtier: DeviceMover: free the store's leftover blocks: %w", ferr)
 	}
 	d.owner = make([]int32, total)
 	for i := range d.owner {
@@ -197,7 +199,28 @@ func (d *DeviceMover) takeStore(want int) error {
 	}
 	d.nvmeSlot = make([]nvme.Slot, want)
 	d.writing = make([]bool, want)
-	for i := 0; ; i++ {
+	var ferr error
+	d.store.Range(func(s nvme.Slot, meta nvme.BlockMeta) bool {
+		if i := len(d.recovered); keep && i < want && int64(meta.PayloadBytes) == d.blockBytes {
+			d.nvmeSlot[i] = s
+			d.owner[s] = int32(i)
+			r := Resident{Slot: Slot(i), Key: Key(meta.Key), Parent: Key(meta.Parent), Salt: Salt(meta.Salt), Position: int(meta.Position)}
+			if len(meta.Tokens) > 0 {
+				r.Tokens = make([]int32, len(meta.Tokens))
+				for j, tok := range meta.Tokens {
+					r.Tokens[j] = int32(tok)
+				}
+			}
+			d.recovered = append(d.recovered, r)
+			return true
+		}
+		ferr = d.store.Free(s)
+		return ferr == nil
+	})
+	if ferr != nil {
+		return fmt.Errorf("kvtier: DeviceMover: free the store's leftover blocks: %w", ferr)
+	}
+	for i := len(d.recovered); ; i++ {
 		s, err := d.store.Allocate()
 		if errors.Is(err, nvme.ErrFull) {
 			if i < want {
@@ -214,6 +237,13 @@ func (d *DeviceMover) takeStore(want int) error {
 		}
 	}
 }
+
+// Recovered returns the blocks NewDeviceMover kept from the store
+// (DeviceMoverConfig.KeepBlocks) as residents of the manager's NVMe tier:
+// pass them to Manager.Adopt(NVMe, ...) before the manager's first use.
+// A block the manager does not adopt stays on the drive until its slot is
+// written again.
+func (d *DeviceMover) Recovered() []Resident { return d.recovered }
 
 // Stats returns the mover's counters.
 func (d *DeviceMover) Stats() MoverStats {
@@ -263,6 +293,7 @@ type moveJob struct {
 // wantMeta is the identity an NVMe read must find.
 type wantMeta struct {
 	key, parent, salt uint64
+	position          uint32
 	tokens            []uint32
 }
 
@@ -295,13 +326,13 @@ func (d *DeviceMover) Submit(t *Transfer) error {
 			meta := t.blockMeta(i, d.tokens)
 			j.reads = append(j.reads, nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))}})
 			j.readIdx = append(j.readIdx, i)
-			j.want = append(j.want, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Tokens})
+			j.want = append(j.want, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Position, meta.Tokens})
 		case op.From == NVMe && op.To == GPU:
 			meta := t.blockMeta(i, d.tokens)
 			j.staged = append(j.staged, int32(op.ToSlot))
 			j.stagedIdx = append(j.stagedIdx, i)
 			j.stagedOps = append(j.stagedOps, op)
-			j.stagedWant = append(j.stagedWant, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Tokens})
+			j.stagedWant = append(j.stagedWant, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Position, meta.Tokens})
 		case op.From == GPU && op.To == NVMe && d.bounce != nil:
 			j.bounceIdx = append(j.bounceIdx, i)
 			j.bounceGPU = append(j.bounceGPU, int32(op.FromSlot))
@@ -519,9 +550,9 @@ func (d *DeviceMover) runReads(j *moveJob) {
 }
 
 func (w *wantMeta) check(got nvme.BlockMeta) error {
-	if got.Key != w.key || got.Parent != w.parent || got.Salt != w.salt {
-		return fmt.Errorf("%w: want key %#x parent %#x salt %#x, found key %#x parent %#x salt %#x",
-			ErrNVMeMismatch, w.key, w.parent, w.salt, got.Key, got.Parent, got.Salt)
+	if got.Key != w.key || got.Parent != w.parent || got.Salt != w.salt || got.Position != w.position {
+		return fmt.Errorf("%w: want key %#x parent %#x salt %#x position %d, found key %#x parent %#x salt %#x position %d",
+			ErrNVMeMismatch, w.key, w.parent, w.salt, w.position, got.Key, got.Parent, got.Salt, got.Position)
 	}
 	if w.tokens != nil {
 		if len(got.Tokens) != len(w.tokens) {
@@ -635,7 +666,7 @@ func (t *Transfer) blockMeta(i int, withTokens bool) nvme.BlockMeta {
 	m.rlock(st)
 	defer m.runlock(st)
 	r := m.recs.at(op.Ref)
-	meta := nvme.BlockMeta{Key: uint64(r.key), Parent: uint64(r.parent), Salt: uint64(r.salt)}
+	meta := nvme.BlockMeta{Key: uint64(r.key), Parent: uint64(r.parent), Salt: uint64(r.salt), Position: r.depth}
 	if withTokens && r.flags&flagTokens != 0 {
 		tok := m.recs.tokensOf(op.Ref)
 		meta.Tokens = make([]uint32, len(tok))

@@ -49,6 +49,10 @@ type devOpts struct {
 	simCfg          cudastream.SimConfig
 	early           bool
 	writeThrough    bool
+	// nvmeDir holds the store (default: a new temporary directory); keep
+	// sets DeviceMoverConfig.KeepBlocks.
+	nvmeDir string
+	keep    bool
 	// real runs on GPU 0 instead of the sim: the test skips without a
 	// driver, and fails then if KVTIER_REQUIRE_GPU=1.
 	real bool
@@ -150,11 +154,15 @@ func newDevFixture(t *testing.T, o devOpts) *devFixture {
 	}
 	cfg.Tiers[GPU], cfg.Tiers[Host] = tier(o.gpu), tier(o.host)
 	if o.nvme > 0 {
-		f.store, err = nvme.Open(nvme.Config{Dirs: []string{t.TempDir()}, SlotsPerFile: o.nvme, BlockBytes: dmBlockBytes, MaxTokens: dmTokens})
+		dir := o.nvmeDir
+		if dir == "" {
+			dir = t.TempDir()
+		}
+		f.store, err = nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: o.nvme, BlockBytes: dmBlockBytes, MaxTokens: dmTokens})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mc.Store, mc.NVMeSlots = f.store, o.nvme
+		mc.Store, mc.NVMeSlots, mc.KeepBlocks = f.store, o.nvme, o.keep
 		cfg.Tiers[NVMe] = tier(o.nvme)
 	}
 	if f.mover, err = NewDeviceMover(mc); err != nil {
@@ -871,7 +879,121 @@ func TestDeviceMoverGPU(t *testing.T) {
 	for name, fn := range map[string]func(*testing.T, bool){
 		"RoundTrip": testDeviceMoverRoundTrip, "CorruptNVMe": testDeviceMoverCorruptNVMe,
 		"Concurrent": testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
+		"Restart": testDeviceMoverRestart,
 	} {
 		t.Run(name, func(t *testing.T) { fn(t, true) })
 	}
+}
+
+// TestDeviceMoverRestart: blocks one server wrote to NVMe survive a
+// restart. The next server's mover keeps them (KeepBlocks), its manager
+// adopts them, and they load into the GPU byte for byte and are written over
+// like any others; without KeepBlocks they are freed.
+func TestDeviceMoverRestart(t *testing.T) { testDeviceMoverRestart(t, false) }
+
+func testDeviceMoverRestart(t *testing.T, real bool) {
+	dir := t.TempDir()
+	opts := devOpts{gpu: 16, host: 4, nvme: 16, nvmeDir: dir, real: real,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}}
+	ctx := context.Background()
+	var reqs [][]int32
+	want := map[Key][]byte{}
+	ok := t.Run("first run", func(t *testing.T) {
+		f := newDevFixture(t, opts)
+		for range 4 {
+			tokens := f.request(3)
+			reqs = append(reqs, tokens)
+			var w Lease
+			f.prefill(t, tokens, &w)
+			if err := f.m.Offload(&w, NVMe); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.Wait(ctx, &w); err != nil {
+				t.Fatal(err)
+			}
+			f.m.Release(&w)
+		}
+		f.mover.Wait()
+		for k, kv := range f.want {
+			want[k] = kv
+		}
+	})
+	switch {
+	case !ok:
+		t.Fatal("the first run failed")
+	case len(reqs) == 0:
+		t.Skip("the first run was skipped")
+	}
+	t.Run("restart", func(t *testing.T) {
+		o := opts
+		o.keep = true
+		f := newDevFixture(t, o)
+		f.want = want
+		if n, err := f.m.Adopt(NVMe, f.mover.Recovered()); err != nil || n != 12 {
+			t.Fatalf("Adopt = %d, %v; want the 12 blocks of the first run", n, err)
+		}
+		if bad := f.checkAll(t); len(bad) > 0 {
+			t.Fatalf("after adopting: %v", bad)
+		}
+		for i, tokens := range reqs {
+			var l Lease
+			if err := f.m.Lookup(1, tokens, &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Len() != 3 {
+				t.Fatalf("request %d: %d blocks found after the restart, want 3", i, l.Len())
+			}
+			if err := f.m.Plan(&l); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.Onboard(&l); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.Wait(ctx, &l); err != nil {
+				t.Fatal(err)
+			}
+			for j, b := range l.Blocks {
+				if b.Tier != NVMe || !b.Loading {
+					t.Fatalf("request %d block %d: from %v, loading %v; want a load from nvme", i, j, b.Tier, b.Loading)
+				}
+				if got := f.readGPU(t, b.GPUSlot); !bytes.Equal(got, want[b.Key]) {
+					t.Fatalf("request %d block %d: GPU slot %d holds other bytes than the first run wrote", i, j, b.GPUSlot)
+				}
+			}
+			f.m.Release(&l)
+		}
+		// New blocks take the free slots, then evict adopted ones.
+		for range 3 {
+			tokens := f.request(3)
+			for k := range tokens {
+				tokens[k] += 1 << 20 // not the first run's tokens
+			}
+			var w Lease
+			f.prefill(t, tokens, &w)
+			if err := f.m.Offload(&w, NVMe); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.m.Wait(ctx, &w); err != nil {
+				t.Fatal(err)
+			}
+			f.m.Release(&w)
+		}
+		f.mover.Wait()
+		if bad := f.checkAll(t); len(bad) > 0 {
+			t.Fatalf("after new writes: %v", bad)
+		}
+		if st := f.mover.Stats(); st.Failures != 0 {
+			t.Errorf("%d ops failed", st.Failures)
+		}
+		f.m.check(t)
+	})
+	t.Run("restart without KeepBlocks", func(t *testing.T) {
+		f := newDevFixture(t, opts)
+		if n := len(f.mover.Recovered()); n != 0 {
+			t.Errorf("Recovered lists %d blocks without KeepBlocks", n)
+		}
+		if n := f.store.Len(); n != 0 {
+			t.Errorf("the store still holds %d blocks", n)
+		}
+	})
 }

@@ -48,6 +48,11 @@
 //	m.Insert(salt, tokens, GPU, &w); write Blocks with Write; m.Commit(&w, err)
 //	m.Offload(&w, Host); m.Wait(ctx, &w) // or WriteThrough does it
 //	m.Release(&w); m.Release(&l)
+//
+// A restarted server keeps its NVMe tier: with DeviceMoverConfig.KeepBlocks
+// the mover keeps the blocks the store recovered at Open, and
+// m.Adopt(NVMe, mover.Recovered()) hands them to the manager before its
+// first use (examples/server -nvme-dir shows it).
 package kvtier
 
 import (

@@ -5,6 +5,11 @@
 // loads byte for byte, and prints the hits per tier and the metrics.
 //
 //	go run ./examples/server
+//	go run ./examples/server -nvme-dir /var/tmp/kvtier   # twice: the second run starts warm
+//
+// With -nvme-dir the NVMe tier outlives the process: the next run's mover
+// keeps the blocks the store recovers (DeviceMoverConfig.KeepBlocks) and the
+// manager adopts them (Manager.Adopt), as a restarted server would.
 //
 // Without a CUDA driver it runs on the simulated device (with the H200's
 // link model) and says so.
@@ -13,6 +18,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -39,12 +45,16 @@ const (
 )
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	nvmeDir := flag.String("nvme-dir", "", "keep the NVMe tier in this directory, so that the next run starts warm (default: a temporary directory, removed at exit)")
+	flag.Parse()
+	if err := run(os.Stdout, *nvmeDir); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(out io.Writer) error {
+// run builds the server and serves; nvmeDir, if not empty, holds the NVMe
+// tier across runs.
+func run(out io.Writer, nvmeDir string) error {
 	ctx := context.Background()
 	dev, reg, err := openDevice(out)
 	if err != nil {
@@ -89,11 +99,15 @@ func run(out io.Writer) error {
 	}
 	defer bounce.Close()
 
-	dir, err := os.MkdirTemp("", "kvtier-server-")
-	if err != nil {
+	dir := nvmeDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "kvtier-server-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	store, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: nvmeSlots, BlockBytes: blockBytes, MaxTokens: blockTokens})
 	if err != nil {
 		return err
@@ -103,7 +117,7 @@ func run(out io.Writer) error {
 
 	mover, err := kvtier.NewDeviceMover(kvtier.DeviceMoverConfig{
 		Engine: eng, Host: host, BlockBytes: blockBytes,
-		Store: store, NVMeSlots: nvmeSlots, StoreTokens: true,
+		Store: store, NVMeSlots: nvmeSlots, StoreTokens: true, KeepBlocks: nvmeDir != "",
 		Bounce: bounce, BounceHost: bounceHost,
 	})
 	if err != nil {
@@ -140,6 +154,13 @@ func run(out io.Writer) error {
 	m, err := kvtier.New(cfg)
 	if err != nil {
 		return err
+	}
+	if kept := mover.Recovered(); len(kept) > 0 {
+		n, err := m.Adopt(kvtier.NVMe, kept)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "nvme: adopted %d of the %d blocks a previous run left\n", n, len(kept))
 	}
 
 	s := &server{m: m, dev: dev, base: base}
