@@ -1,6 +1,7 @@
 package kvtier
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -37,9 +38,9 @@ type Resident struct {
 // other than 0 or the reverse, a parent among the blocks with another salt
 // or a position other than one less, a block the manager already knows
 // (from another tier) with other metadata, and the second of two blocks
-// with one key. Their slots are free. The tier's policy sees the deepest blocks first, so that
-// a prefix's first blocks are evicted last. Adopt returns how many blocks it
-// adopted.
+// with one key. Their slots are free. The tier's policy sees the deepest
+// blocks first, so that a prefix's first blocks are evicted last. Adopt
+// returns how many blocks it adopted.
 //
 // An absent tier, a tier already in use, a slot outside the tier or a slot
 // given twice is an error (ErrBadInput) and adopts nothing.
@@ -53,26 +54,35 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	if ts.next != 0 {
 		return 0, fmt.Errorf("%w: Adopt: the %v tier has already handed out slots", ErrBadInput, t)
 	}
-	used := make([]uint64, (ts.slots+63)/64)
-	taken := make(map[Slot]int, len(blocks))
+	given := newSlotSet(ts.slots)
 	for i, b := range blocks {
 		if uint32(b.Slot) >= ts.slots {
 			return 0, fmt.Errorf("%w: Adopt: block %d (key %#x): slot %d outside the %v tier's %d slots", ErrBadInput, i, uint64(b.Key), b.Slot, t, ts.slots)
 		}
-		if j, dup := taken[b.Slot]; dup {
+		if given.has(b.Slot) {
+			j := slices.IndexFunc(blocks, func(o Resident) bool { return o.Slot == b.Slot })
 			return 0, fmt.Errorf("%w: Adopt: blocks %d and %d both in %v slot %d", ErrBadInput, j, i, t, b.Slot)
 		}
-		taken[b.Slot] = i
+		given.add(b.Slot)
 	}
 
-	a := adoption{m: m, t: t, blocks: blocks, first: make(map[Key]int, len(blocks)), depth: make([]int32, len(blocks))}
-	for i, b := range blocks {
+	a := adoption{m: m, t: t, blocks: blocks, depth: make([]int32, len(blocks)), byKey: make([]int32, len(blocks))}
+	for i := range blocks {
 		a.depth[i] = adoptUnknown
-		if _, dup := a.first[b.Key]; dup {
-			a.depth[i] = adoptSkip
-			continue
+		a.byKey[i] = int32(i)
+	}
+	// Sorted by key, then by index: the first block of each key leads its
+	// run, and the others are skipped.
+	slices.SortFunc(a.byKey, func(x, y int32) int {
+		if kx, ky := blocks[x].Key, blocks[y].Key; kx != ky {
+			return cmp.Compare(kx, ky)
 		}
-		a.first[b.Key] = i
+		return cmp.Compare(x, y)
+	})
+	for j := 1; j < len(a.byKey); j++ {
+		if blocks[a.byKey[j]].Key == blocks[a.byKey[j-1]].Key {
+			a.depth[a.byKey[j]] = adoptSkip
+		}
 	}
 	order := make([]int, 0, len(blocks))
 	for i := range blocks {
@@ -82,37 +92,44 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	}
 	// Deepest first into the policy: the roots are then the most recent.
 	slices.SortFunc(order, func(x, y int) int {
-		if d := a.depth[y] - a.depth[x]; d != 0 {
-			return int(d)
+		if d := cmp.Compare(a.depth[y], a.depth[x]); d != 0 {
+			return d
 		}
-		return int(blocks[x].Slot) - int(blocks[y].Slot)
+		return cmp.Compare(blocks[x].Slot, blocks[y].Slot)
 	})
+	used := newSlotSet(ts.slots)
 	next := uint32(0)
 	for _, i := range order {
 		b := &blocks[i]
 		ref, found := a.known(b.Key)
 		if !found {
 			ref = m.newRecord(b.Key, b.Parent, b.Salt, int(a.depth[i]), b.Tokens)
-		} else if b.Tokens != nil && m.recs.at(ref).flags&flagTokens == 0 {
-			r := m.recs.at(ref)
+		} else if r := m.recs.at(ref); b.Tokens != nil && r.flags&flagTokens == 0 {
 			copy(m.recs.tokensOf(ref), b.Tokens)
 			r.flags |= flagTokens
 		}
 		m.recs.at(ref).slot[t] = b.Slot
 		m.setState(ref, t, stateReady)
 		m.policyInsert(t, ref)
-		used[b.Slot/64] |= 1 << (b.Slot % 64)
+		used.add(b.Slot)
 		next = max(next, uint32(b.Slot)+1)
 	}
 	ts.next = next
-	for s := next; s > 0; s-- {
-		if used[(s-1)/64]&(1<<((s-1)%64)) == 0 {
-			ts.free = append(ts.free, Slot(s-1))
+	for s := Slot(next); s > 0; s-- {
+		if !used.has(s - 1) {
+			ts.free = append(ts.free, s-1)
 		}
 	}
 	m.checkSampled()
 	return len(order), nil
 }
+
+// slotSet is a bitmap of a tier's slots.
+type slotSet []uint64
+
+func newSlotSet(slots uint32) slotSet { return make(slotSet, (uint64(slots)+63)/64) }
+func (s slotSet) add(x Slot)          { s[x/64] |= 1 << (x % 64) }
+func (s slotSet) has(x Slot) bool     { return s[x/64]&(1<<(x%64)) != 0 }
 
 // Depths of the blocks being adopted, besides their position (>= 0).
 const (
@@ -126,8 +143,17 @@ type adoption struct {
 	m      *Manager
 	t      Tier
 	blocks []Resident
-	first  map[Key]int // the first block of each key
-	depth  []int32     // position in the chain, or one of the adopt* marks
+	byKey  []int32 // indexes of blocks sorted by key, then index
+	depth  []int32 // position in the prefix, or one of the adopt* marks
+}
+
+// parent returns the index of the first block whose key is b's parent.
+func (a *adoption) parent(b *Resident) (int, bool) {
+	j, ok := slices.BinarySearchFunc(a.byKey, b.Parent, func(i int32, k Key) int { return cmp.Compare(a.blocks[i].Key, k) })
+	if !ok {
+		return 0, false
+	}
+	return int(a.byKey[j]), true
 }
 
 // resolve returns block i's position, or adoptSkip when the block cannot be
@@ -156,7 +182,7 @@ func (a *adoption) position(i int) int32 {
 		return adoptSkip
 	}
 	d := int32(b.Position)
-	if p, ok := a.first[b.Parent]; ok && b.Parent != 0 {
+	if p, ok := a.parent(b); ok && b.Parent != 0 {
 		// A parent that is skipped may be a collision the manager caught:
 		// what was computed after it cannot be trusted either.
 		if pd := a.resolve(p); pd < 0 || a.blocks[p].Salt != b.Salt || pd != d-1 {
