@@ -193,19 +193,8 @@ func cuCopyVariant(t *testing.T, res *results.File, name string, baselines bool)
 	}
 
 	// Overlap with a one-wave compute kernel.
-	comp, err := d.NewStream(0)
-	cuMust(t, "NewStream", err)
-	defer comp.Destroy()
-	cl, ok := comp.(ComputeLoader)
-	if !ok {
-		t.Fatalf("%T cannot launch the FMA kernel", comp)
-	}
-	e0, err := d.NewEvent(EventOptions{Timing: true})
-	cuMust(t, "NewEvent", err)
-	defer e0.Destroy()
-	e1, err := d.NewEvent(EventOptions{Timing: true})
-	cuMust(t, "NewEvent", err)
-	defer e1.Destroy()
+	ft := newCuFMATimer(t, d)
+	defer ft.close()
 	onboard := make([]Copy, total/(16<<10))
 	for i, b := range rand.New(rand.NewPCG(3, 3)).Perm(4 * len(onboard))[:len(onboard)] {
 		onboard[i] = Copy{Dst: uint64(dev) + uint64(b)<<14, Src: HostAddr(host[i<<14:]), Bytes: 16 << 10}
@@ -216,16 +205,12 @@ func cuCopyVariant(t *testing.T, res *results.File, name string, baselines bool)
 		if copyBefore != nil {
 			cuMust(t, "copy", copyBefore())
 		}
-		cuMust(t, "Record", e0.Record(comp))
-		cuMust(t, "LaunchFMA", cl.LaunchFMA(4, 1<<19))
-		cuMust(t, "Record", e1.Record(comp))
+		cuMust(t, "LaunchFMA", ft.launch(4, 1<<19))
 		if copyAfter != nil {
 			cuMust(t, "copy", copyAfter())
 		}
-		cuMust(t, "Synchronize", e1.Synchronize())
+		el := ft.elapsed(t)
 		cuMust(t, "Synchronize", s.Synchronize())
-		el, err := e1.Elapsed(e0)
-		cuMust(t, "Elapsed", err)
 		return el.Seconds() * 1e3
 	}
 	alone := fmt.Sprintf("compute (FMA, one wave, %s build) alone", name)

@@ -938,36 +938,80 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 
 func TestCuLaunchFMA(t *testing.T) {
 	d := cuOpenOrSkip(t)
-	s, err := d.NewStream(0)
-	cuMust(t, "NewStream", err)
-	defer s.Destroy()
-	cl, ok := s.(ComputeLoader)
-	if !ok {
-		t.Fatalf("%T does not implement ComputeLoader", s)
-	}
-	e0, err := d.NewEvent(EventOptions{Timing: true})
-	cuMust(t, "NewEvent", err)
-	defer e0.Destroy()
-	e1, err := d.NewEvent(EventOptions{Timing: true})
-	cuMust(t, "NewEvent", err)
-	defer e1.Destroy()
+	ft := newCuFMATimer(t, d)
+	defer ft.close()
 	for _, bad := range [][2]int{{4, -1}, {0, 1}, {65, 1}} {
-		if err := cl.LaunchFMA(bad[0], bad[1]); !errors.Is(err, ErrInvalidValue) {
+		if err := ft.cl.LaunchFMA(bad[0], bad[1]); !errors.Is(err, ErrInvalidValue) {
 			t.Errorf("LaunchFMA(%d, %d) = %v, want ErrInvalidValue", bad[0], bad[1], err)
 		}
 	}
 	var prev time.Duration
 	for _, iters := range []int{1 << 16, 1 << 18} {
-		cuMust(t, "Record", e0.Record(s))
-		cuMust(t, "LaunchFMA", cl.LaunchFMA(4, iters))
-		cuMust(t, "Record", e1.Record(s))
-		cuMust(t, "Synchronize", e1.Synchronize())
-		el, err := e1.Elapsed(e0)
-		cuMust(t, "Elapsed", err)
+		cuMust(t, "LaunchFMA", ft.launch(4, iters))
+		el := ft.elapsed(t)
 		t.Logf("LaunchFMA(%d): %v", iters, el)
 		if el <= prev {
 			t.Errorf("LaunchFMA(%d) took %v, not longer than a quarter of the work (%v)", iters, el, prev)
 		}
 		prev = el
 	}
+}
+
+// cuFMATimer times kvtier_fma launches on a stream of its own, between two
+// timing events.
+type cuFMATimer struct {
+	s      Stream
+	cl     ComputeLoader
+	e0, e1 Event
+}
+
+// newCuFMATimer makes the timer's stream and events; the caller MUST
+// close it before closing d.
+func newCuFMATimer(t *testing.T, d Device) *cuFMATimer {
+	t.Helper()
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	ft := &cuFMATimer{s: s}
+	var ok bool
+	if ft.cl, ok = s.(ComputeLoader); !ok {
+		s.Destroy()
+		t.Fatalf("%T does not implement ComputeLoader", s)
+	}
+	for _, e := range []*Event{&ft.e0, &ft.e1} {
+		if *e, err = d.NewEvent(EventOptions{Timing: true}); err != nil {
+			ft.close()
+			t.Fatalf("NewEvent: %v", err)
+		}
+	}
+	return ft
+}
+
+// close destroys the timer's events and stream.
+func (ft *cuFMATimer) close() {
+	for _, e := range []Event{ft.e0, ft.e1} {
+		if e != nil {
+			e.Destroy()
+		}
+	}
+	ft.s.Destroy()
+}
+
+// launch enqueues one timed launch of ctasPerSM CTAs per SM.
+func (ft *cuFMATimer) launch(ctasPerSM, iters int) error {
+	if err := ft.e0.Record(ft.s); err != nil {
+		return err
+	}
+	if err := ft.cl.LaunchFMA(ctasPerSM, iters); err != nil {
+		return err
+	}
+	return ft.e1.Record(ft.s)
+}
+
+// elapsed waits for the last launch and returns how long it ran.
+func (ft *cuFMATimer) elapsed(t *testing.T) time.Duration {
+	t.Helper()
+	cuMust(t, "Synchronize", ft.e1.Synchronize())
+	el, err := ft.e1.Elapsed(ft.e0)
+	cuMust(t, "Elapsed", err)
+	return el
 }

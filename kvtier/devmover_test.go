@@ -885,6 +885,20 @@ func TestDeviceMoverGPU(t *testing.T) {
 	}
 }
 
+// prefillToNVMe prefills a request into the GPU and copies it to NVMe.
+func (f *devFixture) prefillToNVMe(t *testing.T, tokens []int32) {
+	t.Helper()
+	var w Lease
+	f.prefill(t, tokens, &w)
+	defer f.m.Release(&w)
+	if err := f.m.Offload(&w, NVMe); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Wait(context.Background(), &w); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDeviceMoverRestart: blocks one server wrote to NVMe survive a
 // restart. The next server's mover keeps them (KeepBlocks), its manager
 // adopts them, and they load into the GPU byte for byte and are written over
@@ -903,15 +917,7 @@ func testDeviceMoverRestart(t *testing.T, real bool) {
 		for range 4 {
 			tokens := f.request(3)
 			reqs = append(reqs, tokens)
-			var w Lease
-			f.prefill(t, tokens, &w)
-			if err := f.m.Offload(&w, NVMe); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.m.Wait(ctx, &w); err != nil {
-				t.Fatal(err)
-			}
-			f.m.Release(&w)
+			f.prefillToNVMe(t, tokens)
 		}
 		f.mover.Wait()
 		for k, kv := range f.want {
@@ -968,15 +974,7 @@ func testDeviceMoverRestart(t *testing.T, real bool) {
 			for k := range tokens {
 				tokens[k] += 1 << 20 // not the first run's tokens
 			}
-			var w Lease
-			f.prefill(t, tokens, &w)
-			if err := f.m.Offload(&w, NVMe); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.m.Wait(ctx, &w); err != nil {
-				t.Fatal(err)
-			}
-			f.m.Release(&w)
+			f.prefillToNVMe(t, tokens)
 		}
 		f.mover.Wait()
 		if bad := f.checkAll(t); len(bad) > 0 {

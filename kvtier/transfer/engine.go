@@ -270,9 +270,9 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	}
 	defer d.mu.Unlock()
 	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
-		e.begin(ctx, d, t, "onboard layer", l)
+		d.begin(ctx, t, "onboard layer", l)
 		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
-		e.end(d)
+		d.end()
 		if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
 			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
 		}
@@ -301,9 +301,9 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Eve
 		}
 	}
 	if t.err == nil {
-		e.begin(ctx, d, t, "offload", -1)
+		d.begin(ctx, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
-		e.end(d)
+		d.end()
 	}
 	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
 	e.stats.OffloadBytes.Add(t.bytes)
@@ -335,13 +335,13 @@ func (e *Engine) start(d *direction, pairs []Pair, layers int) (*Transfer, error
 // begin makes d's coalescer issue what it gathers, by the engine's method,
 // as part of t; what and n (-1 for none) name the step in an error. Called
 // with d.mu held; end issues the rest.
-func (e *Engine) begin(ctx context.Context, d *direction, t *Transfer, what string, n int) {
+func (d *direction) begin(ctx context.Context, t *Transfer, what string, n int) {
 	d.co.reset()
 	d.call = issueCall{ctx: ctx, t: t, what: what, n: n}
 }
 
 // end issues what d's coalescer still holds.
-func (e *Engine) end(d *direction) {
+func (d *direction) end() {
 	d.co.flush()
 	d.call = issueCall{}
 }
@@ -487,9 +487,9 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 		}
 		d := &e.on
 		d.mu.Lock()
-		e.begin(ctx, d, t, "staged onboard, staging buffer", k%len(e.staging))
+		d.begin(ctx, t, "staged onboard, staging buffer", k%len(e.staging))
 		d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)
-		e.end(d)
+		d.end()
 		err := buf.ev.Record(d.stream)
 		d.mu.Unlock()
 		buf.used = true
