@@ -194,6 +194,8 @@ func (m *Model) Validate() error {
 var modelPresets = map[string]Model{
 	"llama-3.1-8b": {Name: "llama-3.1-8b", Layers: 32, QHeads: 32, KVHeads: 8, HeadDim: 128, HiddenSize: 4096,
 		Dtype: BF16, TotalParams: 8.03e9, ActiveParams: 8.03e9},
+	"llama-3.2-1b": {Name: "llama-3.2-1b", Layers: 16, QHeads: 32, KVHeads: 8, HeadDim: 64, HiddenSize: 2048,
+		Dtype: BF16, TotalParams: 1.24e9, ActiveParams: 1.24e9},
 	"llama-3.1-70b": {Name: "llama-3.1-70b", Layers: 80, QHeads: 64, KVHeads: 8, HeadDim: 128, HiddenSize: 8192,
 		Dtype: BF16, TotalParams: 70.6e9, ActiveParams: 70.6e9},
 	"llama-3.1-405b": {Name: "llama-3.1-405b", Layers: 126, QHeads: 128, KVHeads: 8, HeadDim: 128, HiddenSize: 16384,

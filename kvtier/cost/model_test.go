@@ -31,6 +31,7 @@ func TestSeedExercise2KVBytes(t *testing.T) {
 func TestPresetKVBytes(t *testing.T) {
 	want := map[string]int64{
 		"llama-3.1-8b":   32 * 2 * 8 * 128 * 2,  // 131,072
+		"llama-3.2-1b":   16 * 2 * 8 * 64 * 2,   // 32,768
 		"llama-3.1-70b":  80 * 2 * 8 * 128 * 2,  // 327,680
 		"llama-3.1-405b": 126 * 2 * 8 * 128 * 2, // 516,096
 		"qwen2.5-7b":     28 * 2 * 4 * 128 * 2,  // 57,344
