@@ -82,7 +82,7 @@ func grow(b []float32, n int) []float32 {
 // argmax, the greedy next token.
 func (m *CPU) Forward(tokens []int32, p Plan) (logits []float32, next int32, err error) {
 	c := m.cfg
-	if err := c.check(tokens, p, m.numSlots); err != nil {
+	if err := c.Check(tokens, p, m.numSlots); err != nil {
 		return nil, 0, err
 	}
 	n, nc, h := len(tokens), len(p.Compute), c.Hidden

@@ -35,9 +35,9 @@ func AppendBlockPositions(dst []int32, blockTokens, n int, compute []bool) []int
 // Blocks is the number of blocks n tokens take.
 func (c Config) Blocks(n int) int { return (n + c.BlockTokens - 1) / c.BlockTokens }
 
-// check rejects a plan that does not fit tokens, the config or a region of
-// numSlots slots.
-func (c Config) check(tokens []int32, p Plan, numSlots int) error {
+// Check rejects a plan that does not fit tokens, the config or a region of
+// numSlots slots, naming what is wrong. Backends call it before any work.
+func (c Config) Check(tokens []int32, p Plan, numSlots int) error {
 	n := len(tokens)
 	switch {
 	case n == 0:

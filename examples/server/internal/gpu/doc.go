@@ -1,0 +1,29 @@
+// Package gpu runs package model's transformer on an NVIDIA GPU: matrix
+// products through cuBLAS (bf16 inputs, fp32 accumulation, tensor cores),
+// everything else through the CUDA C kernels in kernels/model.cu, whose PTX
+// is embedded and loaded at run time. Nothing CUDA is needed to build: the
+// driver (libcuda.so.1) and cuBLAS (libcublas.so.13, else .so.12) are opened
+// at run time, and without cgo New reports that there is no GPU
+// (errors.Is(err, cudastream.ErrNoDriver)).
+//
+// The KV cache lives in a region the caller allocates in the device's
+// primary context (cudastream.Open's context; cudastream.Device.Alloc), laid
+// out as package model describes (transfer.BlockFirstLayout), so kvtier's
+// copy engine moves blocks in and out of the same memory the model reads.
+// The model retains that primary context itself and works on the legacy
+// default stream: a caller that loads blocks on other streams MUST wait for
+// those copies (Transfer.Done) before Forward.
+//
+// Attention: the K and V of the sequence's positions are gathered from the
+// blocks into a contiguous scratch buffer once per layer; then, per chunk of
+// computed queries, one cuBLAS strided-batched product per query head of a
+// group makes the scores, a kernel applies the causal mask and the softmax,
+// and a second product multiplies by V. The products run on tensor cores.
+package gpu
+
+import (
+	_ "embed"
+)
+
+//go:embed kernels/model.ptx
+var modelPTX string

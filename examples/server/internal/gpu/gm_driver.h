@@ -1,0 +1,94 @@
+// gm_driver.h: the CUDA driver and cuBLAS entry points the model's GPU
+// backend needs, declared here so that no CUDA header or toolkit is needed
+// at build time. Both libraries are opened at run time (libcuda.so.1;
+// libcublas.so.13, else libcublas.so.12). Layouts and enum values follow
+// cuda.h and cublas_api.h on LP64 Linux.
+
+#ifndef KVTIER_GM_DRIVER_H
+#define KVTIER_GM_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int gmResult;
+typedef unsigned long long gmPtr; // CUdeviceptr
+typedef void *gmFunc;             // CUfunction
+
+// Steps that gmOpen reports on failure (which call failed).
+enum {
+	gmStepDlopenCuda = 1,
+	gmStepSymbols,
+	gmStepInit,
+	gmStepDevice,
+	gmStepContext,
+	gmStepDlopenCublas,
+	gmStepCublasSymbols,
+	gmStepCublasCreate,
+	gmStepModule,
+};
+
+typedef struct gmLib {
+	void *cuda, *cublas;
+	int dev;
+	void *ctx;
+	void *handle; // cublasHandle_t
+	void *module;
+
+	gmResult (*getErrorName)(gmResult, const char **);
+	gmResult (*init)(unsigned);
+	gmResult (*deviceGet)(int *, int);
+	gmResult (*primaryCtxRetain)(void **, int);
+	gmResult (*primaryCtxRelease)(int);
+	gmResult (*ctxSetCurrent)(void *);
+	gmResult (*ctxSynchronize)(void);
+	gmResult (*memAlloc)(gmPtr *, size_t);
+	gmResult (*memFree)(gmPtr);
+	gmResult (*memcpyHtoD)(gmPtr, const void *, size_t);
+	gmResult (*memcpyDtoH)(void *, gmPtr, size_t);
+	gmResult (*memsetD8)(gmPtr, unsigned char, size_t);
+	gmResult (*moduleLoadData)(void **, const void *);
+	gmResult (*moduleUnload)(void *);
+	gmResult (*moduleGetFunction)(gmFunc *, void *, const char *);
+	gmResult (*launchKernel)(gmFunc, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+	                         void **, void **);
+
+	int (*cublasCreate)(void **);
+	int (*cublasDestroy)(void *);
+	int (*cublasGemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int, const void *, int,
+	                    int, const void *, void *, int, int, int, int);
+	int (*cublasGemmStridedBatchedEx)(void *, int, int, int, int, int, const void *, const void *, int, int,
+	                                  long long, const void *, int, int, long long, const void *, void *, int, int,
+	                                  long long, int, int, int);
+	char cublasName[64];
+} gmLib;
+
+// gmGemm is one (strided batched) product, column-major as cuBLAS sees it:
+// C = alpha op(A) op(B) + beta C. Types are cudaDataType values.
+typedef struct {
+	int transa, transb, m, n, k;
+	float alpha, beta;
+	gmPtr a, b, c;
+	int atype, btype, ctype;
+	int lda, ldb, ldc;
+	long long strideA, strideB, strideC;
+	int batch;
+} gmGemm;
+
+gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t errlen);
+void gmClose(gmLib *l);
+const char *gmErrorName(gmLib *l, gmResult r);
+gmResult gmSetCurrent(gmLib *l);
+gmResult gmFunction(gmLib *l, const char *name, gmFunc *f);
+gmResult gmAlloc(gmLib *l, gmPtr *p, size_t n);
+gmResult gmFree(gmLib *l, gmPtr p);
+gmResult gmHtoD(gmLib *l, gmPtr dst, const void *src, size_t n);
+gmResult gmDtoH(gmLib *l, void *dst, gmPtr src, size_t n);
+gmResult gmMemset(gmLib *l, gmPtr dst, size_t n);
+gmResult gmSync(gmLib *l);
+// gmLaunch launches f with nargs arguments, each in an 8-byte slot of args
+// (4-byte arguments in the slot's low half), on the legacy default stream.
+gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, const uint64_t *args, int nargs);
+// gmGemmRun returns a cublasStatus_t.
+int gmGemmRun(gmLib *l, const gmGemm *g);
+
+#endif

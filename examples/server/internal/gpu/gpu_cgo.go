@@ -1,0 +1,432 @@
+//go:build cgo
+
+package gpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "gm_driver.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"unsafe"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/model"
+)
+
+// cuBLAS's enums (cublas_api.h, library_types.h).
+const (
+	opN     = 0
+	opT     = 1
+	typeF32 = 0  // CUDA_R_32F
+	typeBF  = 14 // CUDA_R_16BF
+)
+
+type kernel int
+
+const (
+	kInit kernel = iota
+	kEmbed
+	kRMSNorm
+	kRope
+	kGather
+	kSoftmax
+	kSiLU
+	kArgmax
+	numKernels
+)
+
+var kernelNames = [numKernels]string{"kvm_init_weights", "kvm_embed", "kvm_rmsnorm", "kvm_rope_store", "kvm_gather",
+	"kvm_softmax", "kvm_silu_mul", "kvm_argmax"}
+
+type ptr = C.gmPtr
+
+// Model is the model on GPU 0. It is not safe for concurrent use. The
+// caller MUST Close it.
+type Model struct {
+	cfg  model.Config
+	o    Options
+	lib  *C.gmLib
+	fn   [numKernels]C.gmFunc
+	args [16]uint64
+	gemm C.gmGemm
+
+	region   ptr
+	numSlots int
+	chunk    int // queries per attention chunk
+
+	allocs []ptr
+	// Weights.
+	embed, final, lmHead ptr
+	layers               [][model.NumLayerTensors]ptr
+	cos, sin             ptr
+	// Scratch.
+	x, xn, qkv, q, att, gu, act ptr
+	kc, vc, s, p                ptr
+	logits, next                ptr
+	tok, pos, slots             ptr
+
+	hostTok []int32
+	logitsH []float32
+}
+
+// New builds c on GPU 0 with weights from seed (those of model.NewCPU with
+// the same seed) over the KV region at region, numSlots blocks of
+// c.BlockBytes(), allocated by the caller in the primary context.
+func New(c model.Config, seed uint64, region cudastream.DevicePtr, numSlots int, o Options) (*Model, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.HeadDim%8 != 0 {
+		return nil, fmt.Errorf("gpu: HeadDim %d must be a multiple of 8 (16-byte gathers)", c.HeadDim)
+	}
+	if region == 0 || numSlots <= 0 {
+		return nil, fmt.Errorf("gpu: New: a KV region (got %#x) of positive numSlots (got %d) is required", region, numSlots)
+	}
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ptx := C.CString(modelPTX)
+	defer C.free(unsafe.Pointer(ptx))
+	var step C.int
+	var rc C.gmResult
+	var errbuf [512]C.char
+	lib := C.gmOpen(ptx, &step, &rc, &errbuf[0], C.size_t(len(errbuf)))
+	if lib == nil {
+		msg := C.GoString(&errbuf[0])
+		switch step {
+		case C.gmStepDlopenCuda, C.gmStepDlopenCublas:
+			return nil, fmt.Errorf("gpu: %s: %w", msg, cudastream.ErrNoDriver)
+		case C.gmStepInit, C.gmStepDevice:
+			if rc == 100 { // CUDA_ERROR_NO_DEVICE
+				return nil, fmt.Errorf("gpu: no CUDA device: %w", cudastream.ErrNoDriver)
+			}
+		}
+		if msg == "" {
+			msg = fmt.Sprintf("%s (%d)", C.GoString(C.gmErrorName(nil, rc)), int(rc))
+		}
+		return nil, fmt.Errorf("gpu: open (step %d): %s", int(step), msg)
+	}
+	m := &Model{cfg: c, o: o, lib: lib, region: ptr(region), numSlots: numSlots, chunk: o.maxChunk(c.QHeads)}
+	if err := m.build(seed); err != nil {
+		m.close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Model) errf(op string, rc C.gmResult) error {
+	return fmt.Errorf("gpu: %s: %s (%d)", op, C.GoString(C.gmErrorName(m.lib, rc)), int(rc))
+}
+
+func (m *Model) alloc(what string, bytes int64) (ptr, error) {
+	var p ptr
+	if rc := C.gmAlloc(m.lib, &p, C.size_t(bytes)); rc != 0 {
+		return 0, m.errf(fmt.Sprintf("cuMemAlloc %s (%d bytes)", what, bytes), rc)
+	}
+	m.allocs = append(m.allocs, p)
+	return p, nil
+}
+
+// build loads the kernels, makes the weights on the device and allocates
+// the scratch. The OS thread is locked with the context current.
+func (m *Model) build(seed uint64) error {
+	for k, name := range kernelNames {
+		cn := C.CString(name)
+		rc := C.gmFunction(m.lib, cn, &m.fn[k])
+		C.free(unsafe.Pointer(cn))
+		if rc != 0 {
+			return m.errf("cuModuleGetFunction "+name, rc)
+		}
+	}
+	c, o := m.cfg, m.o
+	ts := model.TensorsOf(c)
+	weight := func(t model.Tensor) (ptr, error) {
+		p, err := m.alloc(t.Name, t.Elems()*2)
+		if err != nil {
+			return 0, err
+		}
+		grid := uint32(min((t.Elems()+255)/256, 132*16))
+		err = m.launch(kInit, grid, 1, 256, uint64(p), uint64(t.Elems()), seed, uint64(t.ID), uint64(t.Lim),
+			f32(float32(math.Ldexp(1, -t.Shift))), f32(t.Offset))
+		return p, err
+	}
+	var err error
+	if m.embed, err = weight(ts.Embed); err != nil {
+		return err
+	}
+	if m.final, err = weight(ts.FinalNorm); err != nil {
+		return err
+	}
+	m.lmHead = m.embed
+	if !c.TieEmbeddings {
+		if m.lmHead, err = weight(ts.LMHead); err != nil {
+			return err
+		}
+	}
+	m.layers = make([][model.NumLayerTensors]ptr, c.Layers)
+	for l := range m.layers {
+		for i, t := range ts.Layer[l] {
+			if m.layers[l][i], err = weight(t); err != nil {
+				return err
+			}
+		}
+	}
+	cos, sin := model.RopeTables(c, o.MaxContext)
+	if m.cos, err = m.upload("rope cos", unsafe.Pointer(&cos[0]), int64(len(cos))*4); err != nil {
+		return err
+	}
+	if m.sin, err = m.upload("rope sin", unsafe.Pointer(&sin[0]), int64(len(sin))*4); err != nil {
+		return err
+	}
+	n, h, qw := int64(o.MaxTokens), int64(c.Hidden), int64(c.QHeads*c.HeadDim)
+	kvw := int64(c.KVHeads*c.HeadDim) * int64(o.MaxContext)
+	scores := int64(c.QHeads) * int64(m.chunk) * int64(o.MaxContext)
+	for _, b := range []struct {
+		p     *ptr
+		name  string
+		bytes int64
+	}{
+		{&m.x, "residual", n * h * 4}, {&m.xn, "normed", n * h * 2}, {&m.qkv, "qkv", n * int64(c.QKVWidth()) * 2},
+		{&m.q, "q", n * qw * 2}, {&m.att, "attention out", n * qw * 2}, {&m.gu, "gate/up", n * 2 * int64(c.Intermediate) * 2},
+		{&m.act, "mlp act", n * int64(c.Intermediate) * 2}, {&m.kc, "K scratch", kvw * 2}, {&m.vc, "V scratch", kvw * 2},
+		{&m.s, "scores", scores * 4}, {&m.p, "probabilities", scores * 2}, {&m.logits, "logits", int64(c.Vocab) * 4},
+		{&m.next, "argmax", 8}, {&m.tok, "tokens", n * 4}, {&m.pos, "positions", n * 4},
+		{&m.slots, "slots", int64(c.Blocks(o.MaxContext)) * 4},
+	} {
+		if *b.p, err = m.alloc(b.name, b.bytes); err != nil {
+			return err
+		}
+	}
+	m.hostTok = make([]int32, o.MaxTokens)
+	m.logitsH = make([]float32, c.Vocab)
+	if rc := C.gmSync(m.lib); rc != 0 {
+		return m.errf("weights", rc)
+	}
+	return nil
+}
+
+func (m *Model) upload(what string, src unsafe.Pointer, bytes int64) (ptr, error) {
+	p, err := m.alloc(what, bytes)
+	if err != nil {
+		return 0, err
+	}
+	if rc := C.gmHtoD(m.lib, p, src, C.size_t(bytes)); rc != 0 {
+		return 0, m.errf("upload "+what, rc)
+	}
+	return p, nil
+}
+
+func f32(f float32) uint64 { return uint64(math.Float32bits(f)) }
+func i32(v int) uint64      { return uint64(uint32(int32(v))) }
+
+func (m *Model) launch(k kernel, gx, gy, bx uint32, args ...uint64) error {
+	n := copy(m.args[:], args)
+	if rc := C.gmLaunch(m.lib, m.fn[k], C.uint(gx), C.uint(gy), C.uint(bx), (*C.uint64_t)(unsafe.Pointer(&m.args[0])), C.int(n)); rc != 0 {
+		return m.errf("launch "+kernelNames[k], rc)
+	}
+	return nil
+}
+
+// product runs m.gemm.
+func (m *Model) product(what string) error {
+	if st := C.gmGemmRun(m.lib, &m.gemm); st != 0 {
+		return fmt.Errorf("gpu: cuBLAS %s: status %d", what, int(st))
+	}
+	return nil
+}
+
+// store says what a product does with its output.
+type store int
+
+const (
+	storeBF16 store = iota // activations
+	addF32                 // added to the fp32 residual
+	storeF32               // the logits
+)
+
+// linear: y[n][out] = x[n][in] · w[out][in]ᵀ, stored or added as st says.
+func (m *Model) linear(what string, y, x, w ptr, n, in, out int, st store) error {
+	m.gemm = C.gmGemm{transa: opT, transb: opN, m: C.int(out), n: C.int(n), k: C.int(in), alpha: 1,
+		a: w, b: x, c: y, atype: typeBF, btype: typeBF, ctype: typeBF, lda: C.int(in), ldb: C.int(in), ldc: C.int(out), batch: 1}
+	switch st {
+	case addF32:
+		m.gemm.beta, m.gemm.ctype = 1, typeF32
+	case storeF32:
+		m.gemm.ctype = typeF32
+	}
+	return m.product(what)
+}
+
+// Library names the cuBLAS library in use.
+func (m *Model) Library() string { return C.GoString(&m.lib.cublasName[0]) }
+
+// Forward is model.CPU.Forward on the GPU: it computes the positions
+// p.Compute lists over tokens, writing their KV into their blocks, and
+// returns the last position's logits (valid until the next call) and the
+// greedy next token. It returns once the GPU is done.
+func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) {
+	c, o := m.cfg, m.o
+	if err := c.Check(tokens, p, m.numSlots); err != nil {
+		return nil, 0, err
+	}
+	n, nc := len(tokens), len(p.Compute)
+	if nc > o.MaxTokens || n > o.MaxContext {
+		return nil, 0, fmt.Errorf("gpu: forward: %d positions to compute in a sequence of %d; this model takes at most %d in %d (Options)", nc, n, o.MaxTokens, o.MaxContext)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if rc := C.gmSetCurrent(m.lib); rc != 0 {
+		return nil, 0, m.errf("cuCtxSetCurrent", rc)
+	}
+	for i, q := range p.Compute {
+		m.hostTok[i] = tokens[q]
+	}
+	for _, u := range []struct {
+		dst ptr
+		src *int32
+		n   int
+	}{{m.tok, &m.hostTok[0], nc}, {m.pos, &p.Compute[0], nc}, {m.slots, &p.Slots[0], len(p.Slots)}} {
+		if rc := C.gmHtoD(m.lib, u.dst, unsafe.Pointer(u.src), C.size_t(u.n*4)); rc != 0 {
+			return nil, 0, m.errf("upload the plan", rc)
+		}
+	}
+	if err := m.forward(p, n, nc); err != nil {
+		return nil, 0, err
+	}
+	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&m.logitsH[0]), m.logits, C.size_t(c.Vocab*4)); rc != 0 {
+		return nil, 0, m.errf("read the logits", rc)
+	}
+	var next int32
+	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&next), m.next, 4); rc != 0 {
+		return nil, 0, m.errf("read the argmax", rc)
+	}
+	return m.logitsH, next, nil
+}
+
+func (m *Model) forward(p model.Plan, n, nc int) error {
+	c := m.cfg
+	h, d, qw, inter := c.Hidden, c.HeadDim, c.QHeads*c.HeadDim, c.Intermediate
+	bb, pb := uint64(c.BlockBytes()), uint64(c.PartBytes())
+	if err := m.launch(kEmbed, uint32(nc), 1, 256, uint64(m.tok), uint64(m.embed), uint64(m.x), i32(h)); err != nil {
+		return err
+	}
+	gatherThreads := uint32(min(128, c.KVHeads*d/8))
+	for l := range c.Layers {
+		w := &m.layers[l]
+		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := m.linear("qkv", m.qkv, m.xn, w[model.QKV], nc, h, c.QKVWidth(), storeBF16); err != nil {
+			return err
+		}
+		if err := m.launch(kRope, uint32(nc), 1, 128, uint64(m.qkv), uint64(m.q), uint64(m.region), uint64(m.pos),
+			uint64(m.slots), uint64(m.cos), uint64(m.sin), i32(c.QHeads), i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l)); err != nil {
+			return err
+		}
+		if err := m.launch(kGather, uint32(n), 1, gatherThreads, uint64(m.region), uint64(m.slots), uint64(m.kc), uint64(m.vc),
+			i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.MaxContext)); err != nil {
+			return err
+		}
+		for c0 := 0; c0 < nc; c0 += m.chunk {
+			if err := m.attention(p, c0, min(m.chunk, nc-c0)); err != nil {
+				return err
+			}
+		}
+		if err := m.linear("out", m.x, m.att, w[model.Out], nc, qw, h, addF32); err != nil {
+			return err
+		}
+		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.MLPNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := m.linear("gate/up", m.gu, m.xn, w[model.GateUp], nc, h, 2*inter, storeBF16); err != nil {
+			return err
+		}
+		if err := m.launch(kSiLU, uint32(nc), 1, 256, uint64(m.gu), uint64(m.act), i32(inter)); err != nil {
+			return err
+		}
+		if err := m.linear("down", m.x, m.act, w[model.Down], nc, inter, h, addF32); err != nil {
+			return err
+		}
+	}
+	last := m.x + ptr((nc-1)*h*4)
+	if err := m.launch(kRMSNorm, 1, 1, 256, uint64(last), uint64(m.final), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+		return err
+	}
+	if err := m.linear("lm head", m.logits, m.xn, m.lmHead, 1, h, c.Vocab, storeF32); err != nil {
+		return err
+	}
+	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
+}
+
+// attention for computed rows [c0, c0+rows): scores against keys [0, last
+// position of the chunk], masked softmax, times V into m.att.
+func (m *Model) attention(p model.Plan, c0, rows int) error {
+	c := m.cfg
+	d, group, qw := c.HeadDim, c.QHeads/c.KVHeads, c.QHeads*c.HeadDim
+	keys := int(p.Compute[c0+rows-1]) + 1
+	capElems := int64(m.o.MaxContext) * int64(d)
+	for j := range group {
+		m.gemm = C.gmGemm{transa: opT, transb: opN, m: C.int(keys), n: C.int(rows), k: C.int(d),
+			alpha: C.float(1 / math.Sqrt(float64(d))),
+			a: m.kc, b: m.q + ptr((c0*qw+j*d)*2), c: m.s + ptr(j*rows*keys*4),
+			atype: typeBF, btype: typeBF, ctype: typeF32, lda: C.int(d), ldb: C.int(qw), ldc: C.int(keys),
+			strideA: C.longlong(capElems), strideB: C.longlong(group * d), strideC: C.longlong(group * rows * keys),
+			batch: C.int(c.KVHeads)}
+		if err := m.product("scores"); err != nil {
+			return err
+		}
+	}
+	if err := m.launch(kSoftmax, uint32(rows), uint32(c.QHeads), 256, uint64(m.s), uint64(m.p), uint64(m.pos+ptr(c0*4)), i32(rows), i32(keys)); err != nil {
+		return err
+	}
+	for j := range group {
+		m.gemm = C.gmGemm{transa: opN, transb: opN, m: C.int(d), n: C.int(rows), k: C.int(keys), alpha: 1,
+			a: m.vc, b: m.p + ptr(j*rows*keys*2), c: m.att + ptr((c0*qw+j*d)*2),
+			atype: typeBF, btype: typeBF, ctype: typeBF, lda: C.int(d), ldb: C.int(keys), ldc: C.int(qw),
+			strideA: C.longlong(capElems), strideB: C.longlong(group * rows * keys), strideC: C.longlong(group * d),
+			batch: C.int(c.KVHeads)}
+		if err := m.product("attention × V"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close frees the model's memory and releases its hold on the context.
+func (m *Model) Close() error {
+	if m == nil || m.lib == nil {
+		return nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err := m.close()
+	return err
+}
+
+func (m *Model) close() error {
+	var first error
+	if rc := C.gmSetCurrent(m.lib); rc != 0 {
+		first = m.errf("cuCtxSetCurrent", rc)
+	}
+	if rc := C.gmSync(m.lib); rc != 0 && first == nil {
+		first = m.errf("synchronize before free", rc)
+	}
+	for _, p := range m.allocs {
+		if rc := C.gmFree(m.lib, p); rc != 0 && first == nil {
+			first = m.errf("cuMemFree", rc)
+		}
+	}
+	m.allocs = nil
+	C.gmClose(m.lib)
+	m.lib = nil
+	return first
+}

@@ -1,0 +1,29 @@
+//go:build !cgo
+
+package gpu
+
+import (
+	"fmt"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/model"
+)
+
+// Model is unavailable without cgo.
+type Model struct{}
+
+// New reports that there is no GPU without cgo.
+func New(c model.Config, seed uint64, region cudastream.DevicePtr, numSlots int, o Options) (*Model, error) {
+	return nil, fmt.Errorf("gpu: built without cgo: %w", cudastream.ErrNoDriver)
+}
+
+// Forward is unreachable: New never returns a Model.
+func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) {
+	return nil, 0, fmt.Errorf("gpu: built without cgo: %w", cudastream.ErrNoDriver)
+}
+
+// Close does nothing.
+func (m *Model) Close() error { return nil }
+
+// Library names the cuBLAS library in use.
+func (m *Model) Library() string { return "" }

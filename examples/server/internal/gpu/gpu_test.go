@@ -1,0 +1,261 @@
+package gpu_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"testing"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/gpu"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/examples/server/internal/roundtrip"
+	"kvtier.dev/kvtier/transfer"
+)
+
+const seed = 42
+
+// cpuTolerance is how far GPU logits may be from the CPU reference's: 2%
+// of the largest reference logit. Both compute in fp32 and round to bf16 at
+// the same places; they differ by summation order, which now and then moves
+// a value across a bf16 rounding boundary (one bf16 step is 0.4-0.8%
+// relative), and by the GPU's approximate exp.
+const cpuTolerance = 0.02
+
+func noGPU(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, cudastream.ErrNoDriver) {
+		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+			t.Fatalf("KVTIER_REQUIRE_GPU=1 but %v", err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fixture struct {
+	dev    cudastream.Device
+	st     cudastream.Stream
+	region cudastream.DevicePtr
+	slots  int
+	m      *gpu.Model
+	c      model.Config
+}
+
+func newFixture(t *testing.T, slots int) *fixture {
+	t.Helper()
+	dev, err := cudastream.Open(0)
+	noGPU(t, err)
+	t.Cleanup(func() { dev.Close() })
+	f := &fixture{dev: dev, slots: slots, c: model.Tiny()}
+	if f.st, err = dev.NewStream(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.st.Destroy() })
+	if f.region, err = dev.Alloc(int64(slots) * f.c.BlockBytes()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Free(f.region) })
+	f.m, err = gpu.New(f.c, seed, f.region, slots, gpu.Options{MaxTokens: 128, MaxContext: 256})
+	noGPU(t, err)
+	t.Cleanup(func() {
+		if err := f.m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("cuBLAS: %s", f.m.Library())
+	return f
+}
+
+func (f *fixture) slot(t *testing.T, s int32) []byte {
+	t.Helper()
+	b := make([]byte, f.c.BlockBytes())
+	if err := f.st.CopyDtoH(b, f.region+cudastream.DevicePtr(int64(s)*f.c.BlockBytes())); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type forwarder interface {
+	Forward([]int32, model.Plan) ([]float32, int32, error)
+}
+
+func tokens(n, vocab int) []int32 {
+	tok := make([]int32, n)
+	for i := range tok {
+		tok[i] = int32((i*7919 + 13) % vocab)
+	}
+	return tok
+}
+
+func span(from, to int) []int32 {
+	var p []int32
+	for i := from; i < to; i++ {
+		p = append(p, int32(i))
+	}
+	return p
+}
+
+func slotRange(from, n int) []int32 { return span(from, from+n) }
+
+func fwd(t *testing.T, m forwarder, tok []int32, p model.Plan) ([]float32, int32) {
+	t.Helper()
+	l, next, err := m.Forward(tok, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), l...), next
+}
+
+func maxAbs(v []float32) float64 {
+	var m float64
+	for _, x := range v {
+		m = max(m, math.Abs(float64(x)))
+	}
+	return m
+}
+
+func maxDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// TestAgreesWithCPU: at the tiny shape, the GPU's logits are within
+// cpuTolerance of the CPU reference's after a 37-token prefill and at each
+// of 64 greedy decode steps, and the greedy tokens are identical.
+func TestAgreesWithCPU(t *testing.T) {
+	f := newFixture(t, 64)
+	cpu, err := model.NewCPU(f.c, seed, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, steps = 37, 64
+	tok := tokens(n, f.c.Vocab)
+	sl := slotRange(0, f.c.Blocks(n+steps))
+	gl, gnext := fwd(t, f.m, tok, model.Plan{Slots: sl[:f.c.Blocks(n)], Compute: span(0, n)})
+	cl, cnext := fwd(t, cpu, tok, model.Plan{Slots: sl[:f.c.Blocks(n)], Compute: span(0, n)})
+	worst := maxDiff(gl, cl) / maxAbs(cl)
+	if gnext != cnext {
+		t.Fatalf("prefill: GPU picks %d, CPU %d", gnext, cnext)
+	}
+	for s := range steps {
+		tok = append(tok, gnext)
+		p := model.Plan{Slots: sl[:f.c.Blocks(len(tok))], Compute: []int32{int32(len(tok) - 1)}}
+		gl, gnext = fwd(t, f.m, tok, p)
+		cl, cnext = fwd(t, cpu, tok, p)
+		worst = max(worst, maxDiff(gl, cl)/maxAbs(cl))
+		if gnext != cnext {
+			t.Fatalf("decode step %d: GPU picks %d, CPU %d", s, gnext, cnext)
+		}
+	}
+	t.Logf("largest logit difference over the prefill and %d decode steps: %.3g of the largest logit", steps, worst)
+	if worst > cpuTolerance {
+		t.Fatalf("GPU logits differ from the CPU reference's by %.3g of the largest logit (tolerance %g)", worst, cpuTolerance)
+	}
+}
+
+// TestReuseOnGPU: a one-shot prefill (A), the first k blocks and then the
+// rest on top of their KV (B), and the same after the k blocks made a round
+// trip through the pinned host tier and the NVMe tier with kvtier's copy
+// engine and store into other slots (C). B is within cpuTolerance of A and
+// picks the same greedy tokens for 16 steps (the products have other shapes,
+// so other summation orders); the blocks' bytes are identical after the trip
+// and C's logits equal B's bit for bit.
+func TestReuseOnGPU(t *testing.T) {
+	f := newFixture(t, 64)
+	const n, k, steps = 37, 5, 16
+	c := f.c
+	bt := c.BlockTokens
+	tok := tokens(n, c.Vocab)
+	blocks := c.Blocks(n + steps)
+	a, b, cs, d := slotRange(0, blocks), slotRange(blocks, blocks), slotRange(2*blocks, k), slotRange(2*blocks+k, blocks)
+
+	la, nextA := fwd(t, f.m, tok, model.Plan{Slots: a[:c.Blocks(n)], Compute: span(0, n)})
+	wantTok := decode(t, f.m, tok, a, nextA, steps)
+
+	fwd(t, f.m, tok[:k*bt], model.Plan{Slots: b[:k], Compute: span(0, k*bt)})
+	prefix := make([][]byte, k)
+	for i := range k {
+		prefix[i] = f.slot(t, b[i])
+	}
+	lb, nextB := fwd(t, f.m, tok, model.Plan{Slots: b[:c.Blocks(n)], Compute: span(k*bt, n)})
+	if r := maxDiff(la, lb) / maxAbs(la); r > cpuTolerance {
+		t.Fatalf("prefix then rest: logits differ by %.3g of the largest (tolerance %g)", r, cpuTolerance)
+	} else {
+		t.Logf("prefix then rest vs one shot: logits differ by %.3g of the largest", r)
+	}
+	if got := decode(t, f.m, tok, b, nextB, steps); !equal(got, wantTok) {
+		t.Fatalf("prefix then rest: greedy tokens %v, one shot %v", got, wantTok)
+	}
+
+	layout, err := transfer.BlockFirstLayout(f.region, c.Layers, 2, f.slots, c.PartBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	trip, err := roundtrip.Blocks(context.Background(), f.dev, layout, t.TempDir(), b[:k], cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range k {
+		for what, got := range map[string][]byte{"host tier": trip.Host[i], "NVMe tier": trip.NVMe[i], "GPU after the trip": f.slot(t, cs[i])} {
+			if !bytes.Equal(got, prefix[i]) {
+				t.Fatalf("block %d differs in the %s", i, what)
+			}
+		}
+	}
+	slotsC := append(append([]int32(nil), cs...), d[k:c.Blocks(n)]...)
+	lc, nextC := fwd(t, f.m, tok, model.Plan{Slots: slotsC, Compute: span(k*bt, n)})
+	if nextC != nextB || maxDiff(lc, lb) != 0 {
+		t.Fatalf("after the round trip: next %d (want %d), logits differ by up to %g", nextC, nextB, maxDiff(lc, lb))
+	}
+}
+
+func decode(t *testing.T, m forwarder, tok, slots []int32, next int32, steps int) []int32 {
+	t.Helper()
+	tok = append([]int32(nil), tok...)
+	var out []int32
+	bt := model.Tiny().BlockTokens
+	for range steps {
+		out = append(out, next)
+		tok = append(tok, next)
+		_, next = fwd(t, m, tok, model.Plan{Slots: slots[:(len(tok)+bt-1)/bt], Compute: []int32{int32(len(tok) - 1)}})
+	}
+	return out
+}
+
+func equal(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRejects: bad options and plans are refused before any work.
+func TestRejects(t *testing.T) {
+	f := newFixture(t, 8)
+	if _, err := gpu.New(f.c, seed, f.region, 8, gpu.Options{MaxTokens: 10, MaxContext: 5}); err == nil {
+		t.Fatal("MaxTokens above MaxContext accepted")
+	}
+	if _, err := gpu.New(f.c, seed, 0, 8, gpu.Options{MaxTokens: 4, MaxContext: 8}); err == nil {
+		t.Fatal("a null region accepted")
+	}
+	tok := tokens(200, f.c.Vocab)
+	if _, _, err := f.m.Forward(tok[:9], model.Plan{Slots: []int32{0, 1}, Compute: span(0, 9)}); err == nil {
+		t.Fatal("a plan with too few slots accepted")
+	}
+}

@@ -1,0 +1,221 @@
+// Prefill times package model's Llama-architecture forward pass on the GPU
+// (examples/server/internal/gpu: cuBLAS products and CUDA C kernels over
+// kvtier's paged KV blocks) next to PyTorch's on the same GPU, run just
+// before by benchmarks/prefill/torch_prefill.py, and writes
+// prefill-<machine>.{json,md} (benchmarks/results/). It lives here, not
+// under benchmarks/, because the model packages are internal to
+// examples/server.
+//
+//	python3 benchmarks/prefill/torch_prefill.py --out torch.json
+//	go run ./examples/server/internal/prefill -baseline torch.json -results benchmarks/results
+//
+// Cases (llama-3.1-8b shapes by default, seeded weights, blocks of 16
+// tokens): prefill of 2048, 8192 and 32768 tokens; 512 tokens after an
+// 8192-token prefix already in the blocks; one decode step at batch 1
+// after 8192 tokens. Each case runs once to warm up, then -runs times (the
+// decode step -decode-runs times); a run is the wall time of one Forward,
+// which returns once the GPU is done and the logits are on the host.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/gpu"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/internal/results"
+)
+
+type flags struct {
+	model       string
+	blockTokens int
+	runs        int
+	decodeRuns  int
+	baseline    string
+	resultsDir  string
+	machine     string
+	commit      string
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.StringVar(&f.model, "model", "llama-3.1-8b", "model preset (llama-3.1-8b, llama-3.2-1b, qwen2.5-7b, tiny)")
+	flag.IntVar(&f.blockTokens, "block-tokens", 16, "tokens per KV block")
+	flag.IntVar(&f.runs, "runs", 3, "timed runs per prefill case")
+	flag.IntVar(&f.decodeRuns, "decode-runs", 20, "timed decode steps")
+	flag.StringVar(&f.baseline, "baseline", "", "torch_prefill.py's JSON output, measured in the same run")
+	flag.StringVar(&f.resultsDir, "results", "", "directory for prefill-<machine>.{json,md} (empty: print only)")
+	flag.StringVar(&f.machine, "machine", "h200", "machine name in the results")
+	flag.StringVar(&f.commit, "commit", "", "commit to record (default: the build's)")
+	flag.Parse()
+	return f
+}
+
+// torchRuns is torch_prefill.py's output.
+type torchRuns struct {
+	Device string               `json:"device"`
+	Torch  string               `json:"torch"`
+	Model  string               `json:"model"`
+	Cases  map[string][]float64 `json:"cases"`
+}
+
+func readBaseline(path string) (torchRuns, error) {
+	var t torchRuns
+	if path == "" {
+		return t, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, fmt.Errorf("-baseline: %w", err)
+	}
+	if err := json.Unmarshal(b, &t); err != nil {
+		return t, fmt.Errorf("-baseline %s: %w", path, err)
+	}
+	return t, nil
+}
+
+type bench struct {
+	m   *gpu.Model
+	c   model.Config
+	tok []int32
+}
+
+func (b *bench) plan(n, from int) model.Plan {
+	p := model.Plan{Slots: make([]int32, b.c.Blocks(n))}
+	for i := range p.Slots {
+		p.Slots[i] = int32(i)
+	}
+	for q := from; q < n; q++ {
+		p.Compute = append(p.Compute, int32(q))
+	}
+	return p
+}
+
+// time runs the pass once to warm up, then runs times.
+func (b *bench) time(n, from, runs int) ([]float64, error) {
+	p := b.plan(n, from)
+	var out []float64
+	for i := range runs + 1 {
+		t0 := time.Now()
+		if _, _, err := b.m.Forward(b.tok[:n], p); err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out = append(out, time.Since(t0).Seconds())
+		}
+	}
+	return out, nil
+}
+
+func run(f flags) error {
+	if f.runs < 1 || f.decodeRuns < 1 {
+		return fmt.Errorf("-runs (%d) and -decode-runs (%d) must be at least 1", f.runs, f.decodeRuns)
+	}
+	base, err := readBaseline(f.baseline)
+	if err != nil {
+		return err
+	}
+	if base.Model != "" && base.Model != f.model {
+		return fmt.Errorf("-baseline %s measured %s, not -model %s", f.baseline, base.Model, f.model)
+	}
+	c, err := model.Lookup(f.model, f.blockTokens)
+	if err != nil {
+		return fmt.Errorf("-model: %w", err)
+	}
+	const maxCtx = 32768
+	dev, err := cudastream.Open(0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	slots := c.Blocks(maxCtx)
+	region, err := dev.Alloc(int64(slots) * c.BlockBytes())
+	if err != nil {
+		return fmt.Errorf("KV region of %d blocks: %w", slots, err)
+	}
+	defer dev.Free(region)
+	t0 := time.Now()
+	m, err := gpu.New(c, 1, region, slots, gpu.Options{MaxTokens: maxCtx, MaxContext: maxCtx})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", c.Name, c.Params(), time.Since(t0).Round(time.Millisecond), m.Library())
+	b := &bench{m: m, c: c, tok: make([]int32, maxCtx)}
+	for i := range b.tok {
+		b.tok[i] = int32((i*7919 + 13) % c.Vocab)
+	}
+
+	res := results.New("prefill", f.machine, f.commit)
+	info := dev.Info()
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("%s shapes (%d layers, hidden %d, %d query / %d KV heads of %d, MLP %d, vocabulary %d), bf16 weights seeded at random; KV in blocks of %d tokens (%d KiB)",
+			c.Name, c.Layers, c.Hidden, c.QHeads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.BlockTokens, c.BlockBytes()>>10),
+		fmt.Sprintf("device: %s; ours: Go, cuBLAS (%s) bf16 products with fp32 accumulation, CUDA C kernels (PTX from clang 14), attention = K/V gathered from the blocks + strided-batched cuBLAS products per query chunk + a masked-softmax kernel", info.Name, m.Library()),
+		"baseline: benchmarks/prefill/torch_prefill.py in the same run: PyTorch eager, the same shapes in bf16, F.scaled_dot_product_attention (enable_gqa; lower-right causal mask for the cached-prefix case), a static KV cache",
+		"seconds = wall time of one forward pass to the greedy next token on the host; one warm-up, then the runs; ratio = ours / PyTorch seconds (below 1: ours is faster) — the inverse of results' usual time ratio, as issue 12 asks",
+	)
+	if base.Device != "" {
+		res.Notes = append(res.Notes, fmt.Sprintf("PyTorch %s on %s", base.Torch, base.Device))
+	}
+	type kase struct {
+		name     string
+		n, from  int
+		runs     int
+		target   float64
+		prefixed bool
+	}
+	cases := []kase{
+		{"prefill 2048", 2048, 0, f.runs, 1.5, false},
+		{"prefill 8192", 8192, 0, f.runs, 1.5, false},
+		{"prefill 32768", 32768, 0, f.runs, 2, false},
+		{"prefill 512 after 8192 cached", 8704, 8192, f.runs, 1.5, true},
+		{"decode 1 token after 8192", 8193, 8192, f.decodeRuns, 0, true},
+	}
+	prefixDone := false
+	for _, k := range cases {
+		if k.prefixed && !prefixDone {
+			if _, _, err := m.Forward(b.tok[:8192], b.plan(8192, 0)); err != nil {
+				return err
+			}
+			prefixDone = true
+		}
+		ours, err := b.time(k.n, k.from, k.runs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+		oursName := k.name + " kvtier model (Go, cuBLAS)"
+		torch, ok := base.Cases[k.name]
+		if !ok {
+			r := res.Add(oursName, "s", ours, "")
+			log.Printf("%s: %.4f s (no baseline)", k.name, r.Median)
+			continue
+		}
+		tname := k.name + " PyTorch SDPA"
+		tr := res.Add(tname, "s", torch, "")
+		r := res.Add(oursName, "s", ours, tname)
+		ratio := r.Median / tr.Median
+		res.Rows[len(res.Rows)-1].Ratio = ratio
+		verdict := "no target"
+		if k.target > 0 {
+			verdict = fmt.Sprintf("target <= %.1fx: %v", k.target, ratio <= k.target)
+		}
+		log.Printf("%s: ours %.4f s, PyTorch %.4f s, ours/PyTorch %.2f (%s)", k.name, r.Median, tr.Median, ratio, verdict)
+	}
+	if f.resultsDir == "" {
+		return res.Markdown(os.Stdout)
+	}
+	return res.Write(f.resultsDir)
+}
+
+func main() {
+	log.SetFlags(0)
+	if err := run(parseFlags()); err != nil {
+		log.Fatalf("prefill: %v", err)
+	}
+}
