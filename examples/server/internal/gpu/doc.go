@@ -15,10 +15,14 @@
 // those copies (Transfer.Done) before Forward.
 //
 // Attention: the K and V of the sequence's positions are gathered from the
-// blocks into a contiguous scratch buffer once per layer; then, per chunk of
-// computed queries, one cuBLAS strided-batched product per query head of a
-// group makes the scores, a kernel applies the causal mask and the softmax,
-// and a second product multiplies by V. The products run on tensor cores.
+// blocks into a contiguous scratch buffer once per layer (16-byte copies of
+// whole block pieces). A prefill then runs the fused kernel kvm_flash_*:
+// mma.sync tensor-core products for q·Kᵀ and P·V with an online softmax,
+// scores never leaving the chip. A pass of few positions (a decode step)
+// instead runs, per chunk of queries, one cuBLAS strided-batched product per
+// query head of a group for the scores, a masked-softmax kernel, and a
+// second product by V: a handful of queries cannot fill the GPU through the
+// fused kernel's one CTA per 64 rows and head.
 package gpu
 
 import (

@@ -38,11 +38,13 @@ const (
 	kSoftmax
 	kSiLU
 	kArgmax
+	kFlash64
+	kFlash128
 	numKernels
 )
 
 var kernelNames = [numKernels]string{"kvm_init_weights", "kvm_embed", "kvm_rmsnorm", "kvm_rope_store", "kvm_gather",
-	"kvm_softmax", "kvm_silu_mul", "kvm_argmax"}
+	"kvm_softmax", "kvm_silu_mul", "kvm_argmax", "kvm_flash_d64", "kvm_flash_d128"}
 
 type ptr = C.gmPtr
 
@@ -82,8 +84,8 @@ func New(c model.Config, seed uint64, region cudastream.DevicePtr, numSlots int,
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.HeadDim%8 != 0 {
-		return nil, fmt.Errorf("gpu: HeadDim %d must be a multiple of 8 (16-byte gathers)", c.HeadDim)
+	if c.HeadDim != 64 && c.HeadDim != 128 {
+		return nil, fmt.Errorf("gpu: HeadDim %d: the attention kernels are built for 64 and 128", c.HeadDim)
 	}
 	if region == 0 || numSlots <= 0 {
 		return nil, fmt.Errorf("gpu: New: a KV region (got %#x) of positive numSlots (got %d) is required", region, numSlots)
@@ -226,7 +228,7 @@ func (m *Model) upload(what string, src unsafe.Pointer, bytes int64) (ptr, error
 }
 
 func f32(f float32) uint64 { return uint64(math.Float32bits(f)) }
-func i32(v int) uint64      { return uint64(uint32(int32(v))) }
+func i32(v int) uint64     { return uint64(uint32(int32(v))) }
 
 func (m *Model) launch(k kernel, gx, gy, bx uint32, args ...uint64) error {
 	n := copy(m.args[:], args)
@@ -336,10 +338,8 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 			i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.MaxContext)); err != nil {
 			return err
 		}
-		for c0 := 0; c0 < nc; c0 += m.chunk {
-			if err := m.attention(p, c0, min(m.chunk, nc-c0)); err != nil {
-				return err
-			}
+		if err := m.attend(p, nc); err != nil {
+			return err
 		}
 		if err := m.linear("out", m.x, m.att, w[model.Out], nc, qw, h, addF32); err != nil {
 			return err
@@ -367,6 +367,27 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
 }
 
+// attend computes m.att from m.q and the gathered K and V: the fused
+// kernel for Options.FusedMinTokens rows or more, else products per chunk.
+func (m *Model) attend(p model.Plan, nc int) error {
+	c := m.cfg
+	if nc >= m.o.FusedMinTokens {
+		k := kFlash128
+		if c.HeadDim == 64 {
+			k = kFlash64
+		}
+		return m.launch(k, uint32((nc+63)/64), uint32(c.QHeads), 128, uint64(m.q), uint64(m.kc), uint64(m.vc),
+			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.MaxContext),
+			f32(float32(1/math.Sqrt(float64(c.HeadDim)))))
+	}
+	for c0 := 0; c0 < nc; c0 += m.chunk {
+		if err := m.attention(p, c0, min(m.chunk, nc-c0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // attention for computed rows [c0, c0+rows): scores against keys [0, last
 // position of the chunk], masked softmax, times V into m.att.
 func (m *Model) attention(p model.Plan, c0, rows int) error {
@@ -377,7 +398,7 @@ func (m *Model) attention(p model.Plan, c0, rows int) error {
 	for j := range group {
 		m.gemm = C.gmGemm{transa: opT, transb: opN, m: C.int(keys), n: C.int(rows), k: C.int(d),
 			alpha: C.float(1 / math.Sqrt(float64(d))),
-			a: m.kc, b: m.q + ptr((c0*qw+j*d)*2), c: m.s + ptr(j*rows*keys*4),
+			a:     m.kc, b: m.q + ptr((c0*qw+j*d)*2), c: m.s + ptr(j*rows*keys*4),
 			atype: typeBF, btype: typeBF, ctype: typeF32, lda: C.int(d), ldb: C.int(qw), ldc: C.int(keys),
 			strideA: C.longlong(capElems), strideB: C.longlong(group * d), strideC: C.longlong(group * rows * keys),
 			batch: C.int(c.KVHeads)}

@@ -46,7 +46,7 @@ type fixture struct {
 	c      model.Config
 }
 
-func newFixture(t *testing.T, slots int) *fixture {
+func newFixture(t *testing.T, slots int, o gpu.Options) *fixture {
 	t.Helper()
 	dev, err := cudastream.Open(0)
 	noGPU(t, err)
@@ -60,7 +60,8 @@ func newFixture(t *testing.T, slots int) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Free(f.region) })
-	f.m, err = gpu.New(f.c, seed, f.region, slots, gpu.Options{MaxTokens: 128, MaxContext: 256})
+	o.MaxTokens, o.MaxContext = 128, 256
+	f.m, err = gpu.New(f.c, seed, f.region, slots, o)
 	noGPU(t, err)
 	t.Cleanup(func() {
 		if err := f.m.Close(); err != nil {
@@ -131,20 +132,33 @@ func maxDiff(a, b []float32) float64 {
 }
 
 // TestAgreesWithCPU: at the tiny shape, the GPU's logits are within
-// cpuTolerance of the CPU reference's after a 37-token prefill and at each
-// of 64 greedy decode steps, and the greedy tokens are identical.
+// cpuTolerance of the CPU reference's after a prefill and at each of 64
+// greedy decode steps, and the greedy tokens are identical; with the fused
+// attention kernel for the prefill only (the default), for every pass, and
+// for none.
 func TestAgreesWithCPU(t *testing.T) {
-	f := newFixture(t, 64)
+	for _, tc := range []struct {
+		name  string
+		n     int
+		fused int
+	}{{"fused prefill", 100, 0}, {"fused everywhere", 37, 1}, {"products everywhere", 100, 1 << 30}} {
+		t.Run(tc.name, func(t *testing.T) { agrees(t, tc.n, gpu.Options{FusedMinTokens: tc.fused}) })
+	}
+}
+
+func agrees(t *testing.T, n int, o gpu.Options) {
+	f := newFixture(t, 64, o)
 	cpu, err := model.NewCPU(f.c, seed, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n, steps = 37, 64
+	const steps = 64
 	tok := tokens(n, f.c.Vocab)
 	sl := slotRange(0, f.c.Blocks(n+steps))
 	gl, gnext := fwd(t, f.m, tok, model.Plan{Slots: sl[:f.c.Blocks(n)], Compute: span(0, n)})
 	cl, cnext := fwd(t, cpu, tok, model.Plan{Slots: sl[:f.c.Blocks(n)], Compute: span(0, n)})
 	worst := maxDiff(gl, cl) / maxAbs(cl)
+	t.Logf("prefill of %d: logits differ by %.3g of the largest", n, worst)
 	if gnext != cnext {
 		t.Fatalf("prefill: GPU picks %d, CPU %d", gnext, cnext)
 	}
@@ -164,7 +178,8 @@ func TestAgreesWithCPU(t *testing.T) {
 	}
 }
 
-// TestReuseOnGPU: a one-shot prefill (A), the first k blocks and then the
+// TestReuseOnGPU (every pass through the fused attention kernel): a
+// one-shot prefill (A), the first k blocks and then the
 // rest on top of their KV (B), and the same after the k blocks made a round
 // trip through the pinned host tier and the NVMe tier with kvtier's copy
 // engine and store into other slots (C). B is within cpuTolerance of A and
@@ -172,8 +187,8 @@ func TestAgreesWithCPU(t *testing.T) {
 // so other summation orders); the blocks' bytes are identical after the trip
 // and C's logits equal B's bit for bit.
 func TestReuseOnGPU(t *testing.T) {
-	f := newFixture(t, 64)
-	const n, k, steps = 37, 5, 16
+	f := newFixture(t, 128, gpu.Options{FusedMinTokens: 1})
+	const n, k, steps = 100, 5, 16
 	c := f.c
 	bt := c.BlockTokens
 	tok := tokens(n, c.Vocab)
@@ -247,7 +262,7 @@ func equal(a, b []int32) bool {
 
 // TestRejects: bad options and plans are refused before any work.
 func TestRejects(t *testing.T) {
-	f := newFixture(t, 8)
+	f := newFixture(t, 8, gpu.Options{})
 	if _, err := gpu.New(f.c, seed, f.region, 8, gpu.Options{MaxTokens: 10, MaxContext: 5}); err == nil {
 		t.Fatal("MaxTokens above MaxContext accepted")
 	}
@@ -257,5 +272,8 @@ func TestRejects(t *testing.T) {
 	tok := tokens(200, f.c.Vocab)
 	if _, _, err := f.m.Forward(tok[:9], model.Plan{Slots: []int32{0, 1}, Compute: span(0, 9)}); err == nil {
 		t.Fatal("a plan with too few slots accepted")
+	}
+	if _, err := gpu.New(f.c, seed, f.region, 8, gpu.Options{MaxTokens: 4, MaxContext: 8, FusedMinTokens: -1}); err == nil {
+		t.Fatal("a negative FusedMinTokens accepted")
 	}
 }

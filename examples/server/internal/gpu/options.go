@@ -16,6 +16,13 @@ type Options struct {
 	// scores plus bf16 probabilities); 0 means 4 GiB. Larger chunks mean
 	// fewer, larger products but more masked work above the diagonal.
 	ScoreBytes int64
+	// FusedMinTokens: a pass that computes at least this many positions
+	// uses the fused attention kernel (kvm_flash_*: tensor-core products
+	// with an online softmax, no scores in memory); shorter ones (decode
+	// steps) use cuBLAS products per query chunk, which spread a few
+	// queries over the whole GPU. 0 means 64; 1 sends every pass to the
+	// fused kernel.
+	FusedMinTokens int
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -27,6 +34,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ScoreBytes == 0 {
 		o.ScoreBytes = 4 << 30
+	}
+	if o.FusedMinTokens == 0 {
+		o.FusedMinTokens = 64
+	}
+	if o.FusedMinTokens < 0 {
+		return o, fmt.Errorf("gpu: Options.FusedMinTokens must not be negative, got %d", o.FusedMinTokens)
 	}
 	if o.ScoreBytes < 0 {
 		return o, fmt.Errorf("gpu: Options.ScoreBytes must not be negative, got %d", o.ScoreBytes)

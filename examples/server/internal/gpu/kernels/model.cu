@@ -7,7 +7,7 @@
 // Go.
 //
 //   clang-14 -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_80 \
-//         -O3 -ffp-contract=off -S -o examples/server/internal/gpu/kernels/model.ptx \
+//         -Xclang -target-feature -Xclang +ptx70 -O3 -ffp-contract=off -S -o examples/server/internal/gpu/kernels/model.ptx \
 //         examples/server/internal/gpu/kernels/model.cu
 //
 // Layouts (see package model's doc): activations are row-major, one row per
@@ -219,4 +219,178 @@ extern "C" G void kvm_argmax(const float *x, int n, int *out) {
 	}
 	if (t == 0)
 		*out = bi[0];
+}
+
+// ---- Fused causal attention on tensor cores (FlashAttention-2 style). ----
+//
+// A CTA of 4 warps takes 64 computed query rows of one head; each warp
+// holds 16 rows' q in mma fragments and their output in fp32 registers.
+// Key tiles of 64 positions of K and V (the gathered scratch of the head's
+// KV head) go through shared memory; S = q·Kᵀ and O += P·V are
+// mma.sync.m16n8k16 bf16 products with fp32 accumulation; the softmax is
+// online (running row maximum and sum). Row r attends to keys [0, pos[r]];
+// tiles past the CTA's last position are skipped, and keys past it are
+// zero-filled so that no stale scratch reaches the products.
+
+#define FA_ROWS 64
+#define FA_KEYS 64
+D static inline float fmaxf(float a, float b) { return a > b ? a : b; }
+
+#define FA_PAD 8 // bf16 of padding per shared row: conflict-free fragment loads
+
+D static inline unsigned smemAddr(const void *p) {
+	unsigned a;
+	asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+	return a;
+}
+
+D static inline void mma16816(float *c, const unsigned *a, unsigned b0, unsigned b1) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	             "{%0,%1,%2,%3};"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+D static inline void ldmatrixT2(unsigned addr, unsigned &b0, unsigned &b1) {
+	asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(addr));
+}
+
+D static inline unsigned pack2(float lo, float hi) { return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16); }
+
+D static inline float quadMax(float v) {
+	v = fmaxf(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 1, 0x1f));
+	return fmaxf(v, __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 2, 0x1f));
+}
+
+D static inline float quadSum(float v) {
+	v += __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 1, 0x1f);
+	return v + __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 2, 0x1f);
+}
+
+template <int HD>
+D static void flash(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, const int *pos, int nc, int qh,
+                    int group, long long cap, float scale) {
+	S __attribute__((aligned(16))) bf16 ks[FA_KEYS][HD + FA_PAD];
+	S __attribute__((aligned(16))) bf16 vs[FA_KEYS][HD + FA_PAD];
+	const int tid = TID, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+	const int h = CTAY, g = h / group;
+	const int row0 = CTA * FA_ROWS;
+	const int rA = row0 + warp * 16 + gid, rB = rA + 8;
+	const int cA = rA < nc ? rA : nc - 1, cB = rB < nc ? rB : nc - 1;
+	const int pA = pos[cA], pB = pos[cB];
+	const int last = (row0 + FA_ROWS < nc ? row0 + FA_ROWS : nc) - 1;
+	const int maxKey = pos[last];
+	const float ninf = -__builtin_inff();
+
+	unsigned qa[HD / 16][4];
+	const bf16 *qA = q + ((long long)cA * qh + h) * HD, *qB = q + ((long long)cB * qh + h) * HD;
+#pragma unroll
+	for (int kk = 0; kk < HD / 16; kk++) {
+		qa[kk][0] = *(const unsigned *)(qA + kk * 16 + tig * 2);
+		qa[kk][1] = *(const unsigned *)(qB + kk * 16 + tig * 2);
+		qa[kk][2] = *(const unsigned *)(qA + kk * 16 + 8 + tig * 2);
+		qa[kk][3] = *(const unsigned *)(qB + kk * 16 + 8 + tig * 2);
+	}
+	float o[HD / 8][4];
+#pragma unroll
+	for (int dt = 0; dt < HD / 8; dt++)
+		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0;
+	float mA = ninf, mB = ninf, lA = 0, lB = 0;
+	const bf16 *kg = kc + (long long)g * cap * HD, *vg = vc + (long long)g * cap * HD;
+
+	for (int k0 = 0; k0 <= maxKey; k0 += FA_KEYS) {
+		SYNC();
+		for (int idx = tid; idx < FA_KEYS * HD / 8; idx += NTID) {
+			const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
+			vec4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
+			if (k0 + r <= maxKey) {
+				kv = *(const vec4 *)(kg + (long long)(k0 + r) * HD + c);
+				vv = *(const vec4 *)(vg + (long long)(k0 + r) * HD + c);
+			}
+			*(vec4 *)&ks[r][c] = kv;
+			*(vec4 *)&vs[r][c] = vv;
+		}
+		SYNC();
+		float s[FA_KEYS / 8][4];
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++) {
+			s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+#pragma unroll
+			for (int kk = 0; kk < HD / 16; kk++) {
+				const unsigned b0 = *(const unsigned *)&ks[nt * 8 + gid][kk * 16 + tig * 2];
+				const unsigned b1 = *(const unsigned *)&ks[nt * 8 + gid][kk * 16 + 8 + tig * 2];
+				mma16816(s[nt], qa[kk], b0, b1);
+			}
+		}
+		float tA = ninf, tB = ninf;
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const int key = k0 + nt * 8 + tig * 2 + e;
+				s[nt][e] = key <= pA ? s[nt][e] * scale : ninf;
+				s[nt][2 + e] = key <= pB ? s[nt][2 + e] * scale : ninf;
+				tA = fmaxf(tA, s[nt][e]);
+				tB = fmaxf(tB, s[nt][2 + e]);
+			}
+		tA = fmaxf(mA, quadMax(tA));
+		tB = fmaxf(mB, quadMax(tB));
+		const float corrA = kexp(mA - tA), corrB = kexp(mB - tB);
+		mA = tA;
+		mB = tB;
+		lA *= corrA;
+		lB *= corrB;
+#pragma unroll
+		for (int nt = 0; nt < FA_KEYS / 8; nt++) {
+			s[nt][0] = kexp(s[nt][0] - mA);
+			s[nt][1] = kexp(s[nt][1] - mA);
+			s[nt][2] = kexp(s[nt][2] - mB);
+			s[nt][3] = kexp(s[nt][3] - mB);
+			lA += s[nt][0] + s[nt][1];
+			lB += s[nt][2] + s[nt][3];
+		}
+#pragma unroll
+		for (int dt = 0; dt < HD / 8; dt++) {
+			o[dt][0] *= corrA;
+			o[dt][1] *= corrA;
+			o[dt][2] *= corrB;
+			o[dt][3] *= corrB;
+		}
+#pragma unroll
+		for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+			unsigned a[4] = {pack2(s[2 * kk][0], s[2 * kk][1]), pack2(s[2 * kk][2], s[2 * kk][3]),
+			                 pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+			const unsigned base = smemAddr(&vs[kk * 16 + (lane % 16)][0]);
+#pragma unroll
+			for (int dt = 0; dt < HD / 8; dt++) {
+				unsigned b0, b1;
+				ldmatrixT2(base + dt * 16, b0, b1);
+				mma16816(o[dt], a, b0, b1);
+			}
+		}
+	}
+	lA = quadSum(lA);
+	lB = quadSum(lB);
+#pragma unroll
+	for (int dt = 0; dt < HD / 8; dt++) {
+		const int d = dt * 8 + tig * 2;
+		if (rA < nc)
+			*(unsigned *)(out + ((long long)rA * qh + h) * HD + d) =
+			    pack2(__nvvm_div_rn_f(o[dt][0], lA), __nvvm_div_rn_f(o[dt][1], lA));
+		if (rB < nc)
+			*(unsigned *)(out + ((long long)rB * qh + h) * HD + d) =
+			    pack2(__nvvm_div_rn_f(o[dt][2], lB), __nvvm_div_rn_f(o[dt][3], lB));
+	}
+}
+
+// kvm_flash_d64, kvm_flash_d128: grid (ceil(nc/64), query heads), 128
+// threads. q and out are [nc][qh][hd]; kc, vc [kv heads][cap][hd].
+extern "C" G void kvm_flash_d64(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, const int *pos, int nc,
+                                int qh, int group, long long cap, float scale) {
+	flash<64>(q, kc, vc, out, pos, nc, qh, group, cap, scale);
+}
+
+extern "C" G void kvm_flash_d128(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, const int *pos, int nc,
+                                 int qh, int group, long long cap, float scale) {
+	flash<128>(q, kc, vc, out, pos, nc, qh, group, cap, scale);
 }
