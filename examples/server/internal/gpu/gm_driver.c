@@ -72,6 +72,7 @@ gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t err
 	P(moduleLoadData, "cuModuleLoadData");
 	P(moduleUnload, "cuModuleUnload");
 	P(moduleGetFunction, "cuModuleGetFunction");
+	P(funcSetAttribute, "cuFuncSetAttribute");
 	P(launchKernel, "cuLaunchKernel");
 #undef P
 	*step = gmStepInit;
@@ -181,7 +182,13 @@ gmResult gmDtoH(gmLib *l, void *dst, gmPtr src, size_t n) { return l->memcpyDtoH
 gmResult gmMemset(gmLib *l, gmPtr dst, size_t n) { return l->memsetD8(dst, 0, n); }
 gmResult gmSync(gmLib *l) { return l->ctxSynchronize(); }
 
-gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, const uint64_t *args, int nargs) {
+gmResult gmSharedBytes(gmLib *l, gmFunc f, int bytes) {
+	const int maxDynamicShared = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	return l->funcSetAttribute(f, maxDynamicShared, bytes);
+}
+
+gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, unsigned shared, const uint64_t *args,
+                  int nargs) {
 	void *params[GM_MAX_ARGS];
 	uint64_t slots[GM_MAX_ARGS];
 	if (nargs > GM_MAX_ARGS)
@@ -190,7 +197,7 @@ gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, con
 		slots[i] = args[i];
 		params[i] = &slots[i];
 	}
-	return l->launchKernel(f, gx, gy, 1, bx, 1, 1, 0, NULL, params, NULL);
+	return l->launchKernel(f, gx, gy, 1, bx, 1, 1, shared, NULL, params, NULL);
 }
 
 int gmGemmRun(gmLib *l, const gmGemm *g) {

@@ -49,6 +49,7 @@ typedef struct gmLib {
 	gmResult (*moduleLoadData)(void **, const void *);
 	gmResult (*moduleUnload)(void *);
 	gmResult (*moduleGetFunction)(gmFunc *, void *, const char *);
+	gmResult (*funcSetAttribute)(gmFunc, int, int);
 	gmResult (*launchKernel)(gmFunc, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 	                         void **, void **);
 
@@ -85,9 +86,13 @@ gmResult gmHtoD(gmLib *l, gmPtr dst, const void *src, size_t n);
 gmResult gmDtoH(gmLib *l, void *dst, gmPtr src, size_t n);
 gmResult gmMemset(gmLib *l, gmPtr dst, size_t n);
 gmResult gmSync(gmLib *l);
+// gmSharedBytes lets f use up to bytes of dynamic shared memory
+// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+gmResult gmSharedBytes(gmLib *l, gmFunc f, int bytes);
 // gmLaunch launches f with nargs arguments, each in an 8-byte slot of args
 // (4-byte arguments in the slot's low half), on the legacy default stream.
-gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, const uint64_t *args, int nargs);
+gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, unsigned shared, const uint64_t *args,
+                  int nargs);
 // gmGemmRun returns a cublasStatus_t.
 int gmGemmRun(gmLib *l, const gmGemm *g);
 

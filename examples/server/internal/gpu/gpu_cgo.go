@@ -149,6 +149,11 @@ func (m *Model) build(seed uint64) error {
 			return m.errf("cuModuleGetFunction "+name, rc)
 		}
 	}
+	for _, k := range []kernel{kFlash64, kFlash128} {
+		if rc := C.gmSharedBytes(m.lib, m.fn[k], C.int(flashShared(k))); rc != 0 {
+			return m.errf("cuFuncSetAttribute "+kernelNames[k], rc)
+		}
+	}
 	c, o := m.cfg, m.o
 	ts := model.TensorsOf(c)
 	weight := func(t model.Tensor) (ptr, error) {
@@ -231,8 +236,12 @@ func f32(f float32) uint64 { return uint64(math.Float32bits(f)) }
 func i32(v int) uint64     { return uint64(uint32(int32(v))) }
 
 func (m *Model) launch(k kernel, gx, gy, bx uint32, args ...uint64) error {
+	return m.launchShared(k, gx, gy, bx, 0, args...)
+}
+
+func (m *Model) launchShared(k kernel, gx, gy, bx, shared uint32, args ...uint64) error {
 	n := copy(m.args[:], args)
-	if rc := C.gmLaunch(m.lib, m.fn[k], C.uint(gx), C.uint(gy), C.uint(bx), (*C.uint64_t)(unsafe.Pointer(&m.args[0])), C.int(n)); rc != 0 {
+	if rc := C.gmLaunch(m.lib, m.fn[k], C.uint(gx), C.uint(gy), C.uint(bx), C.uint(shared), (*C.uint64_t)(unsafe.Pointer(&m.args[0])), C.int(n)); rc != 0 {
 		return m.errf("launch "+kernelNames[k], rc)
 	}
 	return nil
@@ -367,6 +376,16 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
 }
 
+// flashShared is the fused kernel's dynamic shared memory: two stages of a
+// K and a V tile, 64 keys of (head dim + 8) bf16 each.
+func flashShared(k kernel) uint32 {
+	hd := 128
+	if k == kFlash64 {
+		hd = 64
+	}
+	return 2 * 2 * 64 * uint32(hd+8) * 2
+}
+
 // attend computes m.att from m.q and the gathered K and V: the fused
 // kernel for Options.FusedMinTokens rows or more, else products per chunk.
 func (m *Model) attend(p model.Plan, nc int) error {
@@ -376,7 +395,7 @@ func (m *Model) attend(p model.Plan, nc int) error {
 		if c.HeadDim == 64 {
 			k = kFlash64
 		}
-		return m.launch(k, uint32((nc+63)/64), uint32(c.QHeads), 128, uint64(m.q), uint64(m.kc), uint64(m.vc),
+		return m.launchShared(k, uint32((nc+63)/64), uint32(c.QHeads), 128, flashShared(k), uint64(m.q), uint64(m.kc), uint64(m.vc),
 			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.MaxContext),
 			f32(float32(1/math.Sqrt(float64(c.HeadDim)))))
 	}

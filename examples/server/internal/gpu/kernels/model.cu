@@ -226,7 +226,8 @@ extern "C" G void kvm_argmax(const float *x, int n, int *out) {
 // A CTA of 4 warps takes 64 computed query rows of one head; each warp
 // holds 16 rows' q in mma fragments and their output in fp32 registers.
 // Key tiles of 64 positions of K and V (the gathered scratch of the head's
-// KV head) go through shared memory; S = q·Kᵀ and O += P·V are
+// KV head) go through shared memory, double-buffered with cp.async so that
+// the next tile loads while this one is multiplied; S = q·Kᵀ and O += P·V are
 // mma.sync.m16n8k16 bf16 products with fp32 accumulation; the softmax is
 // online (running row maximum and sum). Row r attends to keys [0, pos[r]];
 // tiles past the CTA's last position are skipped, and keys past it are
@@ -267,20 +268,42 @@ D static inline float quadSum(float v) {
 	return v + __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, 2, 0x1f);
 }
 
+// The two stages of K and V tiles, in dynamic shared memory:
+// 2 × 2 × FA_KEYS × (hd + FA_PAD) bf16 (69,632 bytes at hd 128).
+extern "C" S __attribute__((aligned(16))) bf16 kvm_flash_smem[];
+
+// faIssue starts the asynchronous copy of the K and V tile at key k0 into
+// a stage; rows past maxKey are zero-filled (cp.async with no source bytes).
+template <int HD>
+D static inline void faIssue(bf16 *ks, bf16 *vs, const bf16 *kg, const bf16 *vg, int k0, int maxKey) {
+	for (int idx = TID; idx < FA_KEYS * HD / 8; idx += NTID) {
+		const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
+		const int ok = k0 + r <= maxKey;
+		const long long off = ok ? (long long)(k0 + r) * HD + c : 0;
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smemAddr(ks + r * (HD + FA_PAD) + c)),
+		             "l"(kg + off), "r"(ok ? 16 : 0));
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smemAddr(vs + r * (HD + FA_PAD) + c)),
+		             "l"(vg + off), "r"(ok ? 16 : 0));
+	}
+	asm volatile("cp.async.commit_group;");
+}
+
 template <int HD>
 D static void flash(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, const int *pos, int nc, int qh,
                     int group, long long cap, float scale) {
-	S __attribute__((aligned(16))) bf16 ks[FA_KEYS][HD + FA_PAD];
-	S __attribute__((aligned(16))) bf16 vs[FA_KEYS][HD + FA_PAD];
+	const int tile = FA_KEYS * (HD + FA_PAD); // stage t: K at 2t tiles, V at 2t+1
 	const int tid = TID, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
 	const int h = CTAY, g = h / group;
-	const int row0 = CTA * FA_ROWS;
+	// The last row tiles have the most keys: they start first.
+	const int row0 = (NCTA - 1 - CTA) * FA_ROWS;
 	const int rA = row0 + warp * 16 + gid, rB = rA + 8;
 	const int cA = rA < nc ? rA : nc - 1, cB = rB < nc ? rB : nc - 1;
 	const int pA = pos[cA], pB = pos[cB];
 	const int last = (row0 + FA_ROWS < nc ? row0 + FA_ROWS : nc) - 1;
 	const int maxKey = pos[last];
 	const float ninf = -__builtin_inff();
+	const bf16 *kg = kc + (long long)g * cap * HD, *vg = vc + (long long)g * cap * HD;
+	faIssue<HD>(kvm_flash_smem, kvm_flash_smem + tile, kg, vg, 0, maxKey);
 
 	unsigned qa[HD / 16][4];
 	const bf16 *qA = q + ((long long)cA * qh + h) * HD, *qB = q + ((long long)cB * qh + h) * HD;
@@ -296,21 +319,17 @@ D static void flash(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, co
 	for (int dt = 0; dt < HD / 8; dt++)
 		o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0;
 	float mA = ninf, mB = ninf, lA = 0, lB = 0;
-	const bf16 *kg = kc + (long long)g * cap * HD, *vg = vc + (long long)g * cap * HD;
 
-	for (int k0 = 0; k0 <= maxKey; k0 += FA_KEYS) {
+	for (int k0 = 0, t = 0; k0 <= maxKey; k0 += FA_KEYS, t ^= 1) {
+		if (k0 + FA_KEYS <= maxKey)
+			faIssue<HD>(kvm_flash_smem + 2 * (t ^ 1) * tile, kvm_flash_smem + (2 * (t ^ 1) + 1) * tile, kg, vg,
+			            k0 + FA_KEYS, maxKey);
+		else
+			asm volatile("cp.async.commit_group;");
+		asm volatile("cp.async.wait_group 1;");
 		SYNC();
-		for (int idx = tid; idx < FA_KEYS * HD / 8; idx += NTID) {
-			const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
-			vec4 kv = {0, 0, 0, 0}, vv = {0, 0, 0, 0};
-			if (k0 + r <= maxKey) {
-				kv = *(const vec4 *)(kg + (long long)(k0 + r) * HD + c);
-				vv = *(const vec4 *)(vg + (long long)(k0 + r) * HD + c);
-			}
-			*(vec4 *)&ks[r][c] = kv;
-			*(vec4 *)&vs[r][c] = vv;
-		}
-		SYNC();
+		bf16(*ks)[HD + FA_PAD] = (bf16(*)[HD + FA_PAD])(kvm_flash_smem + 2 * t * tile);
+		bf16(*vs)[HD + FA_PAD] = (bf16(*)[HD + FA_PAD])(kvm_flash_smem + (2 * t + 1) * tile);
 		float s[FA_KEYS / 8][4];
 #pragma unroll
 		for (int nt = 0; nt < FA_KEYS / 8; nt++) {
@@ -368,6 +387,7 @@ D static void flash(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, co
 				mma16816(o[dt], a, b0, b1);
 			}
 		}
+		SYNC(); // the stage is refilled two tiles on
 	}
 	lA = quadSum(lA);
 	lB = quadSum(lB);
@@ -384,7 +404,7 @@ D static void flash(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, co
 }
 
 // kvm_flash_d64, kvm_flash_d128: grid (ceil(nc/64), query heads), 128
-// threads. q and out are [nc][qh][hd]; kc, vc [kv heads][cap][hd].
+// threads, 4 × FA_KEYS × (hd + FA_PAD) × 2 bytes of dynamic shared memory. q and out are [nc][qh][hd]; kc, vc [kv heads][cap][hd].
 extern "C" G void kvm_flash_d64(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, const int *pos, int nc,
                                 int qh, int group, long long cap, float scale) {
 	flash<64>(q, kc, vc, out, pos, nc, qh, group, cap, scale);
