@@ -156,7 +156,8 @@ func run(f flags) error {
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("%s shapes (%d layers, hidden %d, %d query / %d KV heads of %d, MLP %d, vocabulary %d), bf16 weights seeded at random; KV in blocks of %d tokens (%d KiB)",
 			c.Name, c.Layers, c.Hidden, c.QHeads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.BlockTokens, c.BlockBytes()>>10),
-		fmt.Sprintf("device: %s; ours: Go, cuBLAS (%s) bf16 products with fp32 accumulation, CUDA C kernels (PTX from clang 14), attention = K/V gathered from the blocks + strided-batched cuBLAS products per query chunk + a masked-softmax kernel", info.Name, m.Library()),
+		fmt.Sprintf("device: %s; ours: examples/server/internal/gpu from Go: cuBLAS (%s) bf16 products with fp32 accumulation for the linear layers, CUDA C kernels (PTX from clang 14) for the rest; attention reads K/V gathered from the paged blocks, prefills (64+ positions) through the fused tensor-core kernel kvm_flash_d128, the decode step through cuBLAS products + a masked-softmax kernel", info.Name, m.Library()),
+		"run on the device as one command: python3 torch_prefill.py --out torch.json, then ./prefill -baseline torch.json -results DIR (the binary of examples/server/internal/prefill built at the commit below)",
 		"baseline: benchmarks/prefill/torch_prefill.py in the same run: PyTorch eager, the same shapes in bf16, F.scaled_dot_product_attention (enable_gqa; lower-right causal mask for the cached-prefix case), a static KV cache",
 		"seconds = wall time of one forward pass to the greedy next token on the host; one warm-up, then the runs; ratio = ours / PyTorch seconds (below 1: ours is faster) — the inverse of results' usual time ratio, as issue 12 asks",
 	)
