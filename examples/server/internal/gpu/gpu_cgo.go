@@ -75,6 +75,7 @@ type Model struct {
 
 	hostTok []int32
 	logitsH []float32
+	nextH   int32
 }
 
 // New builds c on GPU 0 with weights from seed (those of model.NewCPU with
@@ -316,11 +317,10 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&m.logitsH[0]), m.logits, C.size_t(c.Vocab*4)); rc != 0 {
 		return nil, 0, m.errf("read the logits", rc)
 	}
-	var next int32
-	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&next), m.next, 4); rc != 0 {
+	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&m.nextH), m.next, 4); rc != 0 {
 		return nil, 0, m.errf("read the argmax", rc)
 	}
-	return m.logitsH, next, nil
+	return m.logitsH, m.nextH, nil
 }
 
 func (m *Model) forward(p model.Plan, n, nc int) error {

@@ -304,3 +304,20 @@ func sameLogits(t *testing.T, what string, got, want []float32, tol float64) {
 		t.Fatalf("%s: logits differ by up to %g (tolerance %g)", what, d, tol)
 	}
 }
+
+// TestDecodeAllocatesNothing: once its scratch has grown, a decode step of
+// the CPU backend allocates nothing (design.md, invariant 5).
+func TestDecodeAllocatesNothing(t *testing.T) {
+	m := newTiny(t, 8)
+	tok := testTokens(20, 512)
+	sl := scatteredSlots(5, 8)
+	prefillAll(t, m, tok, sl)
+	p := Plan{Slots: sl, Compute: []int32{19}}
+	if n := testing.AllocsPerRun(5, func() {
+		if _, _, err := m.Forward(tok, p); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("a decode step allocates %v times", n)
+	}
+}
