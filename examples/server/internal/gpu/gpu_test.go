@@ -277,3 +277,38 @@ func TestRejects(t *testing.T) {
 		t.Fatal("a negative FusedMinTokens accepted")
 	}
 }
+
+// TestHolesOnGPU: after a one-shot prefill, three blocks in the middle lose
+// their KV; a plan that recomputes them and the last block, keeping the
+// rest, gives logits within cpuTolerance of the one-shot prefill's and the
+// same greedy token, through the fused kernel (scattered positions in one
+// row tile) and through the products.
+func TestHolesOnGPU(t *testing.T) {
+	for _, fused := range []int{1, 1 << 30} {
+		f := newFixture(t, 64, gpu.Options{FusedMinTokens: fused})
+		c := f.c
+		const n = 100
+		tok := tokens(n, c.Vocab)
+		sl := slotRange(3, c.Blocks(n))
+		want, wantNext := fwd(t, f.m, tok, model.Plan{Slots: sl, Compute: span(0, n)})
+		compute := make([]bool, c.Blocks(n))
+		compute[2], compute[7], compute[8], compute[len(compute)-1] = true, true, true, true
+		zero := make([]byte, c.BlockBytes())
+		for b, h := range compute {
+			if h {
+				if err := f.st.CopyHtoD(f.region+cudastream.DevicePtr(int64(sl[b])*c.BlockBytes()), zero); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := f.st.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got, next := fwd(t, f.m, tok, model.Plan{Slots: sl, Compute: model.AppendBlockPositions(nil, c.BlockTokens, n, compute)})
+		r := maxDiff(got, want) / maxAbs(want)
+		t.Logf("FusedMinTokens %d: holes recomputed vs one shot: logits differ by %.3g of the largest", fused, r)
+		if r > cpuTolerance || next != wantNext {
+			t.Fatalf("holes recomputed: next %d (want %d), logits differ by %.3g of the largest (tolerance %g)", next, wantNext, r, cpuTolerance)
+		}
+	}
+}
