@@ -75,25 +75,26 @@ gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t err
 	P(funcSetAttribute, "cuFuncSetAttribute");
 	P(launchKernel, "cuLaunchKernel");
 #undef P
+// FAIL names the failed driver call and its error, then undoes the open.
+#define FAIL(call)                                                                                                   \
+	do {                                                                                                         \
+		snprintf(errbuf, errlen, "%s: %s (%d)", call, gmErrorName(l, *rc), *rc);                             \
+		gmClose(l);                                                                                          \
+		return NULL;                                                                                         \
+	} while (0)
 	*step = gmStepInit;
-	if ((*rc = l->init(0)) != 0) {
-		gmClose(l);
-		return NULL;
-	}
+	if ((*rc = l->init(0)) != 0)
+		FAIL("cuInit");
 	*step = gmStepDevice;
-	if ((*rc = l->deviceGet(&l->dev, 0)) != 0) {
-		gmClose(l);
-		return NULL;
-	}
+	if ((*rc = l->deviceGet(&l->dev, 0)) != 0)
+		FAIL("cuDeviceGet");
 	*step = gmStepContext;
 	if ((*rc = l->primaryCtxRetain(&l->ctx, l->dev)) != 0) {
-		gmClose(l);
-		return NULL;
+		l->ctx = NULL;
+		FAIL("cuDevicePrimaryCtxRetain");
 	}
-	if ((*rc = l->ctxSetCurrent(l->ctx)) != 0) {
-		gmClose(l);
-		return NULL;
-	}
+	if ((*rc = l->ctxSetCurrent(l->ctx)) != 0)
+		FAIL("cuCtxSetCurrent");
 
 	*step = gmStepDlopenCublas;
 	static const char *names[] = {"libcublas.so.13", "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.13",
@@ -141,9 +142,9 @@ gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t err
 	*step = gmStepModule;
 	if ((*rc = l->moduleLoadData(&l->module, ptx)) != 0) {
 		l->module = NULL;
-		gmClose(l);
-		return NULL;
+		FAIL("cuModuleLoadData (kernels/model.ptx)");
 	}
+#undef FAIL
 	*step = 0;
 	return l;
 }

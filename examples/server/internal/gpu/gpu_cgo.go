@@ -113,10 +113,7 @@ func New(c model.Config, seed uint64, region cudastream.DevicePtr, numSlots int,
 				return nil, fmt.Errorf("gpu: no CUDA device: %w", cudastream.ErrNoDriver)
 			}
 		}
-		if msg == "" {
-			msg = fmt.Sprintf("%s (%d)", C.GoString(C.gmErrorName(nil, rc)), int(rc))
-		}
-		return nil, fmt.Errorf("gpu: open (step %d): %s", int(step), msg)
+		return nil, fmt.Errorf("gpu: open: %s", msg)
 	}
 	m := &Model{cfg: c, o: o, lib: lib, region: ptr(region), numSlots: numSlots, chunk: o.maxChunk(c.QHeads)}
 	if err := m.build(seed); err != nil {

@@ -81,19 +81,27 @@ func TensorsOf(c Config) Tensors {
 // exact in bf16 and in float32 (|k| < 256; offset 1 only with shift ≤ 7 and
 // lim ≤ 127). The GPU kernel kvm_init_weights computes the same.
 func Value(seed uint64, id uint32, i uint64, lim, shift int, offset float32) float32 {
+	return value(seed, id, i, lim, float32(math.Ldexp(1, -shift)), offset)
+}
+
+func value(seed uint64, id uint32, i uint64, lim int, scale, offset float32) float32 {
 	x := seed ^ uint64(id)<<48 ^ i
 	x += 0x9E3779B97F4A7C15
 	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
 	x = (x ^ x>>27) * 0x94D049BB133111EB
 	x ^= x >> 31
 	k := int32(uint32(x>>32)%uint32(2*lim+1)) - int32(lim)
-	return float32(k)*float32(math.Ldexp(1, -shift)) + offset
+	return float32(k)*scale + offset
 }
 
-// Fill writes t's values under seed into dst (len t.Elems()).
+// Fill writes t's values under seed into dst (len t.Elems()). Like the
+// reference's inner loops it is left out of race instrumentation.
+//
+//go:norace
 func (t Tensor) Fill(seed uint64, dst []float32) {
+	scale := float32(math.Ldexp(1, -t.Shift))
 	for i := range dst {
-		dst[i] = Value(seed, t.ID, uint64(i), t.Lim, t.Shift, t.Offset)
+		dst[i] = value(seed, t.ID, uint64(i), t.Lim, scale, t.Offset)
 	}
 }
 
