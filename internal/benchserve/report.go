@@ -151,7 +151,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.SkippedLines > 0 {
 		fmt.Fprintf(w, ", %d bad lines skipped", r.SkippedLines)
 	}
-	fmt.Fprintf(w, "), %s, %.1f s\n", r.Load, r.WallSeconds)
+	fmt.Fprintf(w, "), %s, %.2f s\n", r.Load, r.WallSeconds)
 	fmt.Fprintf(w, "requests: %d sent, %d completed, %d cancelled at the end, %d failed", r.Sent, r.Completed, r.Cancelled, r.Sent-r.Completed-r.Cancelled)
 	if r.CutPrompts > 0 {
 		fmt.Fprintf(w, ", %d prompts cut", r.CutPrompts)
@@ -199,8 +199,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	return nil
 }
 
-// ms formats seconds as milliseconds.
-func ms(s float64) string { return fmt.Sprintf("%.1f ms", s*1000) }
+// ms formats seconds as milliseconds, to 10 us below 10 ms.
+func ms(s float64) string {
+	if s < 0.010 {
+		return fmt.Sprintf("%.2f ms", s*1000)
+	}
+	return fmt.Sprintf("%.1f ms", s*1000)
+}
 
 // Plot draws the TTFT and inter-token latency distributions into dir, as
 // ttft.{svg,png} and inter-token.{svg,png}, and returns the files written.

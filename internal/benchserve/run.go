@@ -43,6 +43,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	a := cfg
 	a.URL, _ = CompletionsURL(cfg.URL)
+	// Read the trace once before sending anything, so that a malformed line
+	// stops the run before the server has seen a request.
+	if err := checkTrace(&a); err != nil {
+		return nil, err
+	}
 	rc, err := a.Open()
 	if err != nil {
 		return nil, fmt.Errorf("benchserve: %w", err)
@@ -112,6 +117,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, readErr
 	}
 	return col.report(&a, rd, wall), nil
+}
+
+// checkTrace reads the requests Run will send (all of them, or the first
+// Requests), returning the first malformed line's *trace.LineError unless
+// SkipBad is set. It holds one line at a time.
+func checkTrace(a *Config) error {
+	rc, err := a.Open()
+	if err != nil {
+		return fmt.Errorf("benchserve: %w", err)
+	}
+	defer rc.Close()
+	rd := trace.NewReader(rc, trace.Options{Format: a.Format, Name: a.Trace, SkipBad: a.SkipBad})
+	var tr trace.Request
+	for i := 0; a.Requests == 0 || i < a.Requests; i++ {
+		if err := rd.Next(&tr); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dispatch reads the trace and hands each request to launch, in order, until

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"kvtier.dev/internal/openai"
@@ -19,7 +20,9 @@ type Config struct {
 	// Backend is the model engine. Required.
 	Backend Backend
 	// Registry receives the server's metrics and is what /metrics serves;
-	// register kvtier's collector (kvprom) in it too. nil makes a new one.
+	// register kvtier's collector (kvprom) in it too. nil makes a new one
+	// with the Go runtime's and the process's collectors (memory, CPU,
+	// file descriptors) in it.
 	Registry *prometheus.Registry
 	// DefaultMaxTokens is max_tokens when a request omits it; 0 means 16,
 	// OpenAI's default.
@@ -63,6 +66,7 @@ func New(cfg Config) (*API, error) {
 		maxBodyBytes: cfg.MaxBodyBytes, idle: make(chan struct{})}
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()
+		a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if a.defaultMax == 0 {
 		a.defaultMax = 16

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -472,6 +473,12 @@ func TestMetrics(t *testing.T) {
 	}
 	if h := fams["kvserve_inter_token_seconds"].Metric[0].Histogram; h.GetSampleCount() != 9 {
 		t.Errorf("inter-token observations %d, want 9", h.GetSampleCount())
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics in the default registry")
+	}
+	if _, ok := fams["process_resident_memory_bytes"]; !ok && runtime.GOOS == "linux" {
+		t.Error("no process metrics in the default registry")
 	}
 	resp, err := http.Get(srv.URL + "/healthz")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -287,6 +288,34 @@ func TestBenchServeBundledTrace(t *testing.T) {
 	c.BundledTrace()
 	rep := runBench(t, c)
 	if rep.Completed != 12 || rep.Format != "mooncake" || rep.Trace != trace.BundledName || rep.CompletionTokens != 24 {
+		t.Fatalf("%+v", rep)
+	}
+}
+
+// TestBenchServeBadTraceSendsNothing: a malformed line anywhere in the
+// part of the trace to be sent stops the run before the first request.
+func TestBenchServeBadTraceSendsNothing(t *testing.T) {
+	b := newCacheBackend()
+	good, err := os.ReadFile(writeTestTrace(t, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(path, append(good, "{\"arrival_us\":\"soon\"}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = benchserve.Run(context.Background(), benchConfig(serve(t, b), path))
+	var le *trace.LineError
+	if !errors.As(err, &le) || le.Line != 31 {
+		t.Fatalf("error %v, want a LineError at line 31", err)
+	}
+	if n := b.submits.Load(); n != 0 {
+		t.Fatalf("the server got %d requests before the bad line was found", n)
+	}
+	// Requests that stop before the bad line send.
+	c := benchConfig(serve(t, b), path)
+	c.Requests = 30
+	if rep := runBench(t, c); rep.Completed != 30 {
 		t.Fatalf("%+v", rep)
 	}
 }

@@ -19,6 +19,19 @@
 // the engine fails a request before its first token (after it, the stream
 // ends with an error event instead, the status being sent).
 //
+// A server wires it as follows (engine implements Backend; mgr is the
+// kvtier.Manager):
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(kvprom.New(mgr, "kvtier", nil))
+//	api, err := httpapi.New(httpapi.Config{Backend: engine, Registry: reg})
+//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: api}
+//	go srv.ListenAndServe()
+//	<-sigterm
+//	api.Drain(ctx)    // answer what is in flight, refuse the rest
+//	srv.Shutdown(ctx) // close the listener and idle connections
+//	engine.Close()    // finish write-backs, close the NVMe store
+//
 // The package promises that every request handed to the engine ends (the
 // engine calls Stream.Finish) before Drain returns, and that no request is
 // handed to the engine once Drain began.
