@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -107,7 +108,9 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest) (*Result, 
 			return nil, fmt.Errorf("openai: response: %w", err)
 		}
 		res.TTFT = time.Since(start)
-		res.add(&whole)
+		var text strings.Builder
+		res.add(&whole, &text)
+		res.Text = text.String()
 		res.Latency = res.TTFT
 		return res, nil
 	}
@@ -121,6 +124,8 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest) (*Result, 
 func (r *Result) readStream(body io.Reader, start time.Time) error {
 	ev := NewEventReader(body)
 	last := start
+	var text strings.Builder
+	defer func() { r.Text = text.String() }()
 	for {
 		data, err := ev.Next()
 		if err == io.EOF {
@@ -144,7 +149,7 @@ func (r *Result) readStream(body io.Reader, start time.Time) error {
 			return fmt.Errorf("openai: stream chunk: %w", err)
 		}
 		now := time.Now()
-		if n := r.add(&chunk); n > 0 {
+		if n := r.add(&chunk, &text); n > 0 {
 			if r.TokenCount == n {
 				r.TTFT = now.Sub(start)
 			} else {
@@ -158,16 +163,16 @@ func (r *Result) readStream(body io.Reader, start time.Time) error {
 	}
 }
 
-// add folds a chunk (or a whole response) into r and returns the number of
-// tokens it carried.
-func (r *Result) add(c *CompletionResponse) int {
+// add folds a chunk (or a whole response) into r, its text into text, and
+// returns the number of tokens it carried.
+func (r *Result) add(c *CompletionResponse, text *strings.Builder) int {
 	if c.Usage != nil {
 		r.Usage = c.Usage
 	}
 	n := 0
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		r.Text += ch.Text
+		text.WriteString(ch.Text)
 		r.Tokens = append(r.Tokens, ch.TokenIDs...)
 		switch {
 		case len(ch.TokenIDs) > 0:

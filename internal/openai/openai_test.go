@@ -180,3 +180,26 @@ func TestClientErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestClientStreamWithoutIDs: a server that streams text without token ids
+// (a plain OpenAI server) is counted one token per chunk that has text, and
+// chunks with no text count none.
+func TestClientStreamWithoutIDs(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, ": keep-alive\n\n"+
+			"data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n"+
+			"data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":null}]}\n\n"+
+			"data: {\"choices\":[{\"index\":0,\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n"+
+			"data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	res, err := (&Client{URL: srv.URL}).Complete(context.Background(), CompletionRequest{Prompt: TextPrompt("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "abc" || res.TokenCount != 2 || len(res.InterToken) != 1 || len(res.Tokens) != 0 ||
+		res.FinishReason != "length" || res.Usage != nil {
+		t.Fatalf("%+v", res)
+	}
+}
