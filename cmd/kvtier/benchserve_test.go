@@ -91,7 +91,7 @@ func TestBenchServeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Completed != 12 || rep.CompletionTokens != 36 || rep.Cache.CachedTokens != 120 || rep.Cache.RequestsWithTiers != 0 ||
-		rep.TTFT.P50 <= 0 || rep.Load != "concurrency 2" {
+		rep.TTFT.P50 <= 0 || rep.Load != "concurrency 2" || rep.Prompts.Vocab != 256 {
 		t.Fatalf("%+v", rep)
 	}
 	for _, f := range []string{"ttft.svg", "ttft.png", "inter-token.svg", "inter-token.png"} {

@@ -29,8 +29,11 @@ type Report struct {
 	Format       string `json:"format"`
 	SkippedLines int    `json:"skipped_lines"`
 	// Load is "arrivals at speed S" or "concurrency N".
-	Load        string  `json:"load"`
-	WallSeconds float64 `json:"wall_s"`
+	Load string `json:"load"`
+	// Prompts are the settings that decide what was sent, so that a run can
+	// be repeated against another server.
+	Prompts     PromptSettings `json:"prompts"`
+	WallSeconds float64        `json:"wall_s"`
 	// Sent requests ended as Completed, Cancelled (the run ended first) or
 	// one of Errors, keyed by HTTP status, "stream" (an error event after
 	// the stream began), "timeout" (--timeout) or "transport".
@@ -57,6 +60,17 @@ type Report struct {
 	Verify *VerifyReport `json:"verify,omitempty"`
 
 	ttftQ, itlQ []float64 // 0th to 100th percentiles, seconds, for plot
+}
+
+// PromptSettings are the Config fields that decide the requests sent.
+type PromptSettings struct {
+	Model           string `json:"model,omitempty"`
+	Vocab           int    `json:"vocab"`
+	Seed            uint64 `json:"seed"`
+	BlockTokens     int    `json:"block_tokens,omitempty"`
+	MaxPromptTokens int    `json:"max_prompt_tokens,omitempty"`
+	MaxTokens       int    `json:"max_tokens,omitempty"`
+	Requests        int    `json:"requests,omitempty"`
 }
 
 // CacheReport sums the usage the server reported for completed requests.
@@ -91,6 +105,8 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 		WallSeconds: wall.Seconds(), Sent: c.sent, Completed: c.completed, Cancelled: c.cancelled,
 		Errors: c.errors, ErrorSamples: c.errorSamples, CutPrompts: c.cut,
 		PromptTokens: c.promptTokens, CompletionTokens: c.completionTokens, Verify: c.verify}
+	r.Prompts = PromptSettings{Model: a.Model, Vocab: a.Vocab, Seed: a.Seed, BlockTokens: a.BlockTokens,
+		MaxPromptTokens: a.MaxPromptTokens, MaxTokens: a.MaxTokens, Requests: a.Requests}
 	if a.Concurrency > 0 {
 		r.Load = fmt.Sprintf("concurrency %d", a.Concurrency)
 	} else {
