@@ -28,7 +28,7 @@ type Report struct {
 	Trace        string `json:"trace"`
 	Format       string `json:"format"`
 	SkippedLines int    `json:"skipped_lines"`
-	// Load is "arrivals at speed S" or "concurrency N".
+	// Load is "trace arrivals at speed S" or "concurrency N".
 	Load string `json:"load"`
 	// Prompts are the settings that decide what was sent, so that a run can
 	// be repeated against another server.
