@@ -101,6 +101,16 @@ func TestBenchServeCommand(t *testing.T) {
 	}
 }
 
+// TestBenchServeProgress: --progress always draws the bar on stderr (here
+// not a terminal) and leaves the report on stdout.
+func TestBenchServeProgress(t *testing.T) {
+	code, out, errs := runBenchServeArgs(t, "--url", plainServer(t, false), "--trace", writeBenchTrace(t, 5),
+		"--requests", "5", "--progress", "always")
+	if code != 0 || !strings.Contains(errs, "serving") || !strings.Contains(out, "5 sent, 5 completed") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %q", code, out, errs)
+	}
+}
+
 // TestBenchServeVerifyExitStatus: differences found by --verify are
 // reported and make the exit status 1.
 func TestBenchServeVerifyExitStatus(t *testing.T) {
