@@ -4,6 +4,7 @@
 //	kvtier calc     reload or recompute? for a model, context length and link
 //	kvtier probe    the device's facts and measured link figures
 //	kvtier pin      pin a host pool with the pipelined allocator, with a progress bar
+//	kvtier bench-serve  replay a trace against a completions server: TTFT, throughput, --verify
 //
 // The benchmarks against the baselines are programs under benchmarks/.
 //

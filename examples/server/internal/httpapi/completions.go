@@ -1,0 +1,305 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"kvtier.dev/internal/openai"
+	"kvtier.dev/kvtier"
+)
+
+// completions answers POST /v1/completions.
+func (a *API) completions(w http.ResponseWriter, r *http.Request) {
+	if !a.begin() {
+		a.fail(w, http.StatusServiceUnavailable, openai.ErrUnavailable, "", "the server is draining")
+		return
+	}
+	defer a.end()
+	arrival := time.Now()
+	req, toks, err := decodeRequest(http.MaxBytesReader(w, r.Body, a.maxBodyBytes), a.limits, a.defaultMax)
+	if err != nil {
+		a.failRequest(w, err)
+		return
+	}
+	c := &completion{
+		api: a, w: w, r: r, wire: req, promptTokens: len(toks),
+		id: "cmpl-" + strconv.FormatUint(a.nextID.Add(1), 16), created: arrival.Unix(),
+		model: a.limits.Model, timer: tokenTimer{m: a.m, start: arrival},
+	}
+	if c.model == "" {
+		c.model = req.Model
+	}
+	breq := &Request{ID: c.id, Tokens: toks, MaxTokens: *req.MaxTokens, Salt: requestSalt(req),
+		NoCache: req.NoCache, Arrival: arrival}
+	c.out = NewStream(breq.MaxTokens)
+	if err := a.backend.Submit(r.Context(), breq, c.out); err != nil {
+		a.failRequest(w, err)
+		return
+	}
+	if req.Stream {
+		c.stream()
+	} else {
+		c.whole()
+	}
+}
+
+// completion is one request being answered.
+type completion struct {
+	api          *API
+	w            http.ResponseWriter
+	r            *http.Request
+	wire         *openai.CompletionRequest
+	out          *Stream
+	promptTokens int
+	id, model    string
+	created      int64
+	timer        tokenTimer
+}
+
+// whole answers with one JSON response once the engine has finished.
+func (c *completion) whole() {
+	gen := make([]int32, 0, *c.wire.MaxTokens)
+	for tok := range c.out.Tokens() {
+		c.timer.token(time.Now())
+		gen = append(gen, tok)
+	}
+	u, err := c.result(len(gen))
+	if err != nil {
+		c.failed(err, false)
+		return
+	}
+	var text []byte
+	for _, t := range gen {
+		text = openai.AppendTokenText(text, t)
+	}
+	reason := c.finishReason(len(gen))
+	resp := openai.CompletionResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model,
+		Choices: []openai.Choice{{Text: string(text), TokenIDs: gen, FinishReason: &reason}},
+		Usage:   c.wireUsage(&u, len(gen))}
+	body, err := json.Marshal(&resp)
+	if err != nil {
+		c.failed(err, false)
+		return
+	}
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.WriteHeader(http.StatusOK)
+	c.w.Write(body)
+	c.api.m.answered(http.StatusOK)
+}
+
+// stream answers with server-sent events: one chunk per token as the
+// engine sends it (the tokens already waiting are written together and
+// flushed once), a last chunk with finish_reason, the usage chunk when
+// asked for, and [DONE]. The status is sent with the first token, so that
+// an engine failure before it is still an error status.
+func (c *completion) stream() {
+	flusher, _ := c.w.(http.Flusher)
+	prefix := c.chunkPrefix()
+	buf := make([]byte, 0, 4<<10)
+	var scratch []byte
+	started, n := false, 0
+	tokens := c.out.Tokens()
+	for tok := range tokens {
+		buf = buf[:0]
+		closed := false
+		for {
+			c.timer.token(time.Now())
+			n++
+			scratch = openai.AppendTokenText(scratch[:0], tok)
+			buf = appendTokenEvent(buf, prefix, scratch, tok)
+			var ok bool
+			select {
+			case tok, ok = <-tokens:
+				if ok {
+					continue
+				}
+				closed = true
+			default:
+			}
+			break
+		}
+		if !started {
+			c.startStream()
+			started = true
+		}
+		c.w.Write(buf) // a write error means the client left: the engine sees the context
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if closed {
+			break
+		}
+	}
+	u, err := c.result(n)
+	if err != nil {
+		c.failed(err, started)
+		return
+	}
+	if !started {
+		c.startStream()
+	}
+	buf = append(buf[:0], "data: "...)
+	buf = append(buf, prefix...)
+	buf = append(buf, `"","finish_reason":"`...)
+	buf = append(buf, c.finishReason(n)...)
+	buf = append(buf, "\"}]}\n\n"...)
+	if c.wire.StreamOptions != nil && c.wire.StreamOptions.IncludeUsage {
+		last := openai.CompletionResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model,
+			Choices: []openai.Choice{}, Usage: c.wireUsage(&u, n)}
+		body, _ := json.Marshal(&last)
+		buf = openai.AppendEvent(buf, body)
+	}
+	buf = openai.AppendEvent(buf, []byte(openai.DoneData))
+	c.w.Write(buf)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	c.api.m.answered(http.StatusOK)
+}
+
+func (c *completion) startStream() {
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	c.w.WriteHeader(http.StatusOK)
+}
+
+// result returns the engine's result once its stream is closed, and counts
+// the usage of a request that succeeded. A usage that claims more cached
+// tokens than the prompt has is an engine error.
+func (c *completion) result(generated int) (Usage, error) {
+	u, err := c.out.Result()
+	if err != nil {
+		return u, err
+	}
+	if cached := u.CachedTokens(); cached > c.promptTokens || cached < 0 {
+		return u, fmt.Errorf("httpapi: engine reported %d cached tokens for a prompt of %d", cached, c.promptTokens)
+	}
+	c.api.m.usage(&u, c.promptTokens, generated)
+	return u, nil
+}
+
+// failed answers a request the engine failed: an error status, or an error
+// event once the stream has started; nothing if the client went away.
+func (c *completion) failed(err error, started bool) {
+	if c.r.Context().Err() != nil {
+		c.api.m.canceled.Inc()
+		return
+	}
+	if !started {
+		c.api.failRequest(c.w, err)
+		return
+	}
+	body, _ := json.Marshal(openai.ErrorResponse{Error: openai.ErrorBody{Message: err.Error(), Type: openai.ErrServer}})
+	c.w.Write(openai.AppendEvent(nil, body))
+	if f, ok := c.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	c.api.m.answered(http.StatusInternalServerError)
+}
+
+// finishReason is "length" when the engine generated max_tokens, "stop"
+// when it ended the sequence before.
+func (c *completion) finishReason(generated int) string {
+	if generated >= *c.wire.MaxTokens {
+		return "length"
+	}
+	return "stop"
+}
+
+// wireUsage returns a finished request's usage as sent.
+func (c *completion) wireUsage(u *Usage, generated int) *openai.Usage {
+	byTier := openai.TierTokens{GPU: u.LoadedTokens[kvtier.GPU], Host: u.LoadedTokens[kvtier.Host],
+		NVMe: u.LoadedTokens[kvtier.NVMe]}
+	return &openai.Usage{PromptTokens: c.promptTokens, CompletionTokens: generated,
+		TotalTokens: c.promptTokens + generated,
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: byTier.Sum(),
+			CachedTokensByTier: &byTier, RecomputedTokens: u.RecomputedTokens}}
+}
+
+// chunkPrefix is every chunk's JSON up to its text's value.
+func (c *completion) chunkPrefix() []byte {
+	model, _ := json.Marshal(c.model)
+	b := []byte(`{"id":"` + c.id + `","object":"text_completion","created":`)
+	b = strconv.AppendInt(b, c.created, 10)
+	b = append(b, `,"model":`...)
+	b = append(b, model...)
+	return append(b, `,"choices":[{"index":0,"text":`...)
+}
+
+// appendTokenEvent appends the event of one token's chunk.
+func appendTokenEvent(dst, prefix, text []byte, tok int32) []byte {
+	dst = append(dst, "data: "...)
+	dst = append(dst, prefix...)
+	dst = appendJSONString(dst, text)
+	dst = append(dst, `,"token_ids":[`...)
+	dst = strconv.AppendInt(dst, int64(tok), 10)
+	return append(dst, "],\"finish_reason\":null}]}\n\n"...)
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, invalid UTF-8 replaced by U+FFFD (as
+// encoding/json does).
+func appendJSONString(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '"' || b == '\\':
+				dst = append(dst, '\\', b)
+			case b < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			default:
+				dst = append(dst, b)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}
+
+// failRequest answers err: 400 naming the field for a *openai.FieldError,
+// 413 for a body too large, 429 for ErrQueueFull, 500 otherwise.
+func (a *API) failRequest(w http.ResponseWriter, err error) {
+	var fe *openai.FieldError
+	switch {
+	case errors.As(err, &fe):
+		a.fail(w, http.StatusBadRequest, openai.ErrInvalidRequest, fe.Field, fe.Error())
+	case errors.Is(err, errBodyTooLarge):
+		a.fail(w, http.StatusRequestEntityTooLarge, openai.ErrInvalidRequest, "body", err.Error())
+	case errors.Is(err, ErrQueueFull):
+		w.Header().Set("Retry-After", "1")
+		a.fail(w, http.StatusTooManyRequests, openai.ErrRateLimit, "", err.Error())
+	default:
+		a.fail(w, http.StatusInternalServerError, openai.ErrServer, "", err.Error())
+	}
+}
+
+// fail writes an error response and counts it.
+func (a *API) fail(w http.ResponseWriter, status int, typ, param, msg string) {
+	e := openai.ErrorResponse{Error: openai.ErrorBody{Message: msg, Type: typ}}
+	if param != "" {
+		e.Error.Param = &param
+	}
+	body, _ := json.Marshal(&e)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+	a.m.answered(status)
+}
