@@ -345,7 +345,7 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			t.Fatalf("after request %d: %v", i, bad)
 		}
 	}
-	served := [NumTiers]int{}
+	served, layered := [NumTiers]int{}, [NumTiers]int{}
 	for round, i := range f.rng.Perm(len(reqs)) {
 		var l Lease
 		if err := f.m.Lookup(1, reqs[i], &l); err != nil {
@@ -371,8 +371,29 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 		if err := f.m.Onboard(&l); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.m.Wait(ctx, &l); err != nil {
-			t.Fatal(err)
+		// Per-layer readiness, from the host and from NVMe alike: once
+		// every layer's events have completed, the loads are on the GPU,
+		// before Wait has seen the copies complete.
+		loading := 0
+		for _, b := range l.Blocks {
+			if b.Loading {
+				loading++
+				layered[b.Tier]++
+			}
+		}
+		for layer := range dmLayers {
+			evs, err := l.LayerEvents(layer, nil)
+			if err != nil || (loading > 0) != (len(evs) > 0) {
+				t.Fatalf("%d blocks loading, layer %d: %d events (%v)", loading, layer, len(evs), err)
+			}
+			if err := l.WaitLayer(ctx, layer); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if done, err := ev.Query(); !done || err != nil {
+					t.Fatalf("layer %d: event not complete (%v) after WaitLayer", layer, err)
+				}
+			}
 		}
 		for j, b := range l.Blocks {
 			var s Slot
@@ -387,6 +408,9 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			if got := f.readGPU(t, s); !bytes.Equal(got, f.want[b.Key]) {
 				t.Fatalf("request %d block %d (from %v): GPU slot %d holds other bytes", i, j, b.Tier, s)
 			}
+		}
+		if err := f.m.Wait(ctx, &l); err != nil {
+			t.Fatal(err)
 		}
 		f.m.Release(&l)
 		if bad := f.checkAll(t); len(bad) > 0 {
@@ -407,6 +431,9 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 	}
 	if st.Failures != 0 {
 		t.Errorf("%d ops failed", st.Failures)
+	}
+	if layered[Host] == 0 || layered[NVMe] == 0 {
+		t.Errorf("blocks checked layer by layer, by tier they loaded from: %v: a path is not covered", layered)
 	}
 }
 

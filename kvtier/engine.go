@@ -384,8 +384,16 @@ func (m *Manager) admit(t Tier, k Key) bool {
 }
 
 // propagate copies a block that just became ready in tier t on to the next
-// tier, in write-through mode, if admitted and a slot is free.
+// tier, in write-through mode, if admitted and a slot is free, as a
+// background copy.
 func (m *Manager) propagate(ref BlockRef, t Tier) {
+	if m.writeThrough {
+		m.propagateIn(nil, ref, t)
+	}
+}
+
+// propagateIn is propagate into batch b (nil: the background batch).
+func (m *Manager) propagateIn(b *Batch, ref BlockRef, t Tier) {
 	if !m.writeThrough {
 		return
 	}
@@ -398,37 +406,46 @@ func (m *Manager) propagate(ref BlockRef, t Tier) {
 	if !ok {
 		return
 	}
-	m.startCopy(m.background(), ref, t, next, slot)
+	if b == nil {
+		b = m.background()
+	}
+	m.startCopy(b, ref, t, next, slot)
 }
 
 // startCopy records a copy of ref from tier `from` into slot of tier `to`:
 // the destination is reserved (writing) and the copy holds a reference.
-func (m *Manager) startCopy(t *Transfer, ref BlockRef, from, to Tier, slot Slot) {
+func (m *Manager) startCopy(t *Batch, ref BlockRef, from, to Tier, slot Slot) {
 	r := m.recs.at(ref)
 	r.slot[to] = slot
 	m.setState(ref, to, stateWriting)
 	m.policyInsert(to, ref)
 	m.ref(ref)
-	t.Ops = append(t.Ops, MoveOp{Key: r.key, Ref: ref, From: from, FromSlot: r.slot[from], To: to, ToSlot: slot})
+	op := MoveOp{Key: r.key, Ref: ref, Parent: r.parent, Salt: r.salt, Position: int(r.depth),
+		From: from, FromSlot: r.slot[from], To: to, ToSlot: slot}
+	if r.flags&flagTokens != 0 {
+		op.Tokens = m.recs.tokensOf(ref) // written once, before the flag
+	}
+	t.Ops = append(t.Ops, op)
 }
 
-func (m *Manager) newTransfer(l *Lease) *Transfer {
-	var t *Transfer
+func (m *Manager) newTransfer(l *Lease) *Batch {
+	var t *Batch
 	if n := len(m.xpool); n > 0 {
 		t = m.xpool[n-1]
 		m.xpool = m.xpool[:n-1]
 	} else {
-		t = &Transfer{m: m}
+		t = &Batch{m: m}
 	}
 	t.lease = l
 	t.Ops = t.Ops[:0]
+	t.After = nil
 	if l != nil {
 		l.xfers++
 	}
 	return t
 }
 
-func (m *Manager) background() *Transfer {
+func (m *Manager) background() *Batch {
 	if m.bg == nil {
 		m.bg = m.newTransfer(nil)
 	}
@@ -437,7 +454,7 @@ func (m *Manager) background() *Transfer {
 
 // unlockAndSubmit releases the write lock and then submits t and the background copies
 // decided under the lock.
-func (m *Manager) unlockAndSubmit(t *Transfer) {
+func (m *Manager) unlockAndSubmit(t *Batch) {
 	m.checkSampled()
 	bg := m.bg
 	m.bg = nil
@@ -451,7 +468,7 @@ func (m *Manager) unlockAndSubmit(t *Transfer) {
 }
 
 // submit hands t to the mover. Called without the lock.
-func (m *Manager) submit(t *Transfer) {
+func (m *Manager) submit(t *Batch) {
 	n := len(t.Ops)
 	m.lock()
 	t.remaining = n
@@ -477,17 +494,17 @@ func (m *Manager) submit(t *Transfer) {
 }
 
 // complete processes one op's completion. Called without the lock.
-func (m *Manager) complete(t *Transfer, i int, err error) {
+func (m *Manager) complete(t *Batch, i int, err error) {
 	m.lock()
 	if i < 0 || i >= len(t.done) || t.done[i] || t.remaining == 0 {
 		m.unlock()
-		panic(fmt.Sprintf("kvtier: Transfer.Complete(%d) called twice or out of range (%d ops)", i, len(t.done)))
+		panic(fmt.Sprintf("kvtier: Batch.Complete(%d) called twice or out of range (%d ops)", i, len(t.done)))
 	}
 	m.completeLocked(t, i, err)
 	m.unlockAndSubmit(nil)
 }
 
-func (m *Manager) completeLocked(t *Transfer, i int, err error) {
+func (m *Manager) completeLocked(t *Batch, i int, err error) {
 	op := t.Ops[i]
 	t.done[i] = true
 	t.remaining--
@@ -527,7 +544,7 @@ func (m *Manager) completeLocked(t *Transfer, i int, err error) {
 }
 
 // finish recycles a transfer whose ops all completed and wakes its lease.
-func (m *Manager) finish(t *Transfer) {
+func (m *Manager) finish(t *Batch) {
 	if l := t.lease; l != nil {
 		l.xfers--
 		if l.xfers == 0 {
@@ -538,6 +555,8 @@ func (m *Manager) finish(t *Transfer) {
 		}
 	}
 	t.lease = nil
+	t.After = nil
+	clear(t.Ops) // drop the token slices
 	t.Ops = t.Ops[:0]
 	m.xpool = append(m.xpool, t)
 }

@@ -43,11 +43,17 @@
 //	m.Lookup(salt, tokens, &l)  // leased prefix, best tier of each block
 //	m.Plan(&l)                  // load or recompute, per block
 //	m.Onboard(&l)               // copies into GPU slots (Block.GPUSlot)
-//	m.Wait(ctx, &l)             // the copies completed
+//	l.LayerEvents(i, evs)       // layer i landed: the compute stream waits
+//	                            // on these (or l.WaitLayer, or m.Wait for all)
 //	...                         // prefill the rest, into slots from:
-//	m.Insert(salt, tokens, GPU, &w); write Blocks with Write; m.Commit(&w, err)
-//	m.Offload(&w, Host); m.Wait(ctx, &w) // or WriteThrough does it
+//	m.Insert(salt, tokens, GPU, &w); enqueue the writes of Blocks with Write
+//	m.CommitAfter(&w, ev)       // ev marks them written (Commit: done already)
+//	m.Offload(&w, Host)         // waits for ev on the device; or WriteThrough
 //	m.Release(&w); m.Release(&l)
+//
+// Nothing on that path waits on the host for a copy: the copies out of the
+// GPU wait for the producer's event on the device, and the compute stream
+// waits for each layer's load on the device.
 //
 // A restarted server keeps its NVMe tier: with DeviceMoverConfig.KeepBlocks
 // the mover keeps the blocks the store recovered at Open, and
@@ -105,9 +111,12 @@ type Manager struct {
 	// their keys so that Release can record them.
 	admitters bool
 
-	bg    *Transfer   // copies decided under mu, submitted after unlock
-	xpool []*Transfer // idle transfers
-	ops   uint64      // mutations, for sampled invariant checks
+	// deferred counts the releases waiting for a CommitAfter event.
+	deferred sync.WaitGroup
+
+	bg    *Batch   // copies decided under mu, submitted after unlock
+	xpool []*Batch // idle transfers
+	ops   uint64   // mutations, for sampled invariant checks
 
 	// testKeyHook, when set, replaces every computed key (tests force
 	// collisions with it).
@@ -283,7 +292,7 @@ func (m *Manager) Onboard(l *Lease) error {
 	}
 	m.lock()
 	m.settle(l)
-	var t *Transfer
+	var t *Batch
 	full := false
 	for i := range l.Blocks {
 		b := &l.Blocks[i]
@@ -358,32 +367,64 @@ func (m *Manager) InsertKeys(salt Salt, keys []Key, tier Tier, l *Lease) error {
 // Commit ends the writes Insert asked of the caller: with err nil the blocks
 // become ready (and, with WriteThrough, are copied on to the next tier);
 // otherwise their slots are freed and they are forgotten. The caller MUST
-// have finished writing (the kernel or copy that wrote them completed).
+// have finished writing (the kernel or copy that wrote them completed); a
+// server that has only enqueued the writes calls CommitAfter.
 func (m *Manager) Commit(l *Lease, err error) error {
+	return m.commit("Commit", l, err, nil)
+}
+
+// CommitAfter is Commit for writes that are enqueued on the device and
+// marked by written (the event the server recorded after the step that
+// produced the KV), so that nothing on the request's path waits on the
+// host: the blocks are ready in device order. Every copy kvtier makes of
+// them while l holds them (write-through now, Offload(l, ...) later) waits
+// for written on the device, and Release returns their slots for reuse only
+// once written has completed. Work of the server that reads them MUST be
+// ordered after written (the same stream, or a wait on the event); a
+// lookup by another request finds them at once, so a server with several
+// compute streams orders them the same way.
+func (m *Manager) CommitAfter(l *Lease, written Event) error {
+	if written == nil {
+		return fmt.Errorf("%w: CommitAfter: nil event (use Commit)", ErrBadInput)
+	}
+	return m.commit("CommitAfter", l, nil, written)
+}
+
+func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 	if !l.leased || l.m != m {
-		return fmt.Errorf("%w: Commit: lease holds no insert of this manager", ErrBadInput)
+		return fmt.Errorf("%w: %s: lease holds no insert of this manager", ErrBadInput, op)
 	}
 	m.lock()
+	var b *Batch // write-through copies that wait for written
 	for i := range l.Blocks {
-		b := &l.Blocks[i]
-		if !b.Write {
+		bl := &l.Blocks[i]
+		if !bl.Write {
 			continue
 		}
-		b.Write = false
-		r := m.recs.at(b.Ref)
-		if r.state[b.Tier] != stateWriting || r.slot[b.Tier] != b.Slot {
+		bl.Write = false
+		r := m.recs.at(bl.Ref)
+		if r.state[bl.Tier] != stateWriting || r.slot[bl.Tier] != bl.Slot {
 			m.unlock()
-			panic(fmt.Sprintf("kvtier: Commit: block %#x in %v is %v", uint64(b.Key), b.Tier, r.state[b.Tier]))
+			panic(fmt.Sprintf("kvtier: %s: block %#x in %v is %v", op, uint64(bl.Key), bl.Tier, r.state[bl.Tier]))
 		}
 		if err == nil {
-			m.setState(b.Ref, b.Tier, stateReady)
-			m.metrics.tier(b.Tier).in(m.tiers[b.Tier].slotBytes)
-			m.propagate(b.Ref, b.Tier)
+			m.setState(bl.Ref, bl.Tier, stateReady)
+			m.metrics.tier(bl.Tier).in(m.tiers[bl.Tier].slotBytes)
+			if written != nil {
+				l.written = written
+			}
+			if m.writeThrough {
+				if b == nil {
+					b = m.newTransfer(l)
+					b.After = l.written
+				}
+				m.propagateIn(b, bl.Ref, bl.Tier)
+			}
 		} else {
-			m.freeSlot(b.Ref, b.Tier)
+			m.freeSlot(bl.Ref, bl.Tier)
 		}
 	}
-	m.unlockAndSubmit(nil)
+	m.unlockAndSubmit(b)
 	return nil
 }
 
@@ -400,7 +441,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 	}
 	m.lock()
 	m.settle(l)
-	var t *Transfer
+	var t *Batch
 	ts := &m.tiers[to]
 	for i := range l.Blocks {
 		want := len(l.Blocks) - i
@@ -419,6 +460,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 		}
 		if t == nil {
 			t = m.newTransfer(l)
+			t.After = l.written
 		}
 		m.startCopy(t, b.Ref, from, to, slot)
 	}
@@ -451,9 +493,23 @@ func (m *Manager) Wait(ctx context.Context, l *Lease) error {
 // Release drops the lease's references; its blocks become evictable again
 // once nothing else uses them. Blocks Insert reserved and the caller did not
 // Commit are forgotten, as by Commit with an error. Copies still in flight
-// keep their own references. Releasing an empty lease does nothing.
+// keep their own references. The lease's layer events are no longer valid.
+// After CommitAfter, the references are dropped only once the event has
+// completed, by a goroutine of the manager if it has not yet: the lease is
+// free for reuse at once either way. Releasing an empty lease does nothing.
 func (m *Manager) Release(l *Lease) {
-	if !l.leased || m.releaseShared(l) {
+	l.dropLayers()
+	if !l.leased {
+		return
+	}
+	if w := l.written; w != nil {
+		l.written = nil
+		if done, err := w.Query(); !done || err != nil {
+			m.releaseAfter(l, w)
+			return
+		}
+	}
+	if m.releaseShared(l) {
 		return
 	}
 	m.lock()
@@ -468,4 +524,22 @@ func (m *Manager) Release(l *Lease) {
 	l.Blocks = l.Blocks[:0]
 	l.leased = false
 	m.unlockAndSubmit(nil)
+}
+
+// releaseAfter hands l's references to a lease of the manager's, released
+// once written has completed (or failed: the slots are then as good as
+// their last complete write), and empties l. Not on a request's hot path:
+// it allocates the stand-in lease.
+func (m *Manager) releaseAfter(l *Lease, written Event) {
+	// l is an insert's lease (CommitAfter sets written only where it
+	// committed a block): it holds plain references, no pin.
+	stand := &Lease{Blocks: slices.Clone(l.Blocks), m: m, leased: true, stripe: l.stripe}
+	l.Blocks = l.Blocks[:0]
+	l.leased = false
+	m.deferred.Add(1)
+	go func() {
+		defer m.deferred.Done()
+		_ = written.Synchronize()
+		m.Release(stand)
+	}()
 }

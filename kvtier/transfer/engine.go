@@ -421,6 +421,7 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 		}
 	}
 	e.stats.transfers.Add(1)
+	close(t.issued)
 	d.pending <- t
 }
 
@@ -476,6 +477,7 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 			}
 		}
 		d.mu.Unlock()
+		close(t.issued)
 		e.stats.transfers.Add(1)
 		e.stats.onboardBytes.Add(t.bytes)
 		t.await()

@@ -33,11 +33,12 @@ type Transfer struct {
 	end          time.Duration
 	err          error // set before done is closed; read only after
 	done         chan struct{}
+	issued       chan struct{} // closed once every event has been recorded
 }
 
 func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, error) {
 	n := max(layers, 1)
-	t := &Transfer{eng: e, kind: kind, start: e.now(), done: make(chan struct{}), owned: make([]cudastream.Event, 0, n)}
+	t := &Transfer{eng: e, kind: kind, start: e.now(), done: make(chan struct{}), issued: make(chan struct{}), owned: make([]cudastream.Event, 0, n)}
 	for i := 0; i < n; i++ {
 		ev, err := e.events.get()
 		if err != nil {
@@ -153,10 +154,17 @@ func (t *Transfer) Duration() time.Duration {
 // for onboards (staged ones included), 0 for offloads.
 func (t *Transfer) Layers() int { return len(t.layerEv) }
 
+// Issued is closed once the transfer's events have been recorded: when
+// Onboard or Offload returns, and for a staged onboard once its last block
+// has been read and its copies enqueued.
+func (t *Transfer) Issued() <-chan struct{} { return t.issued }
+
 // LayerEvent returns the event that completes when layer l's blocks are on
 // the device. The compute stream waits on it (Stream.WaitEvent) before
-// running layer l. The event belongs to the transfer: do not record or
-// destroy it, and do not use it after Release.
+// running layer l. An event not yet recorded counts as complete, so a staged
+// onboard's events MUST NOT be waited on before Issued is closed. The event
+// belongs to the transfer: do not record or destroy it, and do not use it
+// after Release.
 func (t *Transfer) LayerEvent(l int) cudastream.Event { return t.layerEv[l] }
 
 // LayerReady reports whether layer l's copies have completed.
