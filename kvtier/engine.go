@@ -111,7 +111,7 @@ blocks:
 				break blocks
 			}
 			best := r.best()
-			if best == NumTiers {
+			if best == NumTiers || r.flags&flagInvalid != 0 {
 				break blocks
 			}
 			l.Blocks = append(l.Blocks, Block{Key: keys[i], Ref: ref, Tier: best, Slot: r.slot[best]})
@@ -178,6 +178,9 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			if !m.verify(ref, r, salt, parent, i, nil) {
 				m.metrics.mismatch()
 				break
+			}
+			if r.flags&flagInvalid != 0 {
+				break // forgotten once its users let go; Insert it again then
 			}
 			if tok != nil {
 				if r.flags&flagTokens == 0 {
@@ -251,10 +254,17 @@ func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) Bl
 
 const noSlot = ^Slot(0)
 
-// maybeFree forgets a record that no tier holds and nothing references.
+// maybeFree forgets a record that no tier holds and nothing references,
+// and frees the copies of an invalidated one that nothing references.
 func (m *Manager) maybeFree(ref BlockRef) {
 	r := m.recs.at(ref)
-	if r.refs != 0 || r.resident() {
+	if r.refs != 0 {
+		return
+	}
+	if r.resident() {
+		if r.flags&flagInvalid != 0 {
+			m.dropInvalid(ref) // frees its slots, then comes back here
+		}
 		return
 	}
 	m.index.remove(r.key)
@@ -399,7 +409,7 @@ func (m *Manager) propagateIn(b *Batch, ref BlockRef, t Tier) {
 	}
 	next := m.tiers[t].below
 	r := m.recs.at(ref)
-	if next == NumTiers || r.state[next] != stateNone || !m.admit(next, r.key) {
+	if next == NumTiers || r.state[next] != stateNone || r.flags&flagInvalid != 0 || !m.admit(next, r.key) {
 		return
 	}
 	slot, ok := m.alloc(next, 1)
@@ -439,6 +449,7 @@ func (m *Manager) newTransfer(l *Lease) *Batch {
 	t.lease = l
 	t.Ops = t.Ops[:0]
 	t.After = nil
+	m.busy++
 	if l != nil {
 		l.xfers++
 	}
@@ -559,6 +570,17 @@ func (m *Manager) finish(t *Batch) {
 	clear(t.Ops) // drop the token slices
 	t.Ops = t.Ops[:0]
 	m.xpool = append(m.xpool, t)
+	m.idle()
+}
+
+// idle ends one unit of background work (a batch, a deferred release) and
+// wakes Drain when none is left.
+func (m *Manager) idle() {
+	m.busy--
+	if m.busy == 0 && m.drained != nil {
+		close(m.drained)
+		m.drained = nil
+	}
 }
 
 func (m *Manager) checkSampled() {
@@ -636,7 +658,7 @@ func (m *Manager) releaseShared(l *Lease) bool {
 		if n != 0 {
 			continue
 		}
-		if !r.resident() {
+		if !r.resident() || r.flags&flagInvalid != 0 {
 			// Only the write lock may forget it: put the reference
 			// back (no writer runs while this stripe is read-locked,
 			// and readers never free) and leave the block in l for

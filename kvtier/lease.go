@@ -14,8 +14,11 @@ type Block struct {
 	// tier holding it; after Insert the tier inserted into.
 	Tier Tier
 	Slot Slot
-	// Action is the Planner's decision (after Plan).
+	// Action is the Planner's decision (after Plan), or Recompute where
+	// Onboard could not load the block (then Why says why).
 	Action Action
+	// Why is Planned unless Onboard turned a Load into a Recompute.
+	Why Reason
 	// Write is set by Insert when this lease reserved the slot: the caller
 	// MUST write the block's KV into Slot of Tier and then call Commit. A
 	// block already ready (or being written by another lease) has it clear.

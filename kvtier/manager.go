@@ -111,8 +111,11 @@ type Manager struct {
 	// their keys so that Release can record them.
 	admitters bool
 
-	// deferred counts the releases waiting for a CommitAfter event.
-	deferred sync.WaitGroup
+	// busy counts the batches not yet finished and the releases waiting
+	// for a CommitAfter event; drained, when set, is closed when busy
+	// reaches 0 (Drain waits on it).
+	busy    int
+	drained chan struct{}
 
 	bg    *Batch   // copies decided under mu, submitted after unlock
 	xpool []*Batch // idle transfers
@@ -268,21 +271,29 @@ func (m *Manager) Plan(l *Lease) error {
 		case a > Recompute:
 			a = Recompute
 		}
-		l.Blocks[i].Action = a
+		l.Blocks[i].Action, l.Blocks[i].Why = a, Planned
 	}
 	return err
 }
 
 // Onboard submits copies into the GPU tier for the leased blocks whose Action
 // is Load, reserving GPU slots (evicting as needed). Each such block gets
-// Loading and its GPUSlot; the copies are done when Wait returns nil. A
-// block for which no GPU slot is free now gets Action Recompute instead.
+// Loading and its GPUSlot; the copies are done when Wait returns nil, and
+// layer by layer when the lease's LayerEvents complete. A block Onboard
+// cannot load gets Action Recompute and Why (counted in
+// Metrics.Recomputes): no GPU slot is free now (in write-back mode,
+// demotions may be under way: Onboard never waits for them), the block is
+// being written into or evicted from the GPU, or its source copy was lost.
 func (m *Manager) Onboard(l *Lease) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Onboard: lease holds no lookup of this manager", ErrBadInput)
 	}
 	if !m.tiers[GPU].present {
 		return fmt.Errorf("%w: Onboard: the gpu tier is absent", ErrBadInput)
+	}
+	turn := func(b *Block, why Reason) {
+		b.Action, b.Why = Recompute, why
+		m.metrics.recompute(why)
 	}
 	want := 0
 	for _, b := range l.Blocks {
@@ -306,11 +317,11 @@ func (m *Manager) Onboard(l *Lease) error {
 			b.Tier, b.Slot, b.Action = GPU, r.slot[GPU], Use
 			continue
 		case stateWriting, stateEvicting:
-			b.Action = Recompute
+			turn(b, GPUBusy)
 			continue
 		}
 		if r.state[b.Tier] != stateReady { // its copy there was lost (ErrSourceLost)
-			b.Action = Recompute
+			turn(b, SourceLost)
 			continue
 		}
 		var slot Slot
@@ -320,7 +331,7 @@ func (m *Manager) Onboard(l *Lease) error {
 			full = !ok
 		}
 		if !ok {
-			b.Action = Recompute
+			turn(b, NoGPUSlot)
 			continue
 		}
 		if t == nil {
@@ -536,10 +547,96 @@ func (m *Manager) releaseAfter(l *Lease, written Event) {
 	stand := &Lease{Blocks: slices.Clone(l.Blocks), m: m, leased: true, stripe: l.stripe}
 	l.Blocks = l.Blocks[:0]
 	l.leased = false
-	m.deferred.Add(1)
+	m.lock()
+	m.busy++
+	m.unlock()
 	go func() {
-		defer m.deferred.Done()
 		_ = written.Synchronize()
 		m.Release(stand)
+		m.lock()
+		m.idle()
+		m.unlock()
 	}()
+}
+
+// Drain waits until every copy submitted so far has completed, with the
+// copies their completions start (write-through, demotions), and every
+// release waiting for a CommitAfter event has happened; or until ctx ends.
+// Lookups and other calls may run meanwhile (work they start is waited
+// for too). For shutdown and tests.
+func (m *Manager) Drain(ctx context.Context) error {
+	for {
+		m.lock()
+		if m.busy == 0 {
+			m.unlock()
+			return nil
+		}
+		if m.drained == nil {
+			m.drained = make(chan struct{})
+		}
+		ch := m.drained
+		m.unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("kvtier: Drain: %w", ctx.Err())
+		}
+	}
+}
+
+// Flush writes every block down to the slowest tier present: a block whose
+// copies are all in faster tiers (dirty, in write-back mode) is copied to
+// the next tier, and so on, waiting for the copies (Drain) between rounds.
+// Blocks that find no slot stay dirty: Flush then returns ErrNoSpace with
+// their count. Lookups may run meanwhile; blocks inserted during a Flush
+// may or may not be written down.
+func (m *Manager) Flush(ctx context.Context) error {
+	bottom := NumTiers
+	for t := NumTiers - 1; t < NumTiers; t-- {
+		if m.tiers[t].present {
+			bottom = t
+			break
+		}
+	}
+	const maxRounds = 4 * int(NumTiers) // each round moves every dirty block one tier down
+	for round := 0; ; round++ {
+		started, stuck := 0, 0
+		m.lock()
+		for i := uint32(0); i < m.recs.n; i++ {
+			ref := BlockRef(i)
+			r := m.recs.at(ref)
+			from, ok := slowest(r)
+			if !ok || from >= bottom || r.state[from] != stateReady || r.flags&flagInvalid != 0 {
+				continue // free, clean, on its way down, or forgotten
+			}
+			next := m.tiers[from].below
+			slot, ok := m.alloc(next, 1)
+			if !ok {
+				stuck++
+				continue
+			}
+			m.startCopy(m.background(), ref, from, next, slot)
+			started++
+		}
+		m.unlockAndSubmit(nil)
+		if err := m.Drain(ctx); err != nil {
+			return fmt.Errorf("kvtier: Flush: %w", err)
+		}
+		if started == 0 || round == maxRounds {
+			if stuck > 0 || started > 0 {
+				return fmt.Errorf("%w: Flush: %d blocks found no slot in a slower tier", ErrNoSpace, stuck+started)
+			}
+			return nil
+		}
+	}
+}
+
+// slowest returns the slowest tier where r has a copy (in any state).
+func slowest(r *record) (Tier, bool) {
+	for t := NumTiers - 1; t < NumTiers; t-- {
+		if r.state[t] != stateNone {
+			return t, true
+		}
+	}
+	return 0, false
 }

@@ -25,6 +25,41 @@ func (a Action) String() string {
 	return "action(?)"
 }
 
+// Reason says why Onboard recomputes a block that the plan said to load.
+type Reason uint8
+
+const (
+	// Planned: the block is not a load turned into a recompute.
+	Planned Reason = iota
+	// NoGPUSlot: every GPU slot is in use or still being demoted (in
+	// write-back mode, the demotions Onboard started free slots for a
+	// retry).
+	NoGPUSlot
+	// GPUBusy: the block itself is being written into or evicted from the
+	// GPU by another request or copy.
+	GPUBusy
+	// SourceLost: its copy in the tier it would load from was lost (a
+	// failed or corrupt NVMe read) since the lookup.
+	SourceLost
+	// NumReasons counts the reasons; it is not one.
+	NumReasons
+)
+
+// String names the reason, as in metrics.
+func (r Reason) String() string {
+	switch r {
+	case Planned:
+		return "planned"
+	case NoGPUSlot:
+		return "no_gpu_slot"
+	case GPUBusy:
+		return "gpu_busy"
+	case SourceLost:
+		return "source_lost"
+	}
+	return "reason(?)"
+}
+
 // PlanBlock is what a Planner knows about one block of a request.
 type PlanBlock struct {
 	// Cached reports whether a tier holds the block ready; if not, the
