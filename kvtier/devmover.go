@@ -273,7 +273,7 @@ func (d *DeviceMover) Close() error {
 // of the Batch, which the manager recycles after its last Complete.
 type moveJob struct {
 	t                *Batch
-	after            cudastream.Event // the batch's producer event, or nil
+	afters           []cudastream.Event // the producer events of its ops out of the GPU
 	onboard, offload []transfer.Pair
 	onIdx, offIdx    []int
 	writes           []nvme.WriteOp
@@ -292,6 +292,22 @@ type moveJob struct {
 	writeTo          []Slot // manager NVMe slot of each write
 }
 
+// addAfter adds a producer event to the job's (once each), and reports
+// false for one that is not a device event.
+func (j *moveJob) addAfter(e Event) bool {
+	ev, ok := e.(cudastream.Event)
+	if !ok {
+		return false
+	}
+	for _, have := range j.afters {
+		if have == ev {
+			return true
+		}
+	}
+	j.afters = append(j.afters, ev)
+	return true
+}
+
 // wantMeta is the identity an NVMe read must find.
 type wantMeta struct {
 	key, parent, salt uint64
@@ -305,19 +321,12 @@ func (d *DeviceMover) Submit(t *Batch) error {
 	j := &moveJob{t: t}
 	var fail []int
 	var failErr []error
-	var afterErr error
-	if t.After != nil {
-		ev, ok := t.After.(cudastream.Event)
-		if ok {
-			j.after = ev
-		} else {
-			afterErr = fmt.Errorf("%w: Batch.After is a %T, not a cudastream.Event of the mover's device", ErrBadInput, t.After)
-		}
-	}
 	for i, op := range t.Ops {
+		if op.After != nil && !j.addAfter(op.After) {
+			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: MoveOp.After is a %T, not a cudastream.Event", ErrBadInput, op.After))
+			continue
+		}
 		switch {
-		case op.From == GPU && afterErr != nil:
-			fail, failErr = append(fail, i), append(failErr, afterErr)
 		case (op.From == Host && int(op.FromSlot) >= d.host.Slots()) || (op.To == Host && int(op.ToSlot) >= d.host.Slots()):
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: host slot out of the pool's %d (DeviceMoverConfig.Host)", ErrBadInput, d.host.Slots()))
 		case op.From == GPU && op.To == Host:
@@ -359,7 +368,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 	// transfer's last and recycle t.
 	if len(j.offload) > 0 {
 		d.stats.offloads.Add(uint64(len(j.offload)))
-		tr, err := d.eng.Offload(context.Background(), j.offload, j.after)
+		tr, err := d.eng.Offload(context.Background(), j.offload, j.afters...)
 		d.finishEngine(t, j.offIdx, tr, err, "offload", nil)
 	}
 	if len(j.onboard) > 0 {
@@ -657,7 +666,7 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 			}
 		}
 		k := len(pairs)
-		err := d.bounceCopy(pairs, j.after)
+		err := d.bounceCopy(pairs, j.afters)
 		ops = ops[:0]
 		for c := range k {
 			ops = append(ops, nvme.WriteOp{Slot: d.nvmeSlot[j.bounceTo[next+c]], Meta: j.bounceMeta[next+c],
@@ -687,8 +696,8 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 // bounceCopy offloads pairs into the bounce pool, on the device after
 // after (nil: at once), and waits for the copy. It runs on the mover's
 // goroutine, off the request's path.
-func (d *DeviceMover) bounceCopy(pairs []transfer.Pair, after cudastream.Event) error {
-	tr, err := d.bounce.Offload(context.Background(), pairs, after)
+func (d *DeviceMover) bounceCopy(pairs []transfer.Pair, after []cudastream.Event) error {
+	tr, err := d.bounce.Offload(context.Background(), pairs, after...)
 	if err != nil {
 		return err
 	}

@@ -323,6 +323,9 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 // freeSlot takes ref out of tier t and returns its slot to the free list.
 // The caller guarantees no copy reads or writes the slot (invariant 3).
 func (m *Manager) freeSlot(ref BlockRef, t Tier) {
+	if t == GPU && m.gpuWritten != nil {
+		m.gpuWritten[m.recs.at(ref).slot[GPU]] = nil
+	}
 	// The policy tracks exactly the writing and ready blocks of its tier.
 	// A victim of Evict is already gone from it; Remove is then a no-op
 	// (ghost entries stay).
@@ -435,6 +438,9 @@ func (m *Manager) startCopy(t *Batch, ref BlockRef, from, to Tier, slot Slot) {
 	if r.flags&flagTokens != 0 {
 		op.Tokens = m.recs.tokensOf(ref) // written once, before the flag
 	}
+	if from == GPU && m.gpuWritten != nil {
+		op.After = m.gpuWritten[op.FromSlot]
+	}
 	t.Ops = append(t.Ops, op)
 }
 
@@ -448,7 +454,6 @@ func (m *Manager) newTransfer(l *Lease) *Batch {
 	}
 	t.lease = l
 	t.Ops = t.Ops[:0]
-	t.After = nil
 	m.busy++
 	if l != nil {
 		l.xfers++
@@ -566,7 +571,6 @@ func (m *Manager) finish(t *Batch) {
 		}
 	}
 	t.lease = nil
-	t.After = nil
 	clear(t.Ops) // drop the token slices
 	t.Ops = t.Ops[:0]
 	m.xpool = append(m.xpool, t)

@@ -60,7 +60,6 @@ func (m *Manager) evictLease(ctx context.Context, l *Lease, keep Tier) (int, err
 		}
 		if b == nil {
 			b = m.newTransfer(l)
-			b.After = l.written
 		}
 		m.startCopy(b, bl.Ref, from, keep, slot)
 	}

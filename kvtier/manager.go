@@ -101,12 +101,16 @@ type Manager struct {
 	planner      Planner
 	recompute    func(position int) float64
 
-	tiers   [NumTiers]tierState
-	slots   [NumTiers]uint32
-	recs    slab
-	index   table
-	metrics *counters
-	gauges  gauges
+	tiers [NumTiers]tierState
+	slots [NumTiers]uint32
+	recs  slab
+	index table
+	// gpuWritten[s] is the CommitAfter event of the block in GPU slot s
+	// until the lease that committed it is released after the event
+	// completed: every copy out of the slot waits for it (MoveOp.After).
+	gpuWritten []Event
+	metrics    *counters
+	gauges     gauges
 	// admitters is set when a tier has an Admitter; lookups then keep
 	// their keys so that Release can record them.
 	admitters bool
@@ -160,6 +164,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if !cfg.DisableMetrics {
 		m.metrics = &m.stripes[0].c
+	}
+	if slots[GPU] > 0 {
+		m.gpuWritten = make([]Event, slots[GPU])
 	}
 	m.recs.blockTokens = cfg.BlockTokens
 	below := NumTiers
@@ -388,9 +395,11 @@ func (m *Manager) Commit(l *Lease, err error) error {
 // marked by written (the event the server recorded after the step that
 // produced the KV), so that nothing on the request's path waits on the
 // host: the blocks are ready in device order. Every copy kvtier makes of
-// them while l holds them (write-through now, Offload(l, ...) later) waits
-// for written on the device, and Release returns their slots for reuse only
-// once written has completed. Work of the server that reads them MUST be
+// them until l is released (write-through now, Offload or Evict later, by
+// any lease) waits for written on the device, and Release returns their
+// slots for reuse only once written has completed. written MUST NOT be
+// destroyed or recorded again before it has completed and l has been
+// released. Work of the server that reads them MUST be
 // ordered after written (the same stream, or a wait on the event); a
 // lookup by another request finds them at once, so a server with several
 // compute streams orders them the same way.
@@ -423,11 +432,13 @@ func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 			m.metrics.tier(bl.Tier).in(m.tiers[bl.Tier].slotBytes)
 			if written != nil {
 				l.written = written
+				if bl.Tier == GPU {
+					m.gpuWritten[bl.Slot] = written
+				}
 			}
 			if m.writeThrough {
 				if b == nil {
 					b = m.newTransfer(l)
-					b.After = l.written
 				}
 				m.propagateIn(b, bl.Ref, bl.Tier)
 			}
@@ -471,7 +482,6 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 		}
 		if t == nil {
 			t = m.newTransfer(l)
-			t.After = l.written
 		}
 		m.startCopy(t, b.Ref, from, to, slot)
 	}
@@ -519,6 +529,9 @@ func (m *Manager) Release(l *Lease) {
 			m.releaseAfter(l, w)
 			return
 		}
+		m.lock()
+		m.forgetWritten(l, w)
+		m.unlock()
 	}
 	if m.releaseShared(l) {
 		return
@@ -552,11 +565,24 @@ func (m *Manager) releaseAfter(l *Lease, written Event) {
 	m.unlock()
 	go func() {
 		_ = written.Synchronize()
+		m.lock()
+		m.forgetWritten(stand, written)
+		m.unlock()
 		m.Release(stand)
 		m.lock()
 		m.idle()
 		m.unlock()
 	}()
+}
+
+// forgetWritten drops written from the GPU slots of l's blocks: it has
+// completed, and the caller releases l.
+func (m *Manager) forgetWritten(l *Lease, written Event) {
+	for _, b := range l.Blocks {
+		if b.Tier == GPU && m.gpuWritten[b.Slot] == written {
+			m.gpuWritten[b.Slot] = nil
+		}
+	}
 }
 
 // Drain waits until every copy submitted so far has completed, with the

@@ -26,6 +26,10 @@ type MoveOp struct {
 	// until the op completes without error (invariant 2).
 	To     Tier
 	ToSlot Slot
+	// After, for a copy out of the GPU, is the server's event that marks
+	// the block's KV as written (CommitAfter), or nil when it was written
+	// already: the copy MUST wait for it on the device.
+	After Event
 }
 
 // Event is a point in device work that has or has not completed: a
@@ -71,9 +75,9 @@ type Mover interface {
 	// lock held. The mover MUST call b.Complete(i, err) exactly once for
 	// every op i, from any goroutine, in any order, possibly before Submit
 	// returns, and MUST NOT touch either slot of op i after completing it
-	// (invariant 3). Copies out of the GPU MUST start on the device only
-	// after b.After (when set) has completed, and MUST NOT wait for it on
-	// the host. A mover that loads into the GPU layer by layer reports it
+	// (invariant 3). A copy out of the GPU MUST start on the device only
+	// after its op's After (when set) has completed, and MUST NOT wait for
+	// it on the host. A mover that loads into the GPU layer by layer reports it
 	// with b.AddLayers before Submit returns and before its last Complete.
 	// The mover MUST NOT keep b after its last Complete. An error from
 	// Submit fails every op it has not completed.
@@ -85,10 +89,6 @@ type Mover interface {
 type Batch struct {
 	// Ops are the copies; the mover MUST NOT modify the slice.
 	Ops []MoveOp
-	// After, when set, is the server's event that marks the KV of the
-	// batch's GPU blocks as written (CommitAfter): the copies out of the
-	// GPU wait for it on the device.
-	After Event
 
 	m         *Manager
 	lease     *Lease // nil for background demotions and write-through

@@ -300,20 +300,23 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	return t, nil
 }
 
-// Offload copies blocks from the GPU to their host slots once after has
-// completed (the server's event for the step that produced them; nil for
-// none). Each block moves layer after layer, so a block-first GPU layout
+// Offload copies blocks from the GPU to their host slots once the events
+// in after have completed (the server's events for the steps that produced
+// them; none, or nil ones, for none), waiting for them on the device. Each block moves layer after layer, so a block-first GPU layout
 // moves as one copy per block. The host slots MUST NOT be read as KV, nor the
 // GPU blocks reused, until the Transfer is done.
-func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Event) (*Transfer, error) {
+func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.Event) (*Transfer, error) {
 	d := &e.off
 	t, err := e.start(d, pairs, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer d.mu.Unlock()
-	if after != nil {
-		if err := d.stream.WaitEvent(after); err != nil {
+	for _, ev := range after {
+		if ev == nil || t.err != nil {
+			continue
+		}
+		if err := d.stream.WaitEvent(ev); err != nil {
 			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
 		}
 	}
