@@ -467,8 +467,16 @@ type engineLayers struct {
 	refs atomic.Int32
 }
 
-func (e *engineLayers) NumLayers() int                             { return e.tr.Layers() }
-func (e *engineLayers) LayerEvent(l int) Event                     { return e.tr.LayerEvent(l) }
+func (e *engineLayers) NumLayers() int { return e.tr.Layers() }
+
+// LayerEvent implements Layers. For a load staged from NVMe it first waits
+// until the engine has read the blocks and recorded the events: an event
+// not yet recorded would count as complete.
+func (e *engineLayers) LayerEvent(l int) Event {
+	<-e.tr.Issued()
+	return e.tr.LayerEvent(l)
+}
+
 func (e *engineLayers) WaitLayer(ctx context.Context, l int) error { return e.tr.WaitLayer(ctx, l) }
 
 // Release implements Layers (and the mover's own release once the

@@ -381,17 +381,19 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 				layered[b.Tier]++
 			}
 		}
+		// The test's stream waits for every layer on the device (readGPU
+		// reads on it): the bytes checked below are there by then.
+		var evs []Event
 		for layer := range dmLayers {
-			evs, err := l.LayerEvents(layer, nil)
-			if err != nil || (loading > 0) != (len(evs) > 0) {
-				t.Fatalf("%d blocks loading, layer %d: %d events (%v)", loading, layer, len(evs), err)
+			n := len(evs)
+			var err error
+			evs, err = l.LayerEvents(layer, evs)
+			if err != nil || (loading > 0) != (len(evs) > n) {
+				t.Fatalf("%d blocks loading, layer %d: %d events (%v)", loading, layer, len(evs)-n, err)
 			}
-			if err := l.WaitLayer(ctx, layer); err != nil {
-				t.Fatal(err)
-			}
-			for _, ev := range evs {
-				if done, err := ev.Query(); !done || err != nil {
-					t.Fatalf("layer %d: event not complete (%v) after WaitLayer", layer, err)
+			for _, ev := range evs[n:] {
+				if err := f.st.WaitEvent(ev.(cudastream.Event)); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
@@ -407,6 +409,16 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			}
 			if got := f.readGPU(t, s); !bytes.Equal(got, f.want[b.Key]) {
 				t.Fatalf("request %d block %d (from %v): GPU slot %d holds other bytes", i, j, b.Tier, s)
+			}
+		}
+		for layer := range dmLayers { // and the host-side wait agrees
+			if err := l.WaitLayer(ctx, layer); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, ev := range evs {
+			if done, err := ev.Query(); !done || err != nil {
+				t.Fatalf("a layer event is not complete (%v) after WaitLayer", err)
 			}
 		}
 		if err := f.m.Wait(ctx, &l); err != nil {
