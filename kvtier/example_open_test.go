@@ -31,7 +31,9 @@ func ExampleOpen() {
 	defer c.Close()
 	compute, _ := sim.NewStream(0) // the model's stream
 	kv := func(k kvtier.Key) []byte { return bytes.Repeat([]byte{byte(k)}, int(gpu.BlockBytes())) }
-	at := func(s kvtier.Slot) cudastream.DevicePtr { return region + cudastream.DevicePtr(int64(s)*gpu.BlockBytes()) }
+	at := func(s kvtier.Slot) cudastream.DevicePtr {
+		return region + cudastream.DevicePtr(int64(s)*gpu.BlockBytes())
+	}
 
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8} // two blocks of 4 tokens
 	var w kvtier.Lease
