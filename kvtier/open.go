@@ -89,6 +89,8 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	switch {
 	case o.Device == nil:
 		return bad("Device", "is nil")
+	case o.BlockTokens <= 0 || o.BlockTokens > MaxBlockTokens:
+		return bad("BlockTokens", "%d is not in [1, %d]", o.BlockTokens, MaxBlockTokens)
 	case o.HostBytes <= 0:
 		return bad("HostBytes", "%d is not positive", o.HostBytes)
 	case (len(o.NVMeDirs) == 0) != (o.NVMeBytes == 0):
