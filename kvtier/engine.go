@@ -84,44 +84,56 @@ func (m *Manager) lookup(salt Salt, keys []Key, tokens []int32, l *Lease) {
 	// next, so that the cache misses of a batch's index probes, records
 	// and tokens (three a block in a large cache) overlap rather than
 	// follow one another. A miss wastes at most one batch of probes.
+	// Keys are chained on the tokens, not on what is cached, so a block
+	// after a missing one (a hole) still verifies against its parent's
+	// key: up to maxHoles of them are skipped.
 	const batch = 16
 	var refs [batch]BlockRef
+	var found [batch]bool
 	parent := Key(0)
+	holes, pending := 0, 0 // holes skipped; of them, those after the last block found
 blocks:
 	for base := 0; base < len(keys); base += batch {
 		n := min(batch, len(keys)-base)
-		found := 0
-		for found < n {
-			idx, ok := m.index.find(keys[base+found])
-			if !ok {
+		for j := range n {
+			idx, ok := m.index.find(keys[base+j])
+			refs[j], found[j] = BlockRef(idx), ok
+			if !ok && m.maxHoles == 0 {
+				n = j + 1
 				break
 			}
-			refs[found] = BlockRef(idx)
-			found++
 		}
-		for j := range found {
+		for j := range n {
 			i, ref := base+j, refs[j]
-			r := m.recs.at(ref)
-			var tok []int32
-			if tokens != nil {
-				tok = tokens[i*bt : (i+1)*bt]
+			ok := found[j]
+			if ok {
+				r := m.recs.at(ref)
+				var tok []int32
+				if tokens != nil {
+					tok = tokens[i*bt : (i+1)*bt]
+				}
+				if !m.verify(ref, r, salt, parent, i, tok) {
+					mismatches++
+					ok = false
+				} else if best := r.best(); best == NumTiers || r.flags&flagInvalid != 0 {
+					ok = false
+				} else {
+					l.Blocks = append(l.Blocks, Block{Key: keys[i], Ref: ref, Tier: best, Slot: r.slot[best], Position: i})
+					hits[best]++
+					pending = 0
+				}
 			}
-			if !m.verify(ref, r, salt, parent, i, tok) {
-				mismatches++
-				break blocks
+			if !ok {
+				if holes == m.maxHoles {
+					break blocks
+				}
+				holes++
+				pending++
 			}
-			best := r.best()
-			if best == NumTiers || r.flags&flagInvalid != 0 {
-				break blocks
-			}
-			l.Blocks = append(l.Blocks, Block{Key: keys[i], Ref: ref, Tier: best, Slot: r.slot[best]})
-			hits[best]++
 			parent = keys[i]
 		}
-		if found < n {
-			break
-		}
 	}
+	holes -= pending // misses after the last block found are no holes
 	if len(l.Blocks) > 0 {
 		m.pin(st, l)
 	}
@@ -132,6 +144,9 @@ blocks:
 	if c := m.stripeCounters(st); c != nil {
 		n := uint64(len(keys))
 		c.lookup(len(keys), len(l.Blocks))
+		if holes > 0 {
+			c.holes.Add(uint64(holes))
+		}
 		if mismatches > 0 {
 			c.mismatches.Add(mismatches)
 		}

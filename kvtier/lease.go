@@ -10,6 +10,11 @@ type Block struct {
 	// Key and Ref identify the block.
 	Key Key
 	Ref BlockRef
+	// Position is the block's index in the request: it covers tokens
+	// [Position*BlockTokens, (Position+1)*BlockTokens). Blocks of a lookup
+	// are in request order; with Config.MaxHoleBlocks, missing blocks
+	// (holes) may lie between them, and Position tells where.
+	Position int
 	// Tier and Slot are where the block is ready: after Lookup the fastest
 	// tier holding it; after Insert the tier inserted into.
 	Tier Tier

@@ -96,6 +96,7 @@ type Manager struct {
 	_        [64]byte
 
 	blockTokens  int
+	maxHoles     int
 	writeThrough bool
 	mover        Mover
 	planner      Planner
@@ -152,6 +153,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		blockTokens:  cfg.BlockTokens,
+		maxHoles:     cfg.MaxHoleBlocks,
 		writeThrough: cfg.WriteThrough,
 		mover:        cfg.Mover,
 		planner:      cfg.Planner,
@@ -250,18 +252,19 @@ func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
 
 // Plan asks the configured Planner what to do with each block of the
 // looked-up request and stores its answer in l.Blocks[i].Action (the blocks
-// after the cached prefix are recomputed, so they are not in l.Blocks). If
-// the planner fails, Plan keeps LoadAll's answer and returns the error.
+// missing from the cache, after or between the cached ones, are
+// recomputed, so they are not in l.Blocks). If the planner fails, Plan
+// keeps LoadAll's answer and returns the error.
 func (m *Manager) Plan(l *Lease) error {
-	n := max(l.requested, len(l.Blocks))
+	n := l.requested
+	if k := len(l.Blocks); k > 0 {
+		n = max(n, l.Blocks[k-1].Position+1)
+	}
 	l.plan = slices.Grow(l.plan[:0], n)[:n]
 	l.actions = slices.Grow(l.actions[:0], n)[:n]
-	for i := range l.plan {
-		if i < len(l.Blocks) {
-			l.plan[i] = PlanBlock{Cached: true, Tier: l.Blocks[i].Tier}
-		} else {
-			l.plan[i] = PlanBlock{}
-		}
+	clear(l.plan)
+	for _, b := range l.Blocks {
+		l.plan[b.Position] = PlanBlock{Cached: true, Tier: b.Tier}
 	}
 	err := m.planner.Plan(l.plan, l.actions)
 	if err != nil {
@@ -269,16 +272,17 @@ func (m *Manager) Plan(l *Lease) error {
 		err = fmt.Errorf("kvtier: planner: %w", err)
 	}
 	for i := range l.Blocks {
-		a := l.actions[i]
+		b := &l.Blocks[i]
+		a := l.actions[b.Position]
 		switch {
-		case l.Blocks[i].Tier == GPU && a == Load:
+		case b.Tier == GPU && a == Load:
 			a = Use // nothing to load
-		case l.Blocks[i].Tier != GPU && a == Use:
+		case b.Tier != GPU && a == Use:
 			a = Load // a planner cannot use what is not in the GPU
 		case a > Recompute:
 			a = Recompute
 		}
-		l.Blocks[i].Action, l.Blocks[i].Why = a, Planned
+		b.Action, b.Why = a, Planned
 	}
 	return err
 }

@@ -27,6 +27,9 @@ type Metrics struct {
 	// Lookups counts Lookup and LookupKeys calls; LookupBlocks the full
 	// blocks they asked for; HitBlocks those in the returned prefixes.
 	Lookups, LookupBlocks, HitBlocks uint64
+	// HoleBlocks counts the missing blocks lookups skipped to return
+	// cached blocks after them (Config.MaxHoleBlocks).
+	HoleBlocks uint64
 	// Mismatches counts blocks whose key was found but whose salt, parent,
 	// position or tokens differed (hash collisions, served as misses), or
 	// that a token lookup found stored without tokens (by InsertKeys).
@@ -58,7 +61,7 @@ type counters struct {
 	lookups, lookupBlocks, hitBlocks  atomic.Uint64
 	mismatches, noSpace, moveFailures atomic.Uint64
 	droppedTouches                    atomic.Uint64
-	invalidations                     atomic.Uint64
+	invalidations, holes              atomic.Uint64
 	recomputes                        [NumReasons]atomic.Uint64
 }
 
@@ -165,6 +168,7 @@ func (m *Manager) snapshot(resident, inUse [NumTiers]int64, records int) Metrics
 		mt.MoveFailures += c.moveFailures.Load()
 		mt.DroppedTouches += c.droppedTouches.Load()
 		mt.Invalidations += c.invalidations.Load()
+		mt.HoleBlocks += c.holes.Load()
 		for w := range mt.Recomputes {
 			mt.Recomputes[w] += c.recomputes[w].Load()
 		}

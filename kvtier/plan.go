@@ -77,7 +77,8 @@ type Planner interface {
 	// Plan sets actions[i] for blocks[i], len(actions) == len(blocks).
 	// blocks is the whole request in token order: block i covers tokens
 	// [i*BlockTokens, (i+1)*BlockTokens); the cached prefix comes first, the
-	// blocks to compute after it. Plan MUST NOT keep either slice; it is
+	// blocks to compute after it, except that with Config.MaxHoleBlocks
+	// cached blocks may follow missing ones (holes, to recompute). Plan MUST NOT keep either slice; it is
 	// called without the manager's lock, possibly from many goroutines at
 	// once.
 	Plan(blocks []PlanBlock, actions []Action) error
