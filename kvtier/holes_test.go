@@ -82,3 +82,50 @@ func TestLookupHoles(t *testing.T) {
 		t.Errorf("MaxHoleBlocks -1: %v, want ErrConfig", err)
 	}
 }
+
+// TestCostPlannerLoadsAfterHoles: kvtier/cost's planner, given a lookup
+// with a hole, recomputes the hole and still loads cached blocks after it
+// from the host.
+func TestCostPlannerLoadsAfterHoles(t *testing.T) {
+	cp, err := NewCostPlanner(newCostPlanner(t, "pcie5-pinned", 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := newFakeMover()
+	fm.inline = true
+	cfg := Config{BlockTokens: 16, Mover: fm, MaxHoleBlocks: 1, Planner: cp}
+	cfg.Tiers[GPU], cfg.Tiers[Host] = tierCfg(t, 16), tierCfg(t, 16)
+	m := mustNew(t, cfg)
+	keys := []Key{1, 2, 3, 4, 5, 6}
+	var w Lease
+	if err := m.InsertKeys(1, keys, Host, &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.lock()
+	m.invalidate(w.Blocks[2].Ref)
+	m.unlockAndSubmit(nil)
+	m.Release(&w)
+	var l Lease
+	if err := m.LookupKeys(1, keys, &l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if l.actions[2] != Recompute {
+		t.Errorf("the hole (block 2) is planned %v, want recompute", l.actions[2])
+	}
+	loadsAfter := 0
+	for _, b := range l.Blocks {
+		if b.Position > 2 && b.Action == Load {
+			loadsAfter++
+		}
+	}
+	if loadsAfter == 0 {
+		t.Errorf("no block after the hole is loaded: %v", l.actions)
+	}
+	m.Release(&l)
+}
