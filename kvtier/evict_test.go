@@ -277,3 +277,49 @@ func TestEvictInvalidateConcurrent(t *testing.T) {
 	wg.Wait()
 	m.check(t)
 }
+
+// TestPromote: NVMe hits promoted into the host tier are loaded from the
+// host by a later Onboard, and stay in the host.
+func TestPromote(t *testing.T) {
+	fm := newFakeMover()
+	fm.inline = true
+	m := threeTiers(t, fm)
+	ctx := context.Background()
+	p := toks(2, 4, 0)
+	insertGPU(t, m, 1, p)
+	if _, err := m.Evict(ctx, 1, p, NVMe); err != nil {
+		t.Fatal(err)
+	}
+	var l Lease
+	if err := m.Lookup(1, p, &l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Promote(&l, GPU); !errors.Is(err, ErrBadInput) {
+		t.Errorf("Promote into the GPU: %v, want ErrBadInput", err)
+	}
+	if err := m.Promote(&l, Host); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Onboard(&l); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range l.Blocks {
+		if !b.Loading || b.Tier != Host {
+			t.Errorf("block %#x: loading %v from %v, want a load from the host", uint64(b.Key), b.Loading, b.Tier)
+		}
+	}
+	if err := m.Wait(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+	m.Release(&l)
+	if mt := m.Metrics(); mt.Tiers[Host].ResidentBlocks != 2 || mt.Tiers[NVMe].ResidentBlocks != 2 {
+		t.Errorf("after the load: %d host and %d nvme blocks, want 2 and 2", mt.Tiers[Host].ResidentBlocks, mt.Tiers[NVMe].ResidentBlocks)
+	}
+	m.check(t)
+}

@@ -323,6 +323,9 @@ func (m *Manager) Onboard(l *Lease) error {
 		}
 		want--
 		r := m.recs.at(b.Ref)
+		if best := r.best(); best < b.Tier && best != GPU { // promoted since the lookup
+			b.Tier, b.Slot = best, r.slot[best]
+		}
 		switch r.state[GPU] {
 		case stateReady:
 			b.Tier, b.Slot, b.Action = GPU, r.slot[GPU], Use
@@ -481,6 +484,48 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 			continue
 		}
 		slot, ok := m.alloc(to, want)
+		if !ok {
+			break
+		}
+		if t == nil {
+			t = m.newTransfer(l)
+		}
+		m.startCopy(t, b.Ref, from, to, slot)
+	}
+	m.unlockAndSubmit(t)
+	return nil
+}
+
+// Promote copies the leased blocks whose fastest ready copy is in a tier
+// slower than to into tier to (Host, say, for NVMe hits), so that a later
+// Onboard loads them from there: a server prefetches a request's later
+// blocks into the host while its first ones load into the GPU, and the
+// promoted blocks stay in the host tier under its policy. Blocks already
+// in to or faster, and blocks for which no slot is free now, are skipped;
+// the tier's Admitter is not asked (the request wants them). The copies are
+// done when Wait returns nil; Onboard, before or after, loads each block
+// from its fastest ready tier at the time.
+func (m *Manager) Promote(l *Lease, to Tier) error {
+	if err := m.checkTier("Promote", to); err != nil {
+		return err
+	}
+	if to == GPU {
+		return fmt.Errorf("%w: Promote: into the gpu tier is Onboard", ErrBadInput)
+	}
+	if !l.leased || l.m != m {
+		return fmt.Errorf("%w: Promote: lease holds no blocks of this manager", ErrBadInput)
+	}
+	m.lock()
+	m.settle(l)
+	var t *Batch
+	for i := range l.Blocks {
+		b := &l.Blocks[i]
+		r := m.recs.at(b.Ref)
+		from := r.best()
+		if from == NumTiers || from <= to || r.state[to] != stateNone {
+			continue
+		}
+		slot, ok := m.alloc(to, len(l.Blocks)-i)
 		if !ok {
 			break
 		}
