@@ -3,6 +3,8 @@ package kvtier
 import (
 	"context"
 	"fmt"
+
+	"kvtier.dev/kvtier/policy"
 )
 
 // Evict moves the blocks of tokens' cached prefix (salt's) out of every tier
@@ -189,4 +191,109 @@ func (m *Manager) dropInvalid(ref BlockRef) {
 		}
 	}
 	m.maybeFree(ref)
+}
+
+func (m *Manager) meta(t Tier, r *record) policy.Meta {
+	meta := policy.Meta{Bytes: m.tiers[t].slotBytes}
+	if m.recompute != nil {
+		meta.RecomputeCost = m.recompute(int(r.depth))
+	}
+	return meta
+}
+
+// alloc finds a free slot in tier t, evicting if needed. Victims come from
+// the tier's policy among ready blocks nobody uses. A victim already held by
+// the next tier is dropped; otherwise, in write-back mode, it is demoted (its
+// slot frees when the copy completes) and the search goes on until it has
+// started want demotions (the slots the caller still needs); otherwise it is
+// dropped.
+func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
+	ts := &m.tiers[t]
+	if n := len(ts.free); n > 0 {
+		s := ts.free[n-1]
+		ts.free = ts.free[:n-1]
+		return s, true
+	}
+	if ts.next < ts.slots {
+		s := Slot(ts.next)
+		ts.next++
+		return s, true
+	}
+	demotions := 0
+	for {
+		if demotions >= want {
+			// The slots this caller needs free when the demotions complete.
+			m.metrics.noSpaceHit()
+			return 0, false
+		}
+		v, ok := ts.policy.Evict(ts.evictable)
+		if !ok {
+			m.metrics.noSpaceHit()
+			return 0, false
+		}
+		m.ops++
+		r := m.recs.at(v)
+		if r.state[t] != stateReady || r.refs != 0 {
+			panic(fmt.Sprintf("kvtier: policy of %v evicted block %#x that is %v with %d references", t, uint64(r.key), r.state[t], r.refs))
+		}
+		m.metrics.tier(t).evicted()
+		next := ts.below
+		if next < NumTiers && r.state[next] == stateNone && !m.writeThrough && m.admit(next, r.key) {
+			if ns, ok := m.alloc(next, 1); ok {
+				r = m.recs.at(v)
+				m.setState(v, t, stateEvicting)
+				m.metrics.tier(t).demoted()
+				m.startCopy(m.background(), v, t, next, ns)
+				demotions++
+				continue
+			}
+		}
+		slot := r.slot[t]
+		m.setState(v, t, stateNone)
+		m.maybeFree(v)
+		return slot, true
+	}
+}
+
+func (m *Manager) admit(t Tier, k Key) bool {
+	a := m.tiers[t].admitter
+	return a == nil || a.Admit(k)
+}
+
+// freeSlot takes ref out of tier t and returns its slot to the free list.
+// The caller guarantees no copy reads or writes the slot (invariant 3).
+func (m *Manager) freeSlot(ref BlockRef, t Tier) {
+	if t == GPU && m.gpuWritten != nil {
+		m.gpuWritten[m.recs.at(ref).slot[GPU]] = nil
+	}
+	// The policy tracks exactly the writing and ready blocks of its tier.
+	// A victim of Evict is already gone from it; Remove is then a no-op
+	// (ghost entries stay).
+	m.tiers[t].policy.Remove(ref)
+	r := m.recs.at(ref)
+	slot := r.slot[t]
+	m.setState(ref, t, stateNone)
+	m.tiers[t].free = append(m.tiers[t].free, slot)
+	m.maybeFree(ref)
+}
+
+// setState moves ref's state in tier t, keeping the gauges.
+func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
+	r := m.recs.at(ref)
+	old := r.state[t]
+	r.state[t] = s
+	g := &m.gauges
+	switch {
+	case old == stateNone && s != stateNone:
+		g.resident[t]++
+		if r.refs > 0 {
+			m.stripes[0].inUse[t].Add(1)
+		}
+	case old != stateNone && s == stateNone:
+		g.resident[t]--
+		if r.refs > 0 {
+			m.stripes[0].inUse[t].Add(-1)
+		}
+		r.slot[t] = noSlot
+	}
 }
