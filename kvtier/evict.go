@@ -214,7 +214,7 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 		ts.free = ts.free[:n-1]
 		return s, true
 	}
-	if ts.next < ts.slots {
+	if ts.next < ts.usable {
 		s := Slot(ts.next)
 		ts.next++
 		return s, true
@@ -296,4 +296,23 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 		}
 		r.slot[t] = noSlot
 	}
+}
+
+// SetUsableSlots lets tier t hand out only its first n slots until a later
+// call raises n (up to the tier's capacity, which is also the start): a
+// host tier whose pinned memory is still being registered serves from the
+// slots already registered, and grows as chunks land. Slots already handed
+// out stay in use; lowering n only stops new ones. Open does this for its
+// host tier.
+func (m *Manager) SetUsableSlots(t Tier, n int) error {
+	if err := m.checkTier("SetUsableSlots", t); err != nil {
+		return err
+	}
+	if n < 0 || n > int(m.slots[t]) {
+		return fmt.Errorf("%w: SetUsableSlots: %d slots for the %v tier of %d", ErrBadInput, n, t, m.slots[t])
+	}
+	m.lock()
+	m.tiers[t].usable = uint32(n)
+	m.unlock()
+	return nil
 }

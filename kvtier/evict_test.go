@@ -323,3 +323,54 @@ func TestPromote(t *testing.T) {
 	}
 	m.check(t)
 }
+
+// TestSetUsableSlots: a tier hands out only its usable slots (evicting
+// within them) until they are raised; bad counts are refused.
+func TestSetUsableSlots(t *testing.T) {
+	fm := newFakeMover()
+	fm.inline = true
+	m := threeTiers(t, fm)
+	if err := m.SetUsableSlots(Host, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		var w Lease
+		err := m.Insert(1, toks(1, 4, int32(100*i)), Host, &w)
+		if errors.Is(err, ErrNoSpace) { // write-back: the victim's demotion has completed since
+			m.Release(&w)
+			err = m.Insert(1, toks(1, 4, int32(100*i)), Host, &w)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := w.Blocks[0].Slot; s >= 2 {
+			t.Errorf("insert %d got host slot %d with 2 usable", i, s)
+		}
+		_ = m.Commit(&w, nil)
+		m.Release(&w)
+	}
+	if got := m.Metrics().Tiers[Host].ResidentBlocks; got != 2 {
+		t.Errorf("%d host blocks resident with 2 usable slots", got)
+	}
+	if err := m.SetUsableSlots(Host, 8); err != nil {
+		t.Fatal(err)
+	}
+	var w Lease
+	if err := m.Insert(1, toks(1, 4, 900), Host, &w); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.Blocks[0].Slot; s != 2 {
+		t.Errorf("after raising: host slot %d, want the next new one, 2", s)
+	}
+	_ = m.Commit(&w, nil)
+	m.Release(&w)
+	for _, n := range []int{-1, 9} {
+		if err := m.SetUsableSlots(Host, n); !errors.Is(err, ErrBadInput) {
+			t.Errorf("SetUsableSlots(host, %d): %v, want ErrBadInput", n, err)
+		}
+	}
+	if err := m.SetUsableSlots(NumTiers, 1); !errors.Is(err, ErrBadInput) {
+		t.Errorf("SetUsableSlots(tier(3)): %v", err)
+	}
+	m.check(t)
+}

@@ -136,6 +136,7 @@ type tierState struct {
 	slotBytes int64
 	slots     uint32
 	next      uint32 // slots below next have been handed out at least once
+	usable    uint32 // slots at or above usable are not handed out yet (SetUsableSlots)
 	free      []Slot
 	policy    policy.Policy[BlockRef]
 	window    uint32 // lookups skip touching blocks stamped within it
@@ -182,6 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		ts.present = true
 		ts.slotBytes = tc.SlotBytes
 		ts.slots = slots[t]
+		ts.usable = slots[t]
 		ts.window = slots[t] >> 8
 		ts.policy = tc.Policy
 		ts.admitter = tc.Admitter

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -66,8 +67,39 @@ type Cache struct {
 	// Host is the host tier's pinned slots: Host.Slot(s) is host slot s.
 	Host transfer.HostLayout
 
-	pool *pinned.Region
-	log  *slog.Logger
+	pool                *pinned.Region
+	hostBase, slotBytes int64 // the host tier's offset in pool, its slot size
+	log                 *slog.Logger
+	growCtx             context.Context
+	stopGrow            context.CancelFunc
+	growing             sync.WaitGroup
+}
+
+// readyHostSlots is how many host slots are registered now.
+func (c *Cache) readyHostSlots() int {
+	return int(max(0, c.pool.ReadyBytes()-c.hostBase) / c.slotBytes)
+}
+
+// growHost raises the host tier's usable slots as the pool's chunks are
+// registered, until all are or Close stops it.
+func (c *Cache) growHost(start time.Time) {
+	defer c.growing.Done()
+	for next := c.pool.ChunkBytes(); ; next += c.pool.ChunkBytes() {
+		next = min(next, c.pool.Size())
+		if err := c.pool.WaitReady(c.growCtx, next); err != nil {
+			if c.growCtx.Err() == nil {
+				c.log.Error("kvtier: pinning the host tier failed: it keeps the slots pinned so far",
+					"slots", c.readyHostSlots(), "err", err)
+			}
+			return
+		}
+		_ = c.SetUsableSlots(Host, c.readyHostSlots())
+		if next == c.pool.Size() {
+			c.log.Info("kvtier: host tier pinned", "bytes", next, "slots", c.readyHostSlots(), "slot_bytes", c.slotBytes,
+				"seconds", time.Since(start).Seconds(), "numa", c.pool.Stats().NUMANote)
+			return
+		}
+	}
 }
 
 // openStagingSlots and openBounceSlots size the pinned buffers besides the
@@ -75,9 +107,13 @@ type Cache struct {
 // bounce slots for GPU-to-NVMe copies.
 const openStagingSlots, openBounceSlots = 2, 4
 
-// Open checks o, allocates and registers the pinned host memory, and builds
-// the copy engines, the NVMe store, the DeviceMover and the Manager with
-// sizes that agree. On error everything built so far is closed again.
+// Open checks o, allocates the pinned host memory and starts registering it,
+// and builds the copy engines, the NVMe store, the DeviceMover and the
+// Manager with sizes that agree. It returns once the first chunk is
+// registered: the host tier serves from the slots registered so far and
+// grows as the rest is (Manager.SetUsableSlots), so a server with hundreds
+// of GiB of host tier starts in a second. On error everything built so far
+// is closed again.
 func Open(ctx context.Context, o Options) (*Cache, error) {
 	log := o.Logger
 	if log == nil {
@@ -123,25 +159,34 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		}
 		return nil, fmt.Errorf("kvtier: Open: %w", err)
 	}
-	total := (hostSlots + openStagingSlots*2 + openBounceSlots) * slotBytes
+	// The staging and bounce slots come first, the host tier after them:
+	// the region is registered in order, in the background, and the host
+	// tier serves from the slots registered so far (SetUsableSlots) while
+	// the rest is pinned.
+	extra := int64(openStagingSlots*2+openBounceSlots) * slotBytes
+	total := extra + hostSlots*slotBytes
 	start := time.Now()
 	var err error
 	c.pool, err = pinned.Alloc(ctx, total, pinned.Options{
 		Registrar:     o.Device,
 		ChunkMultiple: slotBytes,
 		NUMANodes:     []int{o.Device.Info().NUMANode},
+		Background:    true,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("host tier: %w", err))
 	}
+	if err := c.pool.WaitReady(ctx, extra); err != nil {
+		return fail(fmt.Errorf("host tier: %w", err))
+	}
 	mem := c.pool.Bytes()
 	reg := c.pool.ChunkBytes()
-	c.Host = transfer.HostLayout{Pool: mem[:hostSlots*slotBytes], SlotBytes: slotBytes, RegistrationBytes: reg}
-	rest := mem[hostSlots*slotBytes:]
-	staging := [][]byte{rest[:2*slotBytes], rest[2*slotBytes : 4*slotBytes]}
-	bounceHost := transfer.HostLayout{Pool: rest[4*slotBytes : (4+openBounceSlots)*slotBytes], SlotBytes: slotBytes}
-	log.Info("kvtier: host tier pinned", "bytes", total, "slots", hostSlots, "slot_bytes", slotBytes,
-		"seconds", time.Since(start).Seconds(), "numa", c.pool.Stats().NUMANote)
+	staging := [][]byte{mem[:2*slotBytes], mem[2*slotBytes : 4*slotBytes]}
+	bounceHost := transfer.HostLayout{Pool: mem[4*slotBytes : extra], SlotBytes: slotBytes}
+	// A slot of the pool never straddles a registration: the region's
+	// chunks are multiples of slotBytes from its start, and so from extra.
+	c.Host = transfer.HostLayout{Pool: mem[extra:total], SlotBytes: slotBytes, RegistrationBytes: reg}
+	c.hostBase, c.slotBytes = extra, slotBytes
 
 	var now func() time.Duration
 	if sim, ok := o.Device.(*cudastream.Sim); ok {
@@ -190,6 +235,12 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		}
 		log.Info("kvtier: adopted the blocks a previous run left on NVMe", "blocks", n, "found", len(rec))
 	}
+	c.growCtx, c.stopGrow = context.WithCancel(context.Background())
+	if err := c.SetUsableSlots(Host, c.readyHostSlots()); err != nil {
+		return fail(err)
+	}
+	c.growing.Add(1)
+	go c.growHost(start)
 	log.Info("kvtier: open", "gpu_slots", o.GPU.NumBlocks, "host_slots", hostSlots, "nvme_slots", nvmeSlots,
 		"block_bytes", blockBytes, "write_through", o.WriteThrough)
 	return c, nil
@@ -200,6 +251,10 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 // The Manager MUST NOT be used during or after Close.
 func (c *Cache) Close() error {
 	var errs []error
+	if c.stopGrow != nil {
+		c.stopGrow()
+		c.growing.Wait()
+	}
 	if c.Manager != nil {
 		if err := c.Drain(context.Background()); err != nil {
 			errs = append(errs, err)
