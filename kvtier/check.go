@@ -47,6 +47,9 @@ func (m *Manager) checkInvariants() {
 		if !r.resident() && r.refs == 0 {
 			fail("record %d (key %#x) holds nothing and is not free", ref, uint64(r.key))
 		}
+		if r.flags&flagInvalid != 0 && r.refs == 0 {
+			fail("record %d (key %#x) is invalidated and unused but still resident", ref, uint64(r.key))
+		}
 		for t, s := range r.state {
 			if s == stateNone {
 				if r.slot[t] != noSlot {

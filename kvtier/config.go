@@ -62,6 +62,14 @@ type Config struct {
 	// block at a position would cost in seconds of prefill (kvtier/cost): a
 	// block deep in a long prefix costs more than an early one. Nil means 0.
 	RecomputeCost func(position int) float64
+	// MaxHoleBlocks lets a lookup go on past missing blocks (holes), up to
+	// this many per lookup, and return the cached blocks after them, so
+	// that the planner can recompute the holes and load the rest. Example:
+	// with 2, a request whose blocks 3 and 7 were evicted everywhere still
+	// gets blocks 4-6 and 8-... from the cache. 0 stops at the first
+	// missing block (the cached prefix only). Misses cost a lookup an index
+	// probe each, so keep it small.
+	MaxHoleBlocks int
 	// DisableMetrics turns the counters off; Metrics then returns zeros.
 	DisableMetrics bool
 }
@@ -93,6 +101,9 @@ func configErr(field, format string, args ...any) error {
 // validate checks c and returns the slot count of each tier.
 func (c *Config) validate() ([NumTiers]uint32, error) {
 	var slots [NumTiers]uint32
+	if c.MaxHoleBlocks < 0 {
+		return slots, configErr("MaxHoleBlocks", "%d is negative", c.MaxHoleBlocks)
+	}
 	if c.BlockTokens <= 0 || c.BlockTokens > MaxBlockTokens {
 		return slots, configErr("BlockTokens", "%d is not in [1, %d]", c.BlockTokens, MaxBlockTokens)
 	}

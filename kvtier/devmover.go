@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/transfer"
 )
@@ -269,9 +270,10 @@ func (d *DeviceMover) Close() error {
 }
 
 // moveJob is the ops of one Submit, sorted by path. The ops are copied out
-// of the Transfer, which the manager recycles after its last Complete.
+// of the Batch, which the manager recycles after its last Complete.
 type moveJob struct {
-	t                *Transfer
+	t                *Batch
+	afters           []cudastream.Event // the producer events of its ops out of the GPU
 	onboard, offload []transfer.Pair
 	onIdx, offIdx    []int
 	writes           []nvme.WriteOp
@@ -290,6 +292,22 @@ type moveJob struct {
 	writeTo          []Slot // manager NVMe slot of each write
 }
 
+// addAfter adds a producer event to the job's (once each), and reports
+// false for one that is not a device event.
+func (j *moveJob) addAfter(e Event) bool {
+	ev, ok := e.(cudastream.Event)
+	if !ok {
+		return false
+	}
+	for _, have := range j.afters {
+		if have == ev {
+			return true
+		}
+	}
+	j.afters = append(j.afters, ev)
+	return true
+}
+
 // wantMeta is the identity an NVMe read must find.
 type wantMeta struct {
 	key, parent, salt uint64
@@ -299,11 +317,15 @@ type wantMeta struct {
 
 // Submit implements Mover. It never returns an error: an op it cannot start
 // is completed with the error at once.
-func (d *DeviceMover) Submit(t *Transfer) error {
+func (d *DeviceMover) Submit(t *Batch) error {
 	j := &moveJob{t: t}
 	var fail []int
 	var failErr []error
 	for i, op := range t.Ops {
+		if op.After != nil && !j.addAfter(op.After) {
+			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: MoveOp.After is a %T, not a cudastream.Event", ErrBadInput, op.After))
+			continue
+		}
 		switch {
 		case (op.From == Host && int(op.FromSlot) >= d.host.Slots()) || (op.To == Host && int(op.ToSlot) >= d.host.Slots()):
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: host slot out of the pool's %d (DeviceMoverConfig.Host)", ErrBadInput, d.host.Slots()))
@@ -318,17 +340,17 @@ func (d *DeviceMover) Submit(t *Transfer) error {
 		case int(op.FromSlot) >= len(d.nvmeSlot) && op.From == NVMe, int(op.ToSlot) >= len(d.nvmeSlot) && op.To == NVMe:
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: nvme slot out of the mover's %d (DeviceMoverConfig.NVMeSlots)", ErrBadInput, len(d.nvmeSlot)))
 		case op.From == Host && op.To == NVMe:
-			meta := t.blockMeta(i, d.tokens)
+			meta := blockMeta(&t.Ops[i], d.tokens)
 			j.writes = append(j.writes, nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: meta, Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]})
 			j.writeIdx = append(j.writeIdx, i)
 			j.writeTo = append(j.writeTo, op.ToSlot)
 		case op.From == NVMe && op.To == Host:
-			meta := t.blockMeta(i, d.tokens)
+			meta := blockMeta(&t.Ops[i], d.tokens)
 			j.reads = append(j.reads, nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))}})
 			j.readIdx = append(j.readIdx, i)
 			j.want = append(j.want, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Position, meta.Tokens})
 		case op.From == NVMe && op.To == GPU:
-			meta := t.blockMeta(i, d.tokens)
+			meta := blockMeta(&t.Ops[i], d.tokens)
 			j.staged = append(j.staged, int32(op.ToSlot))
 			j.stagedIdx = append(j.stagedIdx, i)
 			j.stagedOps = append(j.stagedOps, op)
@@ -336,7 +358,7 @@ func (d *DeviceMover) Submit(t *Transfer) error {
 		case op.From == GPU && op.To == NVMe && d.bounce != nil:
 			j.bounceIdx = append(j.bounceIdx, i)
 			j.bounceGPU = append(j.bounceGPU, int32(op.FromSlot))
-			j.bounceMeta = append(j.bounceMeta, t.blockMeta(i, d.tokens))
+			j.bounceMeta = append(j.bounceMeta, blockMeta(&t.Ops[i], d.tokens))
 			j.bounceTo = append(j.bounceTo, op.ToSlot)
 		default:
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: %v to %v (GPU to NVMe needs DeviceMoverConfig.Bounce)", ErrMovePath, op.From, op.To))
@@ -346,7 +368,7 @@ func (d *DeviceMover) Submit(t *Transfer) error {
 	// transfer's last and recycle t.
 	if len(j.offload) > 0 {
 		d.stats.offloads.Add(uint64(len(j.offload)))
-		tr, err := d.eng.Offload(context.Background(), j.offload, nil)
+		tr, err := d.eng.Offload(context.Background(), j.offload, j.afters...)
 		d.finishEngine(t, j.offIdx, tr, err, "offload", nil)
 	}
 	if len(j.onboard) > 0 {
@@ -385,7 +407,7 @@ func (d *DeviceMover) Submit(t *Transfer) error {
 // finishEngine completes ops idx of t when the engine's transfer is done,
 // never before (a goroutine waits on Done), or at once if it never started.
 // src, for a staged onboard, names the op whose NVMe block was lost.
-func (d *DeviceMover) finishEngine(t *Transfer, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource) {
+func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource) {
 	if err != nil {
 		d.stats.failures.Add(uint64(len(idx)))
 		err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
@@ -398,6 +420,12 @@ func (d *DeviceMover) finishEngine(t *Transfer, idx []int, tr *transfer.Transfer
 		}()
 		return
 	}
+	ly := &engineLayers{tr: tr}
+	ly.refs.Store(1)
+	if tr.Layers() > 0 {
+		ly.refs.Add(1)
+		t.AddLayers(ly)
+	}
 	if d.testEarly {
 		for _, i := range idx {
 			t.Complete(i, nil)
@@ -406,7 +434,7 @@ func (d *DeviceMover) finishEngine(t *Transfer, idx []int, tr *transfer.Transfer
 		go func() {
 			defer d.wg.Done()
 			<-tr.Done()
-			tr.Release()
+			ly.Release()
 		}()
 		return
 	}
@@ -415,7 +443,7 @@ func (d *DeviceMover) finishEngine(t *Transfer, idx []int, tr *transfer.Transfer
 		defer d.wg.Done()
 		<-tr.Done()
 		err := tr.Err()
-		tr.Release()
+		ly.Release()
 		if err != nil {
 			d.stats.failures.Add(uint64(len(idx)))
 			err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
@@ -428,6 +456,35 @@ func (d *DeviceMover) finishEngine(t *Transfer, idx []int, tr *transfer.Transfer
 			t.Complete(i, e)
 		}
 	}()
+}
+
+// engineLayers hands an engine transfer's layer events to the manager
+// (Batch.AddLayers). The transfer's events return to the engine once both
+// the transfer is done and the manager has released them: refs counts the
+// two.
+type engineLayers struct {
+	tr   *transfer.Transfer
+	refs atomic.Int32
+}
+
+func (e *engineLayers) NumLayers() int { return e.tr.Layers() }
+
+// LayerEvent implements Layers. For a load staged from NVMe it first waits
+// until the engine has read the blocks and recorded the events: an event
+// not yet recorded would count as complete.
+func (e *engineLayers) LayerEvent(l int) Event {
+	<-e.tr.Issued()
+	return e.tr.LayerEvent(l)
+}
+
+func (e *engineLayers) WaitLayer(ctx context.Context, l int) error { return e.tr.WaitLayer(ctx, l) }
+
+// Release implements Layers (and the mover's own release once the
+// transfer is done).
+func (e *engineLayers) Release() {
+	if e.refs.Add(-1) == 0 {
+		e.tr.Release()
+	}
 }
 
 // lostBlock reports whether a failed NVMe read means the slot's block is
@@ -617,7 +674,7 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 			}
 		}
 		k := len(pairs)
-		err := d.bounceCopy(pairs)
+		err := d.bounceCopy(pairs, j.afters)
 		ops = ops[:0]
 		for c := range k {
 			ops = append(ops, nvme.WriteOp{Slot: d.nvmeSlot[j.bounceTo[next+c]], Meta: j.bounceMeta[next+c],
@@ -644,9 +701,11 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 	}
 }
 
-// bounceCopy offloads pairs into the bounce pool and waits for the copy.
-func (d *DeviceMover) bounceCopy(pairs []transfer.Pair) error {
-	tr, err := d.bounce.Offload(context.Background(), pairs, nil)
+// bounceCopy offloads pairs into the bounce pool, on the device after
+// after (nil: at once), and waits for the copy. It runs on the mover's
+// goroutine, off the request's path.
+func (d *DeviceMover) bounceCopy(pairs []transfer.Pair, after []cudastream.Event) error {
+	tr, err := d.bounce.Offload(context.Background(), pairs, after...)
 	if err != nil {
 		return err
 	}
@@ -657,20 +716,13 @@ func (d *DeviceMover) bounceCopy(pairs []transfer.Pair) error {
 }
 
 // blockMeta returns the identity of op i's block for an NVMe header: key,
-// parent, salt, and its token ids when withTokens is set and the manager
-// has them. The op holds a reference, so the record stays this block's.
-func (t *Transfer) blockMeta(i int, withTokens bool) nvme.BlockMeta {
-	m := t.m
-	op := &t.Ops[i]
-	st := &m.stripes[0]
-	m.rlock(st)
-	defer m.runlock(st)
-	r := m.recs.at(op.Ref)
-	meta := nvme.BlockMeta{Key: uint64(r.key), Parent: uint64(r.parent), Salt: uint64(r.salt), Position: r.depth}
-	if withTokens && r.flags&flagTokens != 0 {
-		tok := m.recs.tokensOf(op.Ref)
-		meta.Tokens = make([]uint32, len(tok))
-		for k, v := range tok {
+// parent, salt, position, and its token ids when withTokens is set and the
+// op carries them.
+func blockMeta(op *MoveOp, withTokens bool) nvme.BlockMeta {
+	meta := nvme.BlockMeta{Key: uint64(op.Key), Parent: uint64(op.Parent), Salt: uint64(op.Salt), Position: uint32(op.Position)}
+	if withTokens && op.Tokens != nil {
+		meta.Tokens = make([]uint32, len(op.Tokens))
+		for k, v := range op.Tokens {
 			meta.Tokens[k] = uint32(v)
 		}
 	}

@@ -345,7 +345,7 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			t.Fatalf("after request %d: %v", i, bad)
 		}
 	}
-	served := [NumTiers]int{}
+	served, layered := [NumTiers]int{}, [NumTiers]int{}
 	for round, i := range f.rng.Perm(len(reqs)) {
 		var l Lease
 		if err := f.m.Lookup(1, reqs[i], &l); err != nil {
@@ -371,8 +371,31 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 		if err := f.m.Onboard(&l); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.m.Wait(ctx, &l); err != nil {
-			t.Fatal(err)
+		// Per-layer readiness, from the host and from NVMe alike: once
+		// every layer's events have completed, the loads are on the GPU,
+		// before Wait has seen the copies complete.
+		loading := 0
+		for _, b := range l.Blocks {
+			if b.Loading {
+				loading++
+				layered[b.Tier]++
+			}
+		}
+		// The test's stream waits for every layer on the device (readGPU
+		// reads on it): the bytes checked below are there by then.
+		var evs []Event
+		for layer := range dmLayers {
+			n := len(evs)
+			var err error
+			evs, err = l.LayerEvents(layer, evs)
+			if err != nil || (loading > 0) != (len(evs) > n) {
+				t.Fatalf("%d blocks loading, layer %d: %d events (%v)", loading, layer, len(evs)-n, err)
+			}
+			for _, ev := range evs[n:] {
+				if err := f.st.WaitEvent(ev.(cudastream.Event)); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		for j, b := range l.Blocks {
 			var s Slot
@@ -387,6 +410,19 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			if got := f.readGPU(t, s); !bytes.Equal(got, f.want[b.Key]) {
 				t.Fatalf("request %d block %d (from %v): GPU slot %d holds other bytes", i, j, b.Tier, s)
 			}
+		}
+		for layer := range dmLayers { // and the host-side wait agrees
+			if err := l.WaitLayer(ctx, layer); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, ev := range evs {
+			if done, err := ev.Query(); !done || err != nil {
+				t.Fatalf("a layer event is not complete (%v) after WaitLayer", err)
+			}
+		}
+		if err := f.m.Wait(ctx, &l); err != nil {
+			t.Fatal(err)
 		}
 		f.m.Release(&l)
 		if bad := f.checkAll(t); len(bad) > 0 {
@@ -407,6 +443,9 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 	}
 	if st.Failures != 0 {
 		t.Errorf("%d ops failed", st.Failures)
+	}
+	if layered[Host] == 0 || layered[NVMe] == 0 {
+		t.Errorf("blocks checked layer by layer, by tier they loaded from: %v: a path is not covered", layered)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // completes them later, from its own goroutines.
 type instantMover struct{}
 
-func (instantMover) Submit(t *kvtier.Transfer) error {
+func (instantMover) Submit(t *kvtier.Batch) error {
 	for i := range t.Ops {
 		t.Complete(i, nil)
 	}

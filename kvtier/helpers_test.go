@@ -54,7 +54,7 @@ type fakeMover struct {
 }
 
 type pendingOp struct {
-	t *Transfer
+	t *Batch
 	i int
 }
 
@@ -66,7 +66,7 @@ func newFakeMover() *fakeMover {
 	return f
 }
 
-func (f *fakeMover) Submit(t *Transfer) error {
+func (f *fakeMover) Submit(t *Batch) error {
 	f.mu.Lock()
 	if f.submitErr != nil {
 		f.mu.Unlock()

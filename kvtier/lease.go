@@ -1,16 +1,29 @@
 package kvtier
 
+import (
+	"context"
+	"fmt"
+)
+
 // Block is one block of a Lease.
 type Block struct {
 	// Key and Ref identify the block.
 	Key Key
 	Ref BlockRef
+	// Position is the block's index in the request: it covers tokens
+	// [Position*BlockTokens, (Position+1)*BlockTokens). Blocks of a lookup
+	// are in request order; with Config.MaxHoleBlocks, missing blocks
+	// (holes) may lie between them, and Position tells where.
+	Position int
 	// Tier and Slot are where the block is ready: after Lookup the fastest
 	// tier holding it; after Insert the tier inserted into.
 	Tier Tier
 	Slot Slot
-	// Action is the Planner's decision (after Plan).
+	// Action is the Planner's decision (after Plan), or Recompute where
+	// Onboard could not load the block (then Why says why).
 	Action Action
+	// Why is Planned unless Onboard turned a Load into a Recompute.
+	Why Reason
 	// Write is set by Insert when this lease reserved the slot: the caller
 	// MUST write the block's KV into Slot of Tier and then call Commit. A
 	// block already ready (or being written by another lease) has it clear.
@@ -18,7 +31,8 @@ type Block struct {
 	// GPUSlot is where Onboard loads the block (valid when Loading is set).
 	GPUSlot Slot
 	// Loading is set by Onboard for a block whose copy into the GPU it
-	// submitted; the copy is done when Wait returns nil.
+	// submitted; the copy is done when Wait returns nil, and its layer l
+	// is on the GPU once the lease's LayerEvents(l) have completed.
 	Loading bool
 }
 
@@ -39,6 +53,11 @@ type Lease struct {
 	touches   []touch     // Release scratch
 	stripe    uint32      // 1 + index of the manager stripe this lease uses; 0: none yet
 
+	// Owned by the lease's user, like Blocks: the Mover adds layers
+	// during the Submit that Onboard makes (Batch.AddLayers).
+	layers  []Layers
+	written Event // CommitAfter's event, until Release
+
 	// Guarded by the manager's write lock (pinned and activeAt: by the
 	// lease's stripe, see stripe.go).
 	xfers    int   // transfers of this lease in flight
@@ -53,3 +72,47 @@ type Lease struct {
 
 // Len is the number of leased blocks.
 func (l *Lease) Len() int { return len(l.Blocks) }
+
+// LayerEvents appends to dst the device events that complete when layer
+// `layer` of every block Onboard is loading for l (Loading set) is on the
+// GPU, and returns the extended slice: a compute stream that waits on all of
+// them (cuStreamWaitEvent) may run that layer, without the host waiting for
+// a copy. Loads from the host tier and from NVMe (staged through the host)
+// alike have them (for the latter, the call returns once the blocks have
+// been read from the drive, see Layers.LayerEvent); none are appended when the mover reports no layers (its
+// loads are done when Manager.Wait returns). The events stay valid until
+// Release. A layer outside the model's is an error.
+func (l *Lease) LayerEvents(layer int, dst []Event) ([]Event, error) {
+	for _, ly := range l.layers {
+		if layer < 0 || layer >= ly.NumLayers() {
+			return dst, fmt.Errorf("%w: LayerEvents: layer %d outside the model's %d", ErrBadInput, layer, ly.NumLayers())
+		}
+		dst = append(dst, ly.LayerEvent(layer))
+	}
+	return dst, nil
+}
+
+// WaitLayer blocks until layer `layer` of every block Onboard is loading for
+// l is on the GPU (for CPU users of the KV; a GPU stream waits on
+// LayerEvents instead), and returns the loads' error or ctx's. With a mover
+// that reports no layers it waits for nothing: use Manager.Wait.
+func (l *Lease) WaitLayer(ctx context.Context, layer int) error {
+	for _, ly := range l.layers {
+		if layer < 0 || layer >= ly.NumLayers() {
+			return fmt.Errorf("%w: WaitLayer: layer %d outside the model's %d", ErrBadInput, layer, ly.NumLayers())
+		}
+		if err := ly.WaitLayer(ctx, layer); err != nil {
+			return fmt.Errorf("kvtier: WaitLayer %d: %w", layer, err)
+		}
+	}
+	return nil
+}
+
+// dropLayers releases the layers the mover reported for l.
+func (l *Lease) dropLayers() {
+	for i, ly := range l.layers {
+		ly.Release()
+		l.layers[i] = nil
+	}
+	l.layers = l.layers[:0]
+}

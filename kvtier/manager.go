@@ -43,11 +43,17 @@
 //	m.Lookup(salt, tokens, &l)  // leased prefix, best tier of each block
 //	m.Plan(&l)                  // load or recompute, per block
 //	m.Onboard(&l)               // copies into GPU slots (Block.GPUSlot)
-//	m.Wait(ctx, &l)             // the copies completed
+//	l.LayerEvents(i, evs)       // layer i landed: the compute stream waits
+//	                            // on these (or l.WaitLayer, or m.Wait for all)
 //	...                         // prefill the rest, into slots from:
-//	m.Insert(salt, tokens, GPU, &w); write Blocks with Write; m.Commit(&w, err)
-//	m.Offload(&w, Host); m.Wait(ctx, &w) // or WriteThrough does it
+//	m.Insert(salt, tokens, GPU, &w); enqueue the writes of Blocks with Write
+//	m.CommitAfter(&w, ev)       // ev marks them written (Commit: done already)
+//	m.Offload(&w, Host)         // waits for ev on the device; or WriteThrough
 //	m.Release(&w); m.Release(&l)
+//
+// Nothing on that path waits on the host for a copy: the copies out of the
+// GPU wait for the producer's event on the device, and the compute stream
+// waits for each layer's load on the device.
 //
 // A restarted server keeps its NVMe tier: with DeviceMoverConfig.KeepBlocks
 // the mover keeps the blocks the store recovered at Open, and
@@ -90,24 +96,35 @@ type Manager struct {
 	_        [64]byte
 
 	blockTokens  int
+	maxHoles     int
 	writeThrough bool
 	mover        Mover
 	planner      Planner
 	recompute    func(position int) float64
 
-	tiers   [NumTiers]tierState
-	slots   [NumTiers]uint32
-	recs    slab
-	index   table
-	metrics *counters
-	gauges  gauges
+	tiers [NumTiers]tierState
+	slots [NumTiers]uint32
+	recs  slab
+	index table
+	// gpuWritten[s] is the CommitAfter event of the block in GPU slot s
+	// until the lease that committed it is released after the event
+	// completed: every copy out of the slot waits for it (MoveOp.After).
+	gpuWritten []Event
+	metrics    *counters
+	gauges     gauges
 	// admitters is set when a tier has an Admitter; lookups then keep
 	// their keys so that Release can record them.
 	admitters bool
 
-	bg    *Transfer   // copies decided under mu, submitted after unlock
-	xpool []*Transfer // idle transfers
-	ops   uint64      // mutations, for sampled invariant checks
+	// busy counts the batches not yet finished and the releases waiting
+	// for a CommitAfter event; drained, when set, is closed when busy
+	// reaches 0 (Drain waits on it).
+	busy    int
+	drained chan struct{}
+
+	bg    *Batch   // copies decided under mu, submitted after unlock
+	xpool []*Batch // idle transfers
+	ops   uint64   // mutations, for sampled invariant checks
 
 	// testKeyHook, when set, replaces every computed key (tests force
 	// collisions with it).
@@ -119,6 +136,7 @@ type tierState struct {
 	slotBytes int64
 	slots     uint32
 	next      uint32 // slots below next have been handed out at least once
+	usable    uint32 // slots at or above usable are not handed out yet (SetUsableSlots)
 	free      []Slot
 	policy    policy.Policy[BlockRef]
 	window    uint32 // lookups skip touching blocks stamped within it
@@ -136,6 +154,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		blockTokens:  cfg.BlockTokens,
+		maxHoles:     cfg.MaxHoleBlocks,
 		writeThrough: cfg.WriteThrough,
 		mover:        cfg.Mover,
 		planner:      cfg.Planner,
@@ -149,6 +168,9 @@ func New(cfg Config) (*Manager, error) {
 	if !cfg.DisableMetrics {
 		m.metrics = &m.stripes[0].c
 	}
+	if slots[GPU] > 0 {
+		m.gpuWritten = make([]Event, slots[GPU])
+	}
 	m.recs.blockTokens = cfg.BlockTokens
 	below := NumTiers
 	for t := NumTiers - 1; t < NumTiers; t-- {
@@ -161,6 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		ts.present = true
 		ts.slotBytes = tc.SlotBytes
 		ts.slots = slots[t]
+		ts.usable = slots[t]
 		ts.window = slots[t] >> 8
 		ts.policy = tc.Policy
 		ts.admitter = tc.Admitter
@@ -231,18 +254,19 @@ func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
 
 // Plan asks the configured Planner what to do with each block of the
 // looked-up request and stores its answer in l.Blocks[i].Action (the blocks
-// after the cached prefix are recomputed, so they are not in l.Blocks). If
-// the planner fails, Plan keeps LoadAll's answer and returns the error.
+// missing from the cache, after or between the cached ones, are
+// recomputed, so they are not in l.Blocks). If the planner fails, Plan
+// keeps LoadAll's answer and returns the error.
 func (m *Manager) Plan(l *Lease) error {
-	n := max(l.requested, len(l.Blocks))
+	n := l.requested
+	if k := len(l.Blocks); k > 0 {
+		n = max(n, l.Blocks[k-1].Position+1)
+	}
 	l.plan = slices.Grow(l.plan[:0], n)[:n]
 	l.actions = slices.Grow(l.actions[:0], n)[:n]
-	for i := range l.plan {
-		if i < len(l.Blocks) {
-			l.plan[i] = PlanBlock{Cached: true, Tier: l.Blocks[i].Tier}
-		} else {
-			l.plan[i] = PlanBlock{}
-		}
+	clear(l.plan)
+	for _, b := range l.Blocks {
+		l.plan[b.Position] = PlanBlock{Cached: true, Tier: b.Tier}
 	}
 	err := m.planner.Plan(l.plan, l.actions)
 	if err != nil {
@@ -250,30 +274,39 @@ func (m *Manager) Plan(l *Lease) error {
 		err = fmt.Errorf("kvtier: planner: %w", err)
 	}
 	for i := range l.Blocks {
-		a := l.actions[i]
+		b := &l.Blocks[i]
+		a := l.actions[b.Position]
 		switch {
-		case l.Blocks[i].Tier == GPU && a == Load:
+		case b.Tier == GPU && a == Load:
 			a = Use // nothing to load
-		case l.Blocks[i].Tier != GPU && a == Use:
+		case b.Tier != GPU && a == Use:
 			a = Load // a planner cannot use what is not in the GPU
 		case a > Recompute:
 			a = Recompute
 		}
-		l.Blocks[i].Action = a
+		b.Action, b.Why = a, Planned
 	}
 	return err
 }
 
 // Onboard submits copies into the GPU tier for the leased blocks whose Action
 // is Load, reserving GPU slots (evicting as needed). Each such block gets
-// Loading and its GPUSlot; the copies are done when Wait returns nil. A
-// block for which no GPU slot is free now gets Action Recompute instead.
+// Loading and its GPUSlot; the copies are done when Wait returns nil, and
+// layer by layer when the lease's LayerEvents complete. A block Onboard
+// cannot load gets Action Recompute and Why (counted in
+// Metrics.Recomputes): no GPU slot is free now (in write-back mode,
+// demotions may be under way: Onboard never waits for them), the block is
+// being written into or evicted from the GPU, or its source copy was lost.
 func (m *Manager) Onboard(l *Lease) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Onboard: lease holds no lookup of this manager", ErrBadInput)
 	}
 	if !m.tiers[GPU].present {
 		return fmt.Errorf("%w: Onboard: the gpu tier is absent", ErrBadInput)
+	}
+	turn := func(b *Block, why Reason) {
+		b.Action, b.Why = Recompute, why
+		m.metrics.recompute(why)
 	}
 	want := 0
 	for _, b := range l.Blocks {
@@ -283,7 +316,7 @@ func (m *Manager) Onboard(l *Lease) error {
 	}
 	m.lock()
 	m.settle(l)
-	var t *Transfer
+	var t *Batch
 	full := false
 	for i := range l.Blocks {
 		b := &l.Blocks[i]
@@ -292,16 +325,19 @@ func (m *Manager) Onboard(l *Lease) error {
 		}
 		want--
 		r := m.recs.at(b.Ref)
+		if best := r.best(); best < b.Tier && best != GPU { // promoted since the lookup
+			b.Tier, b.Slot = best, r.slot[best]
+		}
 		switch r.state[GPU] {
 		case stateReady:
 			b.Tier, b.Slot, b.Action = GPU, r.slot[GPU], Use
 			continue
 		case stateWriting, stateEvicting:
-			b.Action = Recompute
+			turn(b, GPUBusy)
 			continue
 		}
 		if r.state[b.Tier] != stateReady { // its copy there was lost (ErrSourceLost)
-			b.Action = Recompute
+			turn(b, SourceLost)
 			continue
 		}
 		var slot Slot
@@ -311,7 +347,7 @@ func (m *Manager) Onboard(l *Lease) error {
 			full = !ok
 		}
 		if !ok {
-			b.Action = Recompute
+			turn(b, NoGPUSlot)
 			continue
 		}
 		if t == nil {
@@ -358,32 +394,68 @@ func (m *Manager) InsertKeys(salt Salt, keys []Key, tier Tier, l *Lease) error {
 // Commit ends the writes Insert asked of the caller: with err nil the blocks
 // become ready (and, with WriteThrough, are copied on to the next tier);
 // otherwise their slots are freed and they are forgotten. The caller MUST
-// have finished writing (the kernel or copy that wrote them completed).
+// have finished writing (the kernel or copy that wrote them completed); a
+// server that has only enqueued the writes calls CommitAfter.
 func (m *Manager) Commit(l *Lease, err error) error {
+	return m.commit("Commit", l, err, nil)
+}
+
+// CommitAfter is Commit for writes that are enqueued on the device and
+// marked by written (the event the server recorded after the step that
+// produced the KV), so that nothing on the request's path waits on the
+// host: the blocks are ready in device order. Every copy kvtier makes of
+// them until l is released (write-through now, Offload or Evict later, by
+// any lease) waits for written on the device, and Release returns their
+// slots for reuse only once written has completed. written MUST NOT be
+// destroyed or recorded again before it has completed and l has been
+// released. Work of the server that reads them MUST be
+// ordered after written (the same stream, or a wait on the event); a
+// lookup by another request finds them at once, so a server with several
+// compute streams orders them the same way.
+func (m *Manager) CommitAfter(l *Lease, written Event) error {
+	if written == nil {
+		return fmt.Errorf("%w: CommitAfter: nil event (use Commit)", ErrBadInput)
+	}
+	return m.commit("CommitAfter", l, nil, written)
+}
+
+func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 	if !l.leased || l.m != m {
-		return fmt.Errorf("%w: Commit: lease holds no insert of this manager", ErrBadInput)
+		return fmt.Errorf("%w: %s: lease holds no insert of this manager", ErrBadInput, op)
 	}
 	m.lock()
+	var b *Batch // write-through copies that wait for written
 	for i := range l.Blocks {
-		b := &l.Blocks[i]
-		if !b.Write {
+		bl := &l.Blocks[i]
+		if !bl.Write {
 			continue
 		}
-		b.Write = false
-		r := m.recs.at(b.Ref)
-		if r.state[b.Tier] != stateWriting || r.slot[b.Tier] != b.Slot {
+		bl.Write = false
+		r := m.recs.at(bl.Ref)
+		if r.state[bl.Tier] != stateWriting || r.slot[bl.Tier] != bl.Slot {
 			m.unlock()
-			panic(fmt.Sprintf("kvtier: Commit: block %#x in %v is %v", uint64(b.Key), b.Tier, r.state[b.Tier]))
+			panic(fmt.Sprintf("kvtier: %s: block %#x in %v is %v", op, uint64(bl.Key), bl.Tier, r.state[bl.Tier]))
 		}
 		if err == nil {
-			m.setState(b.Ref, b.Tier, stateReady)
-			m.metrics.tier(b.Tier).in(m.tiers[b.Tier].slotBytes)
-			m.propagate(b.Ref, b.Tier)
+			m.setState(bl.Ref, bl.Tier, stateReady)
+			m.metrics.tier(bl.Tier).in(m.tiers[bl.Tier].slotBytes)
+			if written != nil {
+				l.written = written
+				if bl.Tier == GPU {
+					m.gpuWritten[bl.Slot] = written
+				}
+			}
+			if m.writeThrough {
+				if b == nil {
+					b = m.newTransfer(l)
+				}
+				m.propagateIn(b, bl.Ref, bl.Tier)
+			}
 		} else {
-			m.freeSlot(b.Ref, b.Tier)
+			m.freeSlot(bl.Ref, bl.Tier)
 		}
 	}
-	m.unlockAndSubmit(nil)
+	m.unlockAndSubmit(b)
 	return nil
 }
 
@@ -400,7 +472,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 	}
 	m.lock()
 	m.settle(l)
-	var t *Transfer
+	var t *Batch
 	ts := &m.tiers[to]
 	for i := range l.Blocks {
 		want := len(l.Blocks) - i
@@ -414,6 +486,48 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 			continue
 		}
 		slot, ok := m.alloc(to, want)
+		if !ok {
+			break
+		}
+		if t == nil {
+			t = m.newTransfer(l)
+		}
+		m.startCopy(t, b.Ref, from, to, slot)
+	}
+	m.unlockAndSubmit(t)
+	return nil
+}
+
+// Promote copies the leased blocks whose fastest ready copy is in a tier
+// slower than to into tier to (Host, say, for NVMe hits), so that a later
+// Onboard loads them from there: a server prefetches a request's later
+// blocks into the host while its first ones load into the GPU, and the
+// promoted blocks stay in the host tier under its policy. Blocks already
+// in to or faster, and blocks for which no slot is free now, are skipped;
+// the tier's Admitter is not asked (the request wants them). The copies are
+// done when Wait returns nil; Onboard, before or after, loads each block
+// from its fastest ready tier at the time.
+func (m *Manager) Promote(l *Lease, to Tier) error {
+	if err := m.checkTier("Promote", to); err != nil {
+		return err
+	}
+	if to == GPU {
+		return fmt.Errorf("%w: Promote: into the gpu tier is Onboard", ErrBadInput)
+	}
+	if !l.leased || l.m != m {
+		return fmt.Errorf("%w: Promote: lease holds no blocks of this manager", ErrBadInput)
+	}
+	m.lock()
+	m.settle(l)
+	var t *Batch
+	for i := range l.Blocks {
+		b := &l.Blocks[i]
+		r := m.recs.at(b.Ref)
+		from := r.best()
+		if from == NumTiers || from <= to || r.state[to] != stateNone {
+			continue
+		}
+		slot, ok := m.alloc(to, len(l.Blocks)-i)
 		if !ok {
 			break
 		}
@@ -446,26 +560,4 @@ func (m *Manager) Wait(ctx context.Context, l *Lease) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// Release drops the lease's references; its blocks become evictable again
-// once nothing else uses them. Blocks Insert reserved and the caller did not
-// Commit are forgotten, as by Commit with an error. Copies still in flight
-// keep their own references. Releasing an empty lease does nothing.
-func (m *Manager) Release(l *Lease) {
-	if !l.leased || m.releaseShared(l) {
-		return
-	}
-	m.lock()
-	m.settle(l)
-	for i := range l.Blocks {
-		b := &l.Blocks[i]
-		if b.Write {
-			m.freeSlot(b.Ref, b.Tier)
-		}
-		m.unref(b.Ref)
-	}
-	l.Blocks = l.Blocks[:0]
-	l.leased = false
-	m.unlockAndSubmit(nil)
 }

@@ -27,6 +27,9 @@ type Metrics struct {
 	// Lookups counts Lookup and LookupKeys calls; LookupBlocks the full
 	// blocks they asked for; HitBlocks those in the returned prefixes.
 	Lookups, LookupBlocks, HitBlocks uint64
+	// HoleBlocks counts the missing blocks lookups skipped to return
+	// cached blocks after them (Config.MaxHoleBlocks).
+	HoleBlocks uint64
 	// Mismatches counts blocks whose key was found but whose salt, parent,
 	// position or tokens differed (hash collisions, served as misses), or
 	// that a token lookup found stored without tokens (by InsertKeys).
@@ -39,6 +42,11 @@ type Metrics struct {
 	// lookups that were dropped because their stripe's queue was full
 	// while another call held the lock (recency is then approximate).
 	DroppedTouches uint64
+	// Invalidations counts blocks Invalidate and InvalidateSalt forgot.
+	Invalidations uint64
+	// Recomputes counts, by reason, the blocks Onboard turned from Load to
+	// Recompute (Block.Why says the same per block).
+	Recomputes [NumReasons]uint64
 	// Records is the number of blocks known to the manager.
 	Records int64
 }
@@ -53,6 +61,8 @@ type counters struct {
 	lookups, lookupBlocks, hitBlocks  atomic.Uint64
 	mismatches, noSpace, moveFailures atomic.Uint64
 	droppedTouches                    atomic.Uint64
+	invalidations, holes              atomic.Uint64
+	recomputes                        [NumReasons]atomic.Uint64
 }
 
 // gauges are levels, not counts. resident changes only under the manager's
@@ -87,6 +97,18 @@ func (c *counters) mismatch() {
 func (c *counters) noSpaceHit() {
 	if c != nil {
 		c.noSpace.Add(1)
+	}
+}
+
+func (c *counters) invalidated() {
+	if c != nil {
+		c.invalidations.Add(1)
+	}
+}
+
+func (c *counters) recompute(why Reason) {
+	if c != nil {
+		c.recomputes[why].Add(1)
 	}
 }
 
@@ -145,6 +167,11 @@ func (m *Manager) snapshot(resident, inUse [NumTiers]int64, records int) Metrics
 		mt.NoSpace += c.noSpace.Load()
 		mt.MoveFailures += c.moveFailures.Load()
 		mt.DroppedTouches += c.droppedTouches.Load()
+		mt.Invalidations += c.invalidations.Load()
+		mt.HoleBlocks += c.holes.Load()
+		for w := range mt.Recomputes {
+			mt.Recomputes[w] += c.recomputes[w].Load()
+		}
 	}
 	for t := range NumTiers {
 		mt.Tiers[t].ResidentBlocks, mt.Tiers[t].InUseBlocks = resident[t], inUse[t]

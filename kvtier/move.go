@@ -1,10 +1,23 @@
 package kvtier
 
-// MoveOp is one block copy between two tiers.
+import "context"
+
+// MoveOp is one block copy between two tiers. It carries everything a mover
+// needs to know of the block, so that a mover is a plain client of this
+// contract and never reads the manager's state.
 type MoveOp struct {
 	// Key and Ref name the block (for the mover's errors and logs).
 	Key Key
 	Ref BlockRef
+	// Parent, Salt and Position identify the block for a tier that stores
+	// it self-described (the NVMe header): its predecessor's key, its salt
+	// and its block index in the request.
+	Parent   Key
+	Salt     Salt
+	Position int
+	// Tokens are the block's token ids, or nil when it was inserted by key.
+	// The slice is the manager's: read only, valid until the op completes.
+	Tokens []int32
 	// From and FromSlot are the source; the source slot is ready and the
 	// manager keeps it from being evicted or reused until the op completes.
 	From     Tier
@@ -13,6 +26,43 @@ type MoveOp struct {
 	// until the op completes without error (invariant 2).
 	To     Tier
 	ToSlot Slot
+	// After, for a copy out of the GPU, is the server's event that marks
+	// the block's KV as written (CommitAfter), or nil when it was written
+	// already: the copy MUST wait for it on the device.
+	After Event
+}
+
+// Event is a point in device work that has or has not completed: a
+// cudastream.Event satisfies it. The manager only passes events between the
+// server and the Mover; it never waits on one on a request's path.
+type Event interface {
+	// Query reports whether the work captured by the event has completed.
+	Query() (bool, error)
+	// Synchronize blocks the host until it has.
+	Synchronize() error
+}
+
+// Layers is the per-layer readiness of the loads into the GPU that a Mover
+// started for one Batch: layer l of each block it loads is on the GPU once
+// LayerEvent(l) has completed. A model runs layer l as soon as its layer is
+// there, while the later layers still load.
+type Layers interface {
+	// NumLayers is the model's layer count.
+	NumLayers() int
+	// LayerEvent returns the event that completes when layer l has landed;
+	// a compute stream waits on it (cuStreamWaitEvent) without blocking
+	// the host. It stays valid until Release. For loads the mover must
+	// first read from a slower tier (NVMe staged through host buffers) it
+	// returns once those reads are done and the copies enqueued: the host
+	// waits for the drive, never for a copy.
+	LayerEvent(l int) Event
+	// WaitLayer blocks the host until layer l has landed, and returns the
+	// loads' error if they failed, or ctx's error first if ctx ends.
+	WaitLayer(ctx context.Context, l int) error
+	// Release says that the manager hands out no more of these events; the
+	// mover may reuse them once its copies have also completed. The
+	// manager calls it exactly once.
+	Release()
 }
 
 // Mover performs the copies the manager decides on: kvtier/transfer for GPU
@@ -21,18 +71,22 @@ type MoveOp struct {
 // pinned staging buffer, and completes only once the write is checksummed and
 // durable).
 type Mover interface {
-	// Submit starts the copies in t.Ops. It is called without the manager's
-	// lock held. The mover MUST call t.Complete(i, err) exactly once for
+	// Submit starts the copies in b.Ops. It is called without the manager's
+	// lock held. The mover MUST call b.Complete(i, err) exactly once for
 	// every op i, from any goroutine, in any order, possibly before Submit
 	// returns, and MUST NOT touch either slot of op i after completing it
-	// (invariant 3). The mover MUST NOT keep t after its last Complete.
-	// An error from Submit fails every op it has not completed.
-	Submit(t *Transfer) error
+	// (invariant 3). A copy out of the GPU MUST start on the device only
+	// after its op's After (when set) has completed, and MUST NOT wait for
+	// it on the host. A mover that loads into the GPU layer by layer reports it
+	// with b.AddLayers before Submit returns and before its last Complete.
+	// The mover MUST NOT keep b after its last Complete. An error from
+	// Submit fails every op it has not completed.
+	Submit(b *Batch) error
 }
 
-// Transfer is a batch of copies handed to the Mover. The manager owns it and
-// reuses it after its last op completes.
-type Transfer struct {
+// Batch is a set of copies handed to the Mover at once. The manager owns it
+// and reuses it after its last op completes.
+type Batch struct {
 	// Ops are the copies; the mover MUST NOT modify the slice.
 	Ops []MoveOp
 
@@ -46,6 +100,19 @@ type Transfer struct {
 // durably for NVMe) or failed. It takes the manager's lock, and may start
 // the next copies (write-through, demotion) by calling Submit again, so a
 // mover MUST NOT call it while holding a lock its Submit takes.
-func (t *Transfer) Complete(i int, err error) {
-	t.m.complete(t, i, err)
+func (b *Batch) Complete(i int, err error) {
+	b.m.complete(b, i, err)
+}
+
+// AddLayers hands the manager the per-layer readiness of loads into the GPU
+// that the mover started for b. The lease that asked for the loads hands
+// them out (Lease.LayerEvents, Lease.WaitLayer) until it is released, and
+// then calls ly.Release. It MUST be called during Submit, before b's last
+// Complete.
+func (b *Batch) AddLayers(ly Layers) {
+	if l := b.lease; l != nil {
+		l.layers = append(l.layers, ly)
+		return
+	}
+	ly.Release()
 }

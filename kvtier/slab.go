@@ -15,7 +15,8 @@ func (s blockState) String() string {
 }
 
 const (
-	flagTokens uint8 = 1 << iota // the token arena holds the block's tokens
+	flagTokens  uint8 = 1 << iota // the token arena holds the block's tokens
+	flagInvalid                   // invalidated: no lookup or insert finds it; freed at its last reference
 )
 
 // record is one block's metadata: plain values only, so that tens of

@@ -183,7 +183,7 @@ func run(out io.Writer, nvmeDir string) error {
 	}
 	fmt.Fprintf(out, "mover: %+v\n", mover.Stats())
 	fmt.Fprintf(out, "copy engine: %d transfers, %d bytes onboarded, %d offloaded\n",
-		eng.Stats().Transfers.Load(), eng.Stats().OnboardBytes.Load(), eng.Stats().OffloadBytes.Load())
+		eng.Stats().Transfers, eng.Stats().OnboardBytes, eng.Stats().OffloadBytes)
 	return nil
 }
 

@@ -43,6 +43,13 @@ func (s *server) serveConversations(ctx context.Context, convs, turns int) error
 			if err := s.serve(ctx, history[c]); err != nil {
 				return fmt.Errorf("conversation %d, turn %d: %w", c, turn, err)
 			}
+			// Let the background copies (demotions) finish before the
+			// next request, so that what each lookup finds, and the
+			// figures printed, do not depend on scheduling. A server
+			// would not wait: its next lookup finds whatever has landed.
+			if err := s.m.Drain(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ type Collector struct {
 	resident, inUse, capacity                             *prometheus.Desc
 	lookups, lookupBlocks, hitBlocks                      *prometheus.Desc
 	mismatches, noSpace, moveFailures, records            *prometheus.Desc
-	droppedTouches                                        *prometheus.Desc
+	droppedTouches, invalidations, holeBlocks, recomputes *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -60,6 +60,10 @@ func New(src Source, namespace string, constLabels prometheus.Labels) *Collector
 		records:      d("records", "Blocks known to the manager.", nil),
 		droppedTouches: d("dropped_touches_total",
 			"Policy touches and admission records of lookups dropped because their stripe's queue was full (recency is then approximate).", nil),
+		invalidations: d("invalidations_total", "Blocks forgotten by Invalidate or InvalidateSalt.", nil),
+		holeBlocks:    d("hole_blocks_total", "Missing blocks lookups skipped to return cached blocks after them.", nil),
+		recomputes: d("onboard_recomputes_total",
+			"Blocks the plan said to load that Onboard recomputed, by reason (no_gpu_slot, gpu_busy, source_lost).", []string{"reason"}),
 	}
 }
 
@@ -69,7 +73,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.hits, c.misses, c.bytesIn, c.bytesOut, c.evictions, c.demotions,
 		c.resident, c.inUse, c.capacity,
 		c.lookups, c.lookupBlocks, c.hitBlocks, c.mismatches, c.noSpace, c.moveFailures, c.records,
-		c.droppedTouches,
+		c.droppedTouches, c.invalidations, c.holeBlocks, c.recomputes,
 	} {
 		ch <- d
 	}
@@ -107,5 +111,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.noSpace, m.NoSpace)
 	counter(c.moveFailures, m.MoveFailures)
 	counter(c.droppedTouches, m.DroppedTouches)
+	counter(c.invalidations, m.Invalidations)
+	counter(c.holeBlocks, m.HoleBlocks)
+	for why := kvtier.Planned + 1; why < kvtier.NumReasons; why++ {
+		counter(c.recomputes, m.Recomputes[why], why.String())
+	}
 	gauge(c.records, m.Records)
 }

@@ -43,7 +43,7 @@ const (
 
 // copyJob is one block copy waiting for or crossing a channel.
 type copyJob struct {
-	t   *kvtier.Transfer
+	t   *kvtier.Batch
 	op  int
 	req *request // the request waiting for it (loads), or nil
 }

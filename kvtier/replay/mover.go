@@ -19,7 +19,7 @@ var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is
 
 // Submit implements kvtier.Mover: it queues each copy on its channel; the
 // copy completes when the virtual clock reaches its end.
-func (e *engine) Submit(t *kvtier.Transfer) error {
+func (e *engine) Submit(t *kvtier.Batch) error {
 	for i, op := range t.Ops {
 		ch, prio := route(op.From, op.To)
 		j := copyJob{t: t, op: i}

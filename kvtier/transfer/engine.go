@@ -106,7 +106,7 @@ type Engine struct {
 	skipStagingWait bool
 
 	events eventPool
-	stats  Stats
+	stats  counters
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -140,20 +140,29 @@ type stagingBuf struct {
 	pairs  []Pair
 }
 
-// Stats are the engine's counters.
+// Stats is a snapshot of the engine's counters.
 type Stats struct {
-	OnboardBytes, OffloadBytes atomic.Int64
-	Transfers                  atomic.Int64
+	OnboardBytes, OffloadBytes int64
+	Transfers                  int64
 	// Blocks and Descriptors show what coalescing saved: each block of each
 	// layer is one copy before coalescing.
-	Blocks, Descriptors atomic.Int64
+	Blocks, Descriptors int64
 	// KernelDescriptors counts the descriptors the copy kernel moved (the
 	// rest went to batches or single copies).
-	KernelDescriptors atomic.Int64
+	KernelDescriptors int64
 	// ContendedDescriptors counts the descriptors submitted while the other
 	// direction had work in flight (MethodAuto's busy column).
-	ContendedDescriptors atomic.Int64
-	StagingWaits         atomic.Int64
+	ContendedDescriptors int64
+	// StagingWaits counts staged onboards that waited for a staging
+	// buffer's previous copy before refilling it.
+	StagingWaits int64
+}
+
+// counters are the live counters behind Stats.
+type counters struct {
+	onboardBytes, offloadBytes, transfers  atomic.Int64
+	blocks, descriptors, kernelDescriptors atomic.Int64
+	contendedDescriptors, stagingWaits     atomic.Int64
 }
 
 // New creates an engine and its two streams.
@@ -243,15 +252,23 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Stats returns the engine's counters.
-func (e *Engine) Stats() *Stats { return &e.stats }
+// Stats returns a snapshot of the engine's counters; each is read
+// atomically, the set is not.
+func (e *Engine) Stats() Stats {
+	c := &e.stats
+	return Stats{
+		OnboardBytes: c.onboardBytes.Load(), OffloadBytes: c.offloadBytes.Load(),
+		Transfers: c.transfers.Load(), Blocks: c.blocks.Load(), Descriptors: c.descriptors.Load(),
+		KernelDescriptors: c.kernelDescriptors.Load(), ContendedDescriptors: c.contendedDescriptors.Load(),
+		StagingWaits: c.stagingWaits.Load(),
+	}
+}
 
 // complete waits, in stream order, for each submitted transfer's last event.
 func (e *Engine) complete(d *direction) {
 	defer e.wg.Done()
 	for t := range d.pending {
-		err := t.final.Synchronize()
-		t.finish(err)
+		t.await()
 	}
 }
 
@@ -277,26 +294,29 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
 		}
 	}
-	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
-	e.stats.OnboardBytes.Add(t.bytes)
+	e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+	e.stats.onboardBytes.Add(t.bytes)
 	e.submit(d, t)
 	return t, nil
 }
 
-// Offload copies blocks from the GPU to their host slots once after has
-// completed (the server's event for the step that produced them; nil for
-// none). Each block moves layer after layer, so a block-first GPU layout
+// Offload copies blocks from the GPU to their host slots once the events
+// in after have completed (the server's events for the steps that produced
+// them; none, or nil ones, for none), waiting for them on the device. Each block moves layer after layer, so a block-first GPU layout
 // moves as one copy per block. The host slots MUST NOT be read as KV, nor the
 // GPU blocks reused, until the Transfer is done.
-func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Event) (*Transfer, error) {
+func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.Event) (*Transfer, error) {
 	d := &e.off
 	t, err := e.start(d, pairs, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer d.mu.Unlock()
-	if after != nil {
-		if err := d.stream.WaitEvent(after); err != nil {
+	for _, ev := range after {
+		if ev == nil || t.err != nil {
+			continue
+		}
+		if err := d.stream.WaitEvent(ev); err != nil {
 			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
 		}
 	}
@@ -305,8 +325,8 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after cudastream.Eve
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
 		d.end()
 	}
-	e.stats.Blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
-	e.stats.OffloadBytes.Add(t.bytes)
+	e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+	e.stats.offloadBytes.Add(t.bytes)
 	e.submit(d, t)
 	return t, nil
 }
@@ -381,7 +401,7 @@ func (e *Engine) issueOps(d *direction, ops []cudastream.Copy, origin []int32) b
 	if kernel {
 		t.kernelCopies += len(ops)
 	}
-	e.stats.Descriptors.Add(int64(len(ops)))
+	e.stats.descriptors.Add(int64(len(ops)))
 	return true
 }
 
@@ -403,7 +423,8 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 			t.err = fmt.Errorf("transfer: record completion event: %w", err)
 		}
 	}
-	e.stats.Transfers.Add(1)
+	e.stats.transfers.Add(1)
+	close(t.issued)
 	d.pending <- t
 }
 
@@ -417,8 +438,11 @@ type Source interface {
 // OnboardStaged reads blocks from src through the pinned staging ring and
 // copies them to the GPU blocks gpuBlocks[i]. It reads into buffer k while
 // buffer k-1 is still being copied, and waits for the copy that last read a
-// buffer before overwriting it. Staged onboards run one at a time; the
-// returned Transfer has no per-layer events.
+// buffer before overwriting it. Staged onboards run one at a time. Each
+// staging buffer carries whole blocks, so every layer lands with the last
+// block: the returned Transfer has one event per layer, as an Onboard's,
+// all recorded after the last copy, so that a caller waits on layers the
+// same way whatever the source.
 func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int32) (*Transfer, error) {
 	if len(e.staging) == 0 {
 		return nil, errors.New("transfer: OnboardStaged: the engine has no staging buffers (Config.Staging)")
@@ -428,7 +452,7 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 			return nil, fmt.Errorf("transfer: OnboardStaged: block %d: GPU block %d outside the layout's %d blocks", i, b, e.gpu.NumBlocks)
 		}
 	}
-	t, err := e.newTransfer(cudastream.HostToDevice, 0)
+	t, err := e.newTransfer(cudastream.HostToDevice, e.gpu.Layers)
 	if err != nil {
 		return nil, err
 	}
@@ -450,13 +474,16 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 		e.runStaged(ctx, src, gpuBlocks, t)
 		d := &e.on
 		d.mu.Lock()
-		if err := t.final.Record(d.stream); err != nil && t.err == nil {
-			t.err = fmt.Errorf("transfer: staged onboard: record completion event: %w", err)
+		for l, ev := range t.layerEv { // the last one is t.final
+			if err := ev.Record(d.stream); err != nil && t.err == nil {
+				t.err = fmt.Errorf("transfer: staged onboard: record layer %d event: %w", l, err)
+			}
 		}
 		d.mu.Unlock()
-		e.stats.Transfers.Add(1)
-		e.stats.OnboardBytes.Add(t.bytes)
-		t.finish(t.final.Synchronize())
+		close(t.issued)
+		e.stats.transfers.Add(1)
+		e.stats.onboardBytes.Add(t.bytes)
+		t.await()
 	}()
 	return t, nil
 }
@@ -466,7 +493,7 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 	for k := 0; next < len(gpuBlocks); k++ {
 		buf := &e.staging[k%len(e.staging)]
 		if buf.used && !e.skipStagingWait {
-			e.stats.StagingWaits.Add(1)
+			e.stats.stagingWaits.Add(1)
 			if err := buf.ev.Synchronize(); err != nil {
 				t.err = fmt.Errorf("transfer: staged onboard: wait for staging buffer %d: %w", k%len(e.staging), err)
 				return
@@ -493,7 +520,7 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 		err := buf.ev.Record(d.stream)
 		d.mu.Unlock()
 		buf.used = true
-		e.stats.Blocks.Add(int64(len(buf.pairs) * e.gpu.Layers * e.gpu.Parts))
+		e.stats.blocks.Add(int64(len(buf.pairs) * e.gpu.Layers * e.gpu.Parts))
 		if t.err != nil {
 			return
 		}

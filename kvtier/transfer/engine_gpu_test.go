@@ -102,7 +102,7 @@ func TestGPURoundTrip(t *testing.T) {
 						t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
 					}
 				}
-				t.Logf("%d descriptors, %d by the copy kernel", e.Stats().Descriptors.Load(), e.Stats().KernelDescriptors.Load())
+				t.Logf("%d descriptors, %d by the copy kernel", e.Stats().Descriptors, e.Stats().KernelDescriptors)
 			})
 		}
 	}

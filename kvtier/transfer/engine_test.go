@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -30,7 +31,15 @@ const (
 
 func newFixture(t *testing.T, layout string, link cudastream.LinkModel) *fixture {
 	t.Helper()
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: link, Clock: cudastream.SimVirtualClock})
+	return newFixtureClock(t, layout, link, cudastream.SimVirtualClock)
+}
+
+// newFixtureClock is newFixture on the given clock; a wall-clock fixture
+// belongs inside synctest.Test, whose fake time stands still while the test
+// goroutine runs.
+func newFixtureClock(t *testing.T, layout string, link cudastream.LinkModel, clock cudastream.SimClockKind) *fixture {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: link, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,49 +145,75 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestLayerEventsCompleteInOrder checks that layer l is ready before layer
-// l+1 on the modelled link, so that a compute stream waiting on layer 0's
-// event starts before the last layer has landed.
+// l+1 on the modelled link, that layer 0 is ready well before the last
+// layer (so that a compute stream waiting on layer 0's event starts while
+// later layers still load), and that the host-side WaitLayer returns when
+// its layer lands, not when the transfer does. It runs on synctest's fake
+// clock: time stands still while the test issues, so the timeline is exact.
 func TestLayerEventsCompleteInOrder(t *testing.T) {
-	f := newFixture(t, "layer-first", cudastream.H200Link())
-	e := f.engine(t, Config{})
-	compute, err := f.sim.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer compute.Destroy()
-	started, _ := f.sim.NewEvent(cudastream.EventOptions{})
-	defer started.Destroy()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixtureClock(t, "layer-first", cudastream.H200Link(), cudastream.SimWallClock)
+		e := f.engine(t, Config{})
+		compute, err := f.sim.NewStream(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer compute.Destroy()
+		started, _ := f.sim.NewEvent(cudastream.EventOptions{})
+		defer started.Destroy()
 
-	tr, err := e.Onboard(context.Background(), []Pair{{1, 0}, {5, 1}, {9, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := compute.WaitEvent(tr.LayerEvent(0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := started.Record(compute); err != nil {
-		t.Fatal(err)
-	}
-	<-tr.Done()
-	if err := compute.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	times := make([]time.Duration, tr.Layers())
-	for l := range times {
-		end, ok := f.sim.EventTime(tr.LayerEvent(l))
-		if !ok {
-			t.Fatalf("layer %d event has no time after the transfer is done", l)
+		issued := f.sim.Clock().Now()
+		tr, err := e.Onboard(context.Background(), []Pair{{1, 0}, {5, 1}, {9, 2}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if l > 0 && end <= times[l-1] {
-			t.Fatalf("layer %d ready at %v, not after layer %d at %v", l, end, l-1, times[l-1])
+		if err := compute.WaitEvent(tr.LayerEvent(0)); err != nil {
+			t.Fatal(err)
 		}
-		times[l] = end
-	}
-	s, _ := f.sim.EventTime(started)
-	if s < times[0] || s >= times[len(times)-1] {
-		t.Errorf("compute started at %v; layer 0 ready at %v, last layer at %v", s, times[0], times[len(times)-1])
-	}
-	tr.Release()
+		if err := started.Record(compute); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.WaitLayer(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		layer0 := f.sim.Clock().Now()
+		if ready, _ := tr.LayerReady(tr.Layers() - 1); ready {
+			t.Errorf("WaitLayer(0) returned at %v, after the last layer had landed", layer0)
+		}
+		<-tr.Done()
+		if err := compute.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		times := make([]time.Duration, tr.Layers())
+		for l := range times {
+			end, ok := f.sim.EventTime(tr.LayerEvent(l))
+			if !ok {
+				t.Fatalf("layer %d event has no time after the transfer is done", l)
+			}
+			if l > 0 && end <= times[l-1] {
+				t.Fatalf("layer %d ready at %v, not after layer %d at %v", l, end, l-1, times[l-1])
+			}
+			times[l] = end
+		}
+		first, last := times[0]-issued, times[len(times)-1]-issued
+		// Equal layers on one link: layer 0 lands after about 1/Layers of
+		// the transfer. Half is "well before"; a transfer that readied its
+		// layers together (as one event) fails here.
+		if first > last/2 {
+			t.Errorf("layer 0 ready %v after issue, the last layer %v: not well before", first, last)
+		}
+		if layer0 != times[0] {
+			t.Errorf("WaitLayer(0) returned at %v, layer 0 landed at %v", layer0, times[0])
+		}
+		s, _ := f.sim.EventTime(started)
+		if s < times[0] || s >= times[len(times)-1] {
+			t.Errorf("compute started at %v; layer 0 ready at %v, last layer at %v", s, times[0], times[len(times)-1])
+		}
+		if err := tr.WaitLayer(context.Background(), tr.Layers()); err == nil {
+			t.Error("WaitLayer past the last layer returned nil")
+		}
+		tr.Release()
+	})
 }
 
 // TestOffloadWaitsForProducer: the offload must copy what the server's
@@ -296,6 +331,17 @@ func TestStagingReuseWaitsForTheCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if tr.Layers() != fxLayers {
+			t.Fatalf("a staged onboard has %d layer events, want %d", tr.Layers(), fxLayers)
+		}
+		for l := range tr.Layers() { // every layer lands with the last block
+			if err := tr.WaitLayer(context.Background(), l); err != nil {
+				t.Fatalf("staged WaitLayer(%d): %v", l, err)
+			}
+		}
+		if ready, err := tr.LayerReady(fxLayers - 1); !ready || err != nil {
+			t.Fatalf("staged: last layer ready %v (%v) after WaitLayer", ready, err)
+		}
 		wait(t, tr)
 		corrupt := 0
 		for i, b := range blocks {
@@ -309,7 +355,7 @@ func TestStagingReuseWaitsForTheCopy(t *testing.T) {
 		case skip && corrupt == 0:
 			t.Error("without the wait no block was corrupt: the test would not catch the overwrite bug")
 		}
-		if !skip && e.Stats().StagingWaits.Load() == 0 {
+		if !skip && e.Stats().StagingWaits == 0 {
 			t.Error("a 6-block staged onboard through 2 one-slot buffers never waited")
 		}
 	}
@@ -341,7 +387,7 @@ func TestCancelStopsIssuingAndWaitsForInFlight(t *testing.T) {
 	tr.Release()
 
 	// An onboard whose context is already done issues nothing.
-	before := e.Stats().Descriptors.Load()
+	before := e.Stats().Descriptors
 	tr, err = e.Onboard(ctx, []Pair{{0, 0}})
 	if err != nil {
 		t.Fatal(err)
@@ -349,7 +395,7 @@ func TestCancelStopsIssuingAndWaitsForInFlight(t *testing.T) {
 	if err := tr.Wait(context.Background()); !errors.Is(err, context.Canceled) {
 		t.Errorf("onboard with a done context: %v", err)
 	}
-	if n := e.Stats().Descriptors.Load(); n != before {
+	if n := e.Stats().Descriptors; n != before {
 		t.Errorf("onboard with a done context issued %d descriptors", n-before)
 	}
 	tr.Release()
@@ -367,7 +413,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if _, err := e.OnboardStaged(context.Background(), &blockSource{}, []int32{1}); err == nil || !strings.Contains(err.Error(), "staging") {
 		t.Errorf("staged onboard without staging buffers: %v", err)
 	}
-	if n := e.Stats().Descriptors.Load() + e.Stats().Transfers.Load(); n != 0 {
+	if n := e.Stats().Descriptors + e.Stats().Transfers; n != 0 {
 		t.Errorf("rejected input issued work: %d", n)
 	}
 
@@ -450,7 +496,7 @@ func TestSubmissionsAfterCloseAreRefused(t *testing.T) {
 	if _, err := e.OnboardStaged(context.Background(), &blockSource{size: f.host.SlotBytes}, []int32{0}); !errors.Is(err, ErrClosed) {
 		t.Errorf("OnboardStaged after Close: %v", err)
 	}
-	if n := e.Stats().Transfers.Load(); n != 0 {
+	if n := e.Stats().Transfers; n != 0 {
 		t.Errorf("%d transfers issued after Close", n)
 	}
 }

@@ -162,7 +162,7 @@ func (e *Engine) setupMethod(cfg *Config) error {
 func (e *Engine) submitOps(d *direction, ops []cudastream.Copy) (kernel bool, err error) {
 	busy := d.other.inflight.Load() > 0
 	if busy {
-		e.stats.ContendedDescriptors.Add(int64(len(ops)))
+		e.stats.contendedDescriptors.Add(int64(len(ops)))
 	}
 	m := e.method
 	if m == MethodAuto {
@@ -181,7 +181,7 @@ func (e *Engine) submitOps(d *direction, ops []cudastream.Copy) (kernel bool, er
 	case MethodKernel:
 		err := d.kc.CopyKernel(d.kind, ops)
 		if err == nil {
-			e.stats.KernelDescriptors.Add(int64(len(ops)))
+			e.stats.kernelDescriptors.Add(int64(len(ops)))
 			return true, nil
 		}
 		if e.method != MethodAuto || !errors.Is(err, cudastream.ErrNotSupported) {

@@ -48,7 +48,7 @@ func TestMethodsMoveTheSameBytes(t *testing.T) {
 					t.Fatalf("slot %d came back different", i)
 				}
 			}
-			all, kernel := e.Stats().Descriptors.Load(), e.Stats().KernelDescriptors.Load()
+			all, kernel := e.Stats().Descriptors, e.Stats().KernelDescriptors
 			// 4 KiB pieces (and 32 KiB blocks offloaded whole) are all
 			// below the 64 KiB switch: Auto picks the kernel.
 			wantKernel := m == MethodKernel || m == MethodAuto
@@ -79,7 +79,7 @@ func TestAutoSwitchesOnDescriptorSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, tr)
-	if k := e.Stats().KernelDescriptors.Load(); k != 0 {
+	if k := e.Stats().KernelDescriptors; k != 0 {
 		t.Errorf("offload of whole %d-byte blocks with the switch at %d: the kernel moved %d descriptors, want 0 (batch)", blockBytes, blockBytes, k)
 	}
 	// An onboard moves layer by layer: pieces of 2*4 KiB (K and V are
@@ -89,7 +89,7 @@ func TestAutoSwitchesOnDescriptorSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(t, tr)
-	if k := e.Stats().KernelDescriptors.Load(); k != int64(len(pairs)*fxLayers) {
+	if k := e.Stats().KernelDescriptors; k != int64(len(pairs)*fxLayers) {
 		t.Errorf("onboard of %d blocks x %d layers: the kernel moved %d descriptors, want %d", len(pairs), fxLayers, k, len(pairs)*fxLayers)
 	}
 }
@@ -317,7 +317,7 @@ func TestAutoWatchesOtherDirection(t *testing.T) {
 					check("onboard alone", r.submit(t, cudastream.HostToDevice), tc.onAlone)
 					check("offload alone", r.submit(t, cudastream.DeviceToHost), tc.offAlone)
 				}
-				if c := r.e.Stats().ContendedDescriptors.Load(); c != 0 {
+				if c := r.e.Stats().ContendedDescriptors; c != 0 {
 					t.Errorf("one way at a time: %d descriptors counted as contended, want 0", c)
 				}
 
@@ -330,7 +330,7 @@ func TestAutoWatchesOtherDirection(t *testing.T) {
 				off = r.submit(t, cudastream.DeviceToHost)
 				check("onboard submitted into an idle link", on, tc.onAlone)
 				check("offload during an onboard", off, tc.offDuringOn)
-				if c := r.e.Stats().ContendedDescriptors.Load(); c != int64(2*n) {
+				if c := r.e.Stats().ContendedDescriptors; c != int64(2*n) {
 					t.Errorf("after two contended submissions of %d descriptors: ContendedDescriptors = %d, want %d", n, c, 2*n)
 				}
 

@@ -16,8 +16,14 @@ type Transfer struct {
 	eng     *Engine
 	kind    cudastream.CopyKind
 	layerEv []cudastream.Event // onboard: one per layer, recorded in order
-	final   cudastream.Event   // completes when every copy issued has
-	owned   []cudastream.Event // events to hand back on Release
+	// layerDone[l] is closed once layer l's event has completed (as seen
+	// by the completer, which waits for the events in order), or once the
+	// transfer is done. layersClosed counts those closed; only the
+	// goroutine that completes the transfer touches it.
+	layerDone    []chan struct{}
+	layersClosed int
+	final        cudastream.Event   // completes when every copy issued has
+	owned        []cudastream.Event // events to hand back on Release
 
 	bytes        int64
 	copies       int
@@ -27,11 +33,12 @@ type Transfer struct {
 	end          time.Duration
 	err          error // set before done is closed; read only after
 	done         chan struct{}
+	issued       chan struct{} // closed once every event has been recorded
 }
 
 func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, error) {
 	n := max(layers, 1)
-	t := &Transfer{eng: e, kind: kind, start: e.now(), done: make(chan struct{}), owned: make([]cudastream.Event, 0, n)}
+	t := &Transfer{eng: e, kind: kind, start: e.now(), done: make(chan struct{}), issued: make(chan struct{}), owned: make([]cudastream.Event, 0, n)}
 	for i := 0; i < n; i++ {
 		ev, err := e.events.get()
 		if err != nil {
@@ -42,13 +49,36 @@ func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, e
 	}
 	if layers > 0 {
 		t.layerEv = t.owned
+		t.layerDone = make([]chan struct{}, layers)
+		for l := range t.layerDone {
+			t.layerDone[l] = make(chan struct{})
+		}
 	}
 	t.final = t.owned[len(t.owned)-1]
 	return t, nil
 }
 
+// await waits on the host, in order, for each layer's event (marking the
+// layer done) and then for the final one, and marks the transfer done. It
+// runs on the engine's completer goroutines, never on a caller's path.
+func (t *Transfer) await() {
+	var err error
+	for l, ev := range t.layerEv {
+		if err = ev.Synchronize(); err != nil {
+			break
+		}
+		close(t.layerDone[l])
+		t.layersClosed = l + 1
+	}
+	if err == nil {
+		err = t.final.Synchronize()
+	}
+	t.finish(err)
+}
+
 // finish marks the transfer done. err is the completion's error, if any; a
-// submission error already in t.err wins.
+// submission error already in t.err wins. Layers not yet marked done are
+// marked after the transfer: their waiters then see its error.
 func (t *Transfer) finish(err error) {
 	if t.err == nil && err != nil {
 		t.err = fmt.Errorf("transfer: %s of %d bytes: %w", t.kind, t.bytes, err)
@@ -58,6 +88,10 @@ func (t *Transfer) finish(err error) {
 		t.inflight.inflight.Add(-1)
 	}
 	close(t.done)
+	for _, c := range t.layerDone[t.layersClosed:] {
+		close(c)
+	}
+	t.layersClosed = len(t.layerDone)
 }
 
 // startInFlight counts t as d's work in flight until it is done. Every
@@ -116,18 +150,47 @@ func (t *Transfer) Duration() time.Duration {
 	}
 }
 
-// Layers is the number of per-layer events (0 for offloads and staged
-// onboards).
+// Layers is the number of per-layer events: the GPU layout's layer count
+// for onboards (staged ones included), 0 for offloads.
 func (t *Transfer) Layers() int { return len(t.layerEv) }
+
+// Issued is closed once the transfer's events have been recorded: when
+// Onboard or Offload returns, and for a staged onboard once its last block
+// has been read and its copies enqueued.
+func (t *Transfer) Issued() <-chan struct{} { return t.issued }
 
 // LayerEvent returns the event that completes when layer l's blocks are on
 // the device. The compute stream waits on it (Stream.WaitEvent) before
-// running layer l. The event belongs to the transfer: do not record or
-// destroy it, and do not use it after Release.
+// running layer l. An event not yet recorded counts as complete, so a staged
+// onboard's events MUST NOT be waited on before Issued is closed. The event
+// belongs to the transfer: do not record or destroy it, and do not use it
+// after Release.
 func (t *Transfer) LayerEvent(l int) cudastream.Event { return t.layerEv[l] }
 
 // LayerReady reports whether layer l's copies have completed.
 func (t *Transfer) LayerReady(l int) (bool, error) { return t.layerEv[l].Query() }
+
+// WaitLayer blocks the host until layer l's copies have completed (for CPU
+// users of the KV; a GPU stream waits on LayerEvent instead, without
+// blocking the host), and returns the transfer's error if it failed by
+// then, or ctx's error first if ctx ends. The wait follows the engine's
+// completer, which observes the layers in order.
+func (t *Transfer) WaitLayer(ctx context.Context, l int) error {
+	if l < 0 || l >= len(t.layerEv) {
+		return fmt.Errorf("transfer: WaitLayer: layer %d outside the transfer's %d layers", l, len(t.layerEv))
+	}
+	select {
+	case <-t.layerDone[l]:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
 
 // Release returns the transfer's events to the engine. It MUST be called
 // only after Done is closed.
