@@ -23,7 +23,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"Dirs", func(c *Config) { c.Dirs = nil }},
 		{"Dirs", func(c *Config) { c.Dirs = []string{""} }},
 		{"Dirs", func(c *Config) { c.Dirs = []string{dir, dir} }},
-		{"Dirs[0]", func(c *Config) { c.Dirs = []string{dir + "/missing"} }},
+		{"Dirs[0]", func(c *Config) { c.Dirs = []string{dir + "/missing/sub"} }},
 		{"Dirs[0]", func(c *Config) { c.Dirs = []string{file} }},
 		{"FilesPerDir", func(c *Config) { c.FilesPerDir = -1 }},
 		{"FilesPerDir", func(c *Config) { c.FilesPerDir = 1025 }},
@@ -312,6 +312,7 @@ func TestDirectProbeFallsBack(t *testing.T) {
 	writeKey(t, s, 1, 100)
 	checkBlock(t, s, 0, 1, 100)
 
+	mustClose(t, s)
 	cfg.Mode, first = ModeDirect, true
 	if _, err := Open(cfg); !errors.Is(err, einval) {
 		t.Fatalf("ModeDirect on a refusing file system: %v", err)
