@@ -1,10 +1,13 @@
 // Command nvme measures kvtier's NVMe tier against raw O_DIRECT I/O on the
 // same slab file, in one run: sequential and random reads and writes of
 // 256 KiB, 1 MiB and 4 MiB blocks. The tier's rows include everything a
-// block costs (header, xxhash64 of the payload on write and its check on
+// block costs (header, XXH3-64 of the payload on write and its check on
 // read, slot bookkeeping, the worker pool); the raw rows are bare pwrite and
 // pread of the payload at the same offsets, from the same number of
-// goroutines. Every figure is payload GiB/s.
+// goroutines. Throughput rows are payload GiB/s (ratio: tier over raw);
+// CPU rows are the CPU time (user+system, this process, getrusage) one
+// block cost, in µs, raw and tier side by side (ratio: raw over tier, so
+// 0.67 is "tier costs 1.5x raw"), one sample per round.
 //
 // Read cases also time a diagnostic raw row, "raw O_DIRECT+header": one
 // preadv of the header region and the payload, the very bytes the tier
@@ -277,6 +280,7 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	samples := map[key][]float64{}
 	reqs := map[key]diskDelta{}
 	cpu := map[key]time.Duration{}
+	cpuSamples := map[key][]float64{} // µs per block, one per round
 	for r := range rounds {
 		for c, cs := range cases {
 			for i := range numModes {
@@ -286,7 +290,9 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 				}
 				before, cpu0 := dev.read(), cpuTime()
 				v, err := pass(cs.write, cs.random, m)
-				cpu[key{c, m}] += cpuTime() - cpu0
+				used := cpuTime() - cpu0
+				cpu[key{c, m}] += used
+				cpuSamples[key{c, m}] = append(cpuSamples[key{c, m}], float64(used.Nanoseconds())/1e3/float64(nslots))
 				if err != nil {
 					return "", fmt.Errorf("%s (%s): %w", cs.name, modeNames[m], err)
 				}
@@ -309,6 +315,10 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 			res.Rows[len(res.Rows)-1] = r
 		}
 		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeTier}], base)
+		cpuBase := fmt.Sprintf("raw O_DIRECT %s %s CPU", cs.name, bytesize.Format(int64(bs)))
+		res.Add(cpuBase, "CPU µs/block", cpuSamples[key{c, modeRaw}], "")
+		tierCPU := res.Add(fmt.Sprintf("kvtier/nvme %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeTier}], cpuBase)
+		note += fmt.Sprintf("; %s tier CPU per block %.2fx raw's (medians of rounds)", cs.name, 1/tierCPU.Ratio)
 		note += fmt.Sprintf("; %s CPU µs per block (user+system, this process):", cs.name)
 		for m := range numModes {
 			if d, ok := cpu[key{c, m}]; ok {
