@@ -23,8 +23,8 @@
 // process (getrusage), the device requests it took and their mean size
 // (/proc/diskstats), and the device's queue limits.
 //
-// Each round runs every case once, the order of raw, raw+header and tier
-// rotating by round; a warm-up pass writes every slot first. It writes
+// Each round runs every case once, the order of raw, raw+header, raw+touch
+// and tier rotating by round; a warm-up pass writes every slot first. It writes
 // nvme-<machine>.json and nvme-<machine>.md under --out.
 //
 //	CGO_ENABLED=0 go build -o .gpu/nv/ ./benchmarks/nvme
@@ -131,7 +131,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 	}
 	res := results.New("nvme", machine, "")
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of raw, raw+header and tier rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
+		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of raw, raw+header, raw+touch and tier rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
 		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
 	start := time.Now()
 	for _, bs := range sizes {
