@@ -453,15 +453,20 @@ func TestWriteDoesNotKeepCallerTokens(t *testing.T) {
 	}
 }
 
-// TestWriteAllocatesNothing holds Write to its doc comment, in both modes:
-// the same slot rewritten, after warm-up, costs no Go allocation.
-func TestWriteAllocatesNothing(t *testing.T) {
+// TestWriteAndReadAllocateNothing holds Write and ReadBatch to their doc
+// comments, durable or not, keyed or not: the same slot rewritten and read
+// back, after warm-up, costs no Go allocation.
+func TestWriteAndReadAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	for _, durable := range []bool{false, true} {
+	for _, tc := range []struct{ durable, keyed bool }{{false, false}, {true, false}, {false, true}} {
+		durable := tc.durable
 		cfg := testConfig(t.TempDir())
 		cfg.Durable = durable
+		if tc.keyed {
+			cfg.ChecksumKey = []byte("a key of sixteen bytes or more")
+		}
 		s := mustOpen(t, cfg)
 		slot, err := s.Allocate()
 		if err != nil {
@@ -477,7 +482,17 @@ func TestWriteAllocatesNothing(t *testing.T) {
 		}
 		write()
 		if n := testing.AllocsPerRun(20, write); n != 0 {
-			t.Errorf("durable=%v: %v allocations per Write", durable, n)
+			t.Errorf("durable=%v keyed=%v: %v allocations per Write", durable, tc.keyed, n)
+		}
+		ops := []ReadOp{{Slot: slot, Dst: alignedBuf(t, 8192), Meta: BlockMeta{Tokens: make([]uint32, 0, 16)}}}
+		read := func() {
+			if err := s.ReadBatch(context.Background(), ops); err != nil || ops[0].Err != nil {
+				t.Fatal(err, ops[0].Err)
+			}
+		}
+		read()
+		if n := testing.AllocsPerRun(20, read); n != 0 {
+			t.Errorf("durable=%v keyed=%v: %v allocations per ReadBatch of one block", durable, tc.keyed, n)
 		}
 	}
 }
