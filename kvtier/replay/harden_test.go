@@ -44,30 +44,32 @@ func burstSource(n int) Source {
 	return Source{Name: "burst", Format: trace.FormatNative, Open: func() (io.ReadCloser, error) { return io.NopCloser(newBurst(n)), nil }}
 }
 
-// A burst of 300,000 requests at one timestamp under a 64 MiB budget stops
+// A burst of 300,000 requests at one timestamp under an 8 MiB budget stops
 // with an error that names the budget and the line, long before the end,
-// instead of growing (before: 5.9 GB for a burst of this size from Mooncake).
+// instead of growing (before: 5.9 GB for a burst of this size from
+// Mooncake). The budget is small so that the test stays fast under -race
+// and the invariants tag, which checks the engine at every event.
 func TestBurstOverMemoryBudget(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Baselines = false
-	cfg.MemoryBudget = 64 << 20
+	cfg.MemoryBudget = 8 << 20
 	start := time.Now()
 	_, err := Run(burstSource(300_000), cfg, Options{})
-	if err == nil || !strings.Contains(err.Error(), "over the memory budget of 64MiB") || !strings.Contains(err.Error(), "burst: at line") {
-		t.Fatalf("300k-request burst under a 64MiB budget: %v, want an error naming the budget and the line", err)
+	if err == nil || !strings.Contains(err.Error(), "over the memory budget of 8MiB") || !strings.Contains(err.Error(), "burst: at line") {
+		t.Fatalf("300k-request burst under an 8MiB budget: %v, want an error naming the budget and the line", err)
 	}
 	t.Logf("%v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	// The same budget holds a trace that the server keeps up with, and the
 	// report states the bound.
-	rep, err := Run(burstSource(200), cfg, Options{})
+	rep, err := Run(burstSource(20), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.PeakInFlightRequests != 200 || rep.PeakInFlightBytes != Bytes(200*requestBytes(16)) {
-		t.Fatalf("peak in flight %d requests, %v; want 200 and %v", rep.PeakInFlightRequests, rep.PeakInFlightBytes, Bytes(200*requestBytes(16)))
+	if rep.PeakInFlightRequests != 20 || rep.PeakInFlightBytes != Bytes(20*requestBytes(16)) {
+		t.Fatalf("peak in flight %d requests, %v; want 20 and %v", rep.PeakInFlightRequests, rep.PeakInFlightBytes, Bytes(20*requestBytes(16)))
 	}
 	var b strings.Builder
-	if err := rep.WriteText(&b); err != nil || !strings.Contains(b.String(), "at most 200 requests in flight") {
+	if err := rep.WriteText(&b); err != nil || !strings.Contains(b.String(), "at most 20 requests in flight") {
 		t.Fatalf("the text report does not state the bound: %v\n%s", err, b.String())
 	}
 }
