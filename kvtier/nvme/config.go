@@ -89,7 +89,8 @@ type Config struct {
 	// forger. It costs CPU: HMAC-SHA256 runs at about 1.2 GB/s a core with
 	// SHA instructions (3.3 ms per 4 MiB block on the 2-core dev VM),
 	// against about 15 GB/s for XXH3. The key is part of the format: a
-	// store opened with another key, or none, drops the blocks as corrupt.
+	// store opened with another key, or none, drops the blocks as corrupt
+	// (and clears them on disk, as any corrupt slot).
 	ChecksumKey []byte
 	// VerifyPayloadOnOpen reads every payload at Open to check its checksum
 	// (slow: the whole tier is read). Without it Open checks the headers and

@@ -41,13 +41,11 @@ func (s *Store) recover() error {
 	n := len(s.slots)
 	res := make([]scanResult, n)
 	var (
-		progMu sync.Mutex
-		prog   = RecoverProgress{SlotsTotal: n}
-		wg     sync.WaitGroup
-		ctx    = context.Background()
-		// per file: whether a header was cleared, and how many
-		dirty   = make([]atomic.Bool, len(s.files))
-		cleared = make([]atomic.Int64, len(s.files))
+		progMu  sync.Mutex
+		prog    = RecoverProgress{SlotsTotal: n}
+		wg      sync.WaitGroup
+		ctx     = context.Background()
+		cleared = make([]atomic.Int64, len(s.files)) // headers cleared, per file
 	)
 	for start := 0; start < n; start += recoverChunkSlots {
 		end := min(start+recoverChunkSlots, n)
@@ -66,7 +64,7 @@ func (s *Store) recover() error {
 					good++
 				case scanCorrupt:
 					bad++
-					s.clearHeader(w, Slot(slot), dirty, cleared)
+					s.clearHeader(w, Slot(slot), cleared)
 				case scanVersion, scanIOError:
 					bad++
 				}
@@ -85,9 +83,9 @@ func (s *Store) recover() error {
 	// The cleared headers of corrupt slots go to disk before Open returns,
 	// so that the next restart does not meet them again.
 	for fi := range s.files {
-		if dirty[fi].Load() {
+		if n := cleared[fi].Load(); n > 0 {
 			if err := s.sync(s.files[fi].f); err == nil {
-				s.ctr.invalidated.Add(uint64(cleared[fi].Load()))
+				s.ctr.invalidated.Add(uint64(n))
 			}
 		}
 	}
@@ -136,13 +134,12 @@ func (s *Store) recover() error {
 // clearHeader zeroes the header of slot, found corrupt by the scan; the
 // caller syncs its file afterwards. A failed write is counted and leaves
 // the slot to be found again at the next Open.
-func (s *Store) clearHeader(w *worker, slot Slot, dirty []atomic.Bool, cleared []atomic.Int64) {
+func (s *Store) clearHeader(w *worker, slot Slot, cleared []atomic.Int64) {
 	fi, idx := s.geom.split(slot)
 	bufs := [1][]byte{w.zero}
 	if err := s.writeFull(s.files[fi].f, bufs[:], s.geom.slotOffset(idx)); err != nil {
 		return
 	}
-	dirty[fi].Store(true)
 	cleared[fi].Add(1)
 }
 
