@@ -42,9 +42,11 @@ type Config struct {
 	// the load, e.g. {"/mnt/nvme0/kvtier", "/mnt/nvme1/kvtier"}. Open creates
 	// a missing one with mode 0700 (its parent must exist) and refuses one
 	// that another user owns or that group or others may write: whoever can
-	// write it could plant blocks that the GPU then loads. Each is locked
-	// (kvtier.lock in it) while the Store is open. Slots are handed out
-	// round-robin over the files.
+	// write it could plant blocks that the GPU then loads. A directory path
+	// that is itself a symbolic link (to a mount, say) is followed, and the
+	// directory it names is what is checked and held open; links inside it
+	// are refused. Each is locked (kvtier.lock in it) while the Store is
+	// open. Slots are handed out round-robin over the files.
 	Dirs []string
 	// FilesPerDir is the number of slab files in each directory (0 means 1).
 	FilesPerDir int
