@@ -166,3 +166,25 @@ func TestChecksumKey(t *testing.T) {
 		t.Fatalf("short key: %v", err)
 	}
 }
+
+// The directory path itself may be a symbolic link (to a mount, say): it is
+// followed, and the directory it names is checked and used.
+func TestSymlinkedDirPathIsFollowed(t *testing.T) {
+	target := t.TempDir()
+	link := filepath.Join(t.TempDir(), "tier")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, testConfig(link))
+	writeKey(t, s, 1, 8192)
+	if _, err := os.Stat(filepath.Join(target, "kvtier-slab-000.kvs")); err != nil {
+		t.Fatalf("the slab file is not in the link's target: %v", err)
+	}
+	if err := os.Chmod(target, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	if _, err := Open(testConfig(link)); !errors.Is(err, ErrUnsafeDir) {
+		t.Fatalf("a link to a world-writable directory: %v, want ErrUnsafeDir", err)
+	}
+}
