@@ -8,6 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 
@@ -43,6 +47,10 @@ func runPin(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kvtier pin: %v\n", err)
 		return 2
+	}
+	if err := checkCgroupMemory(cfg.size, "/proc/self/cgroup", "/sys/fs/cgroup"); err != nil {
+		fmt.Fprintf(stderr, "kvtier pin: %v\n", err)
+		return 1
 	}
 	reg, what, closeReg, err := pinRegistrar(cfg)
 	if err != nil {
@@ -166,5 +174,64 @@ func pinParse(args []string, stderr io.Writer) (pinConfig, error) {
 	if cfg.touchers < 0 {
 		return cfg, fmt.Errorf("--touchers: %d is negative", cfg.touchers)
 	}
+	if cfg.device < 0 {
+		return cfg, fmt.Errorf("--device: %d is negative: name a CUDA device ordinal, 0 for the first", cfg.device)
+	}
 	return cfg, nil
+}
+
+// checkCgroupMemory refuses a size above the memory limit of a cgroup this
+// process is in (cgroup v2 memory.max, or v1 memory.limit_in_bytes, of its
+// cgroup or any ancestor): pinned pages count against it, and a process
+// that crosses it is killed by the kernel with no message. selfCgroup is
+// /proc/self/cgroup and root the cgroup mount, given so that tests can use
+// a fake tree. Without a readable limit it checks nothing: the allocator
+// still checks the machine's total memory.
+func checkCgroupMemory(sizeBytes int64, selfCgroup, root string) error {
+	limit, file, ok := cgroupMemoryLimit(selfCgroup, root)
+	if ok && sizeBytes > limit {
+		return fmt.Errorf("--size %s is more than this process's cgroup memory limit, %s (%s): the kernel would kill the process part way; ask for less, or raise the limit",
+			bytesize.Format(sizeBytes), bytesize.Format(limit), file)
+	}
+	return nil
+}
+
+// cgroupMemoryLimit returns the lowest memory limit set on this process's
+// cgroup or its ancestors, and the file that sets it; ok is false when no
+// limit is set or none can be read.
+func cgroupMemoryLimit(selfCgroup, root string) (limit int64, file string, ok bool) {
+	b, err := os.ReadFile(selfCgroup)
+	if err != nil {
+		return 0, "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var dir, name string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			dir, name = root, "memory.max" // v2
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			dir, name = filepath.Join(root, "memory"), "memory.limit_in_bytes" // v1
+		default:
+			continue
+		}
+		// Walk from the process's cgroup up to the mount's root.
+		for p := filepath.Clean("/" + parts[2]); ; p = filepath.Dir(p) {
+			f := filepath.Join(dir, p, name)
+			if v, err := os.ReadFile(f); err == nil {
+				n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+				// "max" (v2) or a page-rounded MaxInt64 (v1) is no limit.
+				if err == nil && n > 0 && n < 1<<62 && (!ok || n < limit) {
+					limit, file, ok = n, f, true
+				}
+			}
+			if p == "/" {
+				break
+			}
+		}
+	}
+	return limit, file, ok
 }

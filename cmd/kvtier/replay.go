@@ -127,6 +127,7 @@ flags:
 	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once on the one GPU; 0: each request on a GPU of its own (no compute queueing)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
+	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
 	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
 	sweep := fs.String("sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
@@ -166,6 +167,11 @@ flags:
 	if err := a.cfg.Validate(); err != nil {
 		return a, err
 	}
+	if a.plotDir != "" {
+		if err := checkPlotDir(a.plotDir); err != nil {
+			return a, fmt.Errorf("--plot %s: %w", a.plotDir, err)
+		}
+	}
 	f, err := trace.ParseFormat(*format)
 	if err != nil {
 		return a, err
@@ -187,6 +193,21 @@ flags:
 		}
 	}
 	return a, nil
+}
+
+// checkPlotDir makes sure, before a replay that may take minutes, that the
+// plots can be written into dir: it creates dir if absent, and creates and
+// removes a file in it.
+func checkPlotDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".kvtier-plot-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	return errors.Join(f.Close(), os.Remove(name))
 }
 
 // replayOverrides copies a flag's field from the flags' Config onto the
@@ -211,4 +232,5 @@ var replayOverrides = []struct {
 	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
+	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},
 }

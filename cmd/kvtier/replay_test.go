@@ -128,6 +128,14 @@ func TestReplayConfigFileAndOverrides(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "polcy") {
 		t.Errorf("unknown field: exit %d, %q", code, errs)
 	}
+	// A file holding null does not run on the defaults.
+	if err := os.WriteFile(path, []byte("null\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runReplayArgs(t, "--config", path)
+	if code != 2 || !strings.Contains(errs, "found null") || out != "" {
+		t.Errorf("config null: exit %d, %q", code, errs)
+	}
 }
 
 func TestReplayBadInput(t *testing.T) {
@@ -136,6 +144,10 @@ func TestReplayBadInput(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
 {"timestamp": 1, "input_length": -10, "output_length": 1, "hash_ids": []}
 `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	allBad := filepath.Join(dir, "allbad.jsonl")
+	if err := os.WriteFile(allBad, []byte("{}\n[1]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -151,6 +163,10 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"--sweep-host", "1GiB,x"}, "sweep-host"},
 		{[]string{"--progress", "sometimes"}, "progress"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"--memory-budget", "-1GiB"}, "memory"},
+		{[]string{"--decode-token-time", "2540400h"}, "decode_token_time"},
+		{[]string{"--plot", bad}, "--plot " + bad},
+		{[]string{"--trace", allBad, "--skip-bad"}, "all 2 lines were malformed and skipped"},
 	}
 	for _, c := range cases {
 		code, _, errs := runReplayArgs(t, c.args...)
@@ -161,6 +177,19 @@ func TestReplayBadInput(t *testing.T) {
 	code, out, errs := runReplayArgs(t, "--trace", bad, "--skip-bad", "--baselines=false")
 	if code != 0 || !strings.Contains(out, "1 bad lines skipped") {
 		t.Errorf("--skip-bad: exit %d, %q, %q", code, out, errs)
+	}
+}
+
+// A --plot path that cannot be written is found before the replay runs:
+// exit 2 at once, nothing on stdout.
+func TestReplayPlotCheckedFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runReplayArgs(t, "--plot", filepath.Join(file, "plots"))
+	if code != 2 || !strings.Contains(errs, "--plot") || out != "" {
+		t.Errorf("--plot under a file: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
 

@@ -5,11 +5,16 @@
 // loads byte for byte, and prints the hits per tier and the metrics.
 //
 //	go run ./examples/server
-//	go run ./examples/server -nvme-dir /var/tmp/kvtier   # twice: the second run starts warm
+//	go run ./examples/server -nvme-dir ~/.cache/kvtier-server   # twice: the second run starts warm
 //
 // With -nvme-dir the NVMe tier outlives the process: the next run's mover
 // keeps the blocks the store recovers (DeviceMoverConfig.KeepBlocks) and the
-// manager adopts them (Manager.Adopt), as a restarted server would.
+// manager adopts them (Manager.Adopt), as a restarted server would. The
+// directory must be this user's alone (the store refuses one that group or
+// others may write, and creates a missing one with mode 0700), and one
+// server at a time uses it. A block that fails its check when loaded is
+// recomputed and counted, and cleared on disk so that the next run does not
+// adopt it again.
 //
 // Without a CUDA driver it runs on the simulated device (with the H200's
 // link model) and says so.
@@ -45,11 +50,31 @@ const (
 )
 
 func main() {
-	nvmeDir := flag.String("nvme-dir", "", "keep the NVMe tier in this directory, so that the next run starts warm (default: a temporary directory, removed at exit)")
-	flag.Parse()
-	if err := run(os.Stdout, *nvmeDir); err != nil {
+	nvmeDir, err := parseArgs(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "server: %v\n", err)
+		os.Exit(2)
+	}
+	if err := run(os.Stdout, nvmeDir); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// parseArgs reads the flags; an argument that is not a flag is an error.
+func parseArgs(args []string, stderr io.Writer) (nvmeDir string, err error) {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&nvmeDir, "nvme-dir", "", "keep the NVMe tier in this directory, only this user's (created with mode 0700 if absent), so that the next run starts warm, e.g. ~/.cache/kvtier-server (default: a temporary directory, removed at exit)")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	return nvmeDir, nil
 }
 
 // run builds the server and serves; nvmeDir, if not empty, holds the NVMe
@@ -105,8 +130,6 @@ func run(out io.Writer, nvmeDir string) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
 	}
 	store, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: nvmeSlots, BlockBytes: blockBytes, MaxTokens: blockTokens})
 	if err != nil {
@@ -173,8 +196,9 @@ func run(out io.Writer, nvmeDir string) error {
 	}
 	mover.Wait() // let background copies finish before reading the counters
 
-	fmt.Fprintf(out, "served %d requests, %d blocks: hits gpu %d, host %d, nvme %d; %d loaded (each checked byte for byte); %d prefilled, %d of them cached\n",
-		s.requests, s.asked, s.hits[kvtier.GPU], s.hits[kvtier.Host], s.hits[kvtier.NVMe], s.checked, s.prefilled, s.cachedNew)
+	fmt.Fprintf(out, "served %d requests, %d blocks: hits gpu %d, host %d, nvme %d; %d loaded (each checked byte for byte); %d prefilled, %d of them cached; %d requests recomputed after a failed load\n",
+		s.requests, s.asked, s.hits[kvtier.GPU], s.hits[kvtier.Host], s.hits[kvtier.NVMe], s.checked, s.prefilled, s.cachedNew, s.failedLoads)
+	fmt.Fprintf(out, "nvme store: %d corrupt blocks dropped, %d cleared on disk\n", store.Stats().CorruptDrops, store.Stats().SlotsInvalidated)
 	met := m.Metrics()
 	fmt.Fprintf(out, "%-5s %6s %6s %9s %9s %9s %9s %8s\n", "tier", "hits", "misses", "bytes in", "bytes out", "evictions", "demotions", "resident")
 	for t := range kvtier.NumTiers {

@@ -7,13 +7,27 @@
 //   - It never returns a torn, bit-flipped or foreign block. Every slot starts
 //     with a header that names the block (key, parent, salt, position in its
 //     prefix, token ids), the slot it belongs to, a sequence number and the
-//     xxhash64 of the payload, and that carries its own checksum. A read
+//     checksum of the payload (XXH3-64, or a keyed HMAC with
+//     Config.ChecksumKey), and that carries its own checksum. A read
 //     checks all of it before it reports success; a mismatch drops the slot,
 //     is counted in Stats, and is returned as a miss (errors.Is(err,
 //     ErrNotFound) and ErrCorrupt).
 //   - A block is readable only after its write completed (and, with
 //     Config.Durable, was synced). A slot is never reused while an I/O on it
 //     is in flight: Free and Write refuse a busy slot with ErrBusy.
+//   - A slot found corrupt, at Read or at Open, has its header cleared on
+//     disk (and synced), so that no restart adopts it again: one bad block
+//     costs one recompute, not a crash loop (Stats.SlotsInvalidated).
+//   - Only this user's processes can change the tier, one Store at a time:
+//     Open creates a missing directory with mode 0700, refuses one that
+//     another user owns or that group or others may write, opens every
+//     file relative to the directory's fd with O_NOFOLLOW (a planted
+//     symbolic link is refused, ErrUnsafeDir), and holds an exclusive
+//     flock on kvtier.lock until Close (a second Store fails with
+//     ErrLocked naming the holder's pid). A superblock that does not decode
+//     fails Open unless Config.Reformat. Against a forger who can write
+//     the files anyway (a shared or restored disk), Config.ChecksumKey keys
+//     the checksums.
 //   - A restart keeps the warm tier: Open scans the slot headers in parallel,
 //     verifies each and rebuilds the key index; corrupt or foreign slots are
 //     dropped and counted, the rest stays, and Range lists it for the block
@@ -28,7 +42,8 @@
 //   - a new header over an old or half-written payload fails the payload
 //     check; an old header over a new or half-written payload fails it too,
 //     unless the new payload is byte-for-byte the old one (then the data is
-//     right anyway) or xxhash64 collides (about 2^-64 for unrelated data);
+//     right anyway) or the 64-bit checksum collides (about 2^-64 for
+//     unrelated data);
 //   - a header copied to the wrong place (misdirected write, moved file)
 //     fails because it names its file and slot;
 //   - in durable mode a write goes in two steps: the payload with a zeroed

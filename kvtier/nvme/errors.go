@@ -34,4 +34,12 @@ var (
 	// ErrConfig means a Config field is invalid or disagrees with the slab
 	// files on disk.
 	ErrConfig = errors.New("nvme: bad config")
+	// ErrUnsafeDir means a directory of Config.Dirs, or a file in it, could
+	// be changed by someone other than this process's user: the directory is
+	// owned by another user or writable by group or others, or a slab or
+	// lock file is a symbolic link or not a regular file. Open refuses it.
+	ErrUnsafeDir = errors.New("nvme: directory not safe for the tier")
+	// ErrLocked means another open Store, in this process or another,
+	// holds the directory's lock file; the error names the holder's pid.
+	ErrLocked = errors.New("nvme: directory in use by another store")
 )

@@ -3,17 +3,15 @@ package nvme
 import (
 	"encoding/binary"
 	"fmt"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // Slot header layout, little-endian. magic and version sit at fixed offsets
 // in every format version, so that a future version can recognise this one.
 //
 //	 0 magic       uint64  headerMagic
-//	 8 headerSum   uint64  xxhash64 of bytes [16, 80+4*tokenCount)
+//	 8 headerSum   uint64  checksum of bytes [16, 80+4*tokenCount)
 //	16 version     uint16  formatVersion
-//	18 flags       uint16  0
+//	18 flags       uint16  flagKeyed or 0
 //	20 tokenCount  uint32
 //	24 seq         uint64  store-wide write sequence number
 //	32 key         uint64
@@ -23,12 +21,16 @@ import (
 //	60 slot        uint32  slot index within its file
 //	64 file        uint32  file index within the store
 //	68 position    uint32  the block's position in its prefix (0: first)
-//	72 payloadSum  uint64  xxhash64 of the payload
+//	72 payloadSum  uint64  checksum of the payload
 //	80 tokens      [tokenCount]uint32
+//
+// The checksum is XXH3-64, or with flagKeyed a keyed MAC (see checksum).
 const (
 	headerMagic      uint64 = 0x31454d564e54564b // "KVTNVME1"
-	formatVersion    uint16 = 2                  // 2: position at 68 (1 had 0 there)
+	formatVersion    uint16 = 3                  // 3: XXH3 or keyed sums (2: xxhash64; 1 had no position)
 	headerFixedBytes        = 80
+	// flagKeyed marks a header whose sums are keyed (Config.ChecksumKey).
+	flagKeyed uint16 = 1
 )
 
 // header is the decoded form of a slot header.
@@ -49,14 +51,14 @@ type header struct {
 // headerBytes is the encoded size of a header with n tokens.
 func headerBytes(n int) int { return headerFixedBytes + 4*n }
 
-// encodeHeader writes h into dst and zeroes the rest of dst. dst MUST be at
-// least headerBytes(len(h.tokens)) long.
-func encodeHeader(dst []byte, h *header) {
+// encodeHeader writes h into dst, summed with cs, and zeroes the rest of
+// dst. dst MUST be at least headerBytes(len(h.tokens)) long.
+func encodeHeader(dst []byte, h *header, cs *checksum) {
 	n := headerBytes(len(h.tokens))
 	le := binary.LittleEndian
 	le.PutUint64(dst[0:], headerMagic)
 	le.PutUint16(dst[16:], h.version)
-	le.PutUint16(dst[18:], 0)
+	le.PutUint16(dst[18:], cs.flags())
 	le.PutUint32(dst[20:], uint32(len(h.tokens)))
 	le.PutUint64(dst[24:], h.seq)
 	le.PutUint64(dst[32:], h.key)
@@ -71,18 +73,19 @@ func encodeHeader(dst []byte, h *header) {
 		le.PutUint32(dst[headerFixedBytes+4*i:], t)
 	}
 	clear(dst[n:])
-	le.PutUint64(dst[8:], xxhash.Sum64(dst[16:n]))
+	le.PutUint64(dst[8:], cs.sum(dst[16:n]))
 }
 
 // errEmptySlot means the header region was never written (or was
 // invalidated); it is not corruption.
 var errEmptySlot = fmt.Errorf("%w: empty slot", ErrNotFound)
 
-// decodeHeader parses src into h, reusing h.tokens' storage. It accepts at
-// most maxTokens tokens. It returns errEmptySlot for a zero magic,
+// decodeHeader parses src into h, reusing h.tokens' storage, and checks
+// its sum with cs. It accepts at most maxTokens tokens. A header summed with
+// a key cs lacks, or without the key cs has, is ErrCorrupt. It returns errEmptySlot for a zero magic,
 // ErrFormatVersion for another version and ErrCorrupt for anything else
 // that is wrong; it never panics, whatever src holds.
-func decodeHeader(src []byte, h *header, maxTokens int) error {
+func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 	if len(src) < headerFixedBytes {
 		return fmt.Errorf("%w: header region is %d bytes, want at least %d", ErrCorrupt, len(src), headerFixedBytes)
 	}
@@ -102,11 +105,16 @@ func decodeHeader(src []byte, h *header, maxTokens int) error {
 		return fmt.Errorf("%w: header claims %d tokens, at most %d fit", ErrCorrupt, nt, maxTokens)
 	}
 	n := headerBytes(int(nt))
-	if sum := xxhash.Sum64(src[16:n]); sum != le.Uint64(src[8:]) {
-		return fmt.Errorf("%w: header checksum %#x, stored %#x", ErrCorrupt, sum, le.Uint64(src[8:]))
-	}
-	if f := le.Uint16(src[18:]); f != 0 {
+	switch f := le.Uint16(src[18:]); {
+	case f&^flagKeyed != 0:
 		return fmt.Errorf("%w: unknown header flags %#x", ErrCorrupt, f)
+	case f == flagKeyed && !cs.keyed:
+		return fmt.Errorf("%w: header summed with a key, and Config.ChecksumKey is empty", ErrCorrupt)
+	case f == 0 && cs.keyed:
+		return fmt.Errorf("%w: header summed without the key of Config.ChecksumKey (written by a store without it, or planted)", ErrCorrupt)
+	}
+	if sum := cs.sum(src[16:n]); sum != le.Uint64(src[8:]) {
+		return fmt.Errorf("%w: header checksum %#x, stored %#x", ErrCorrupt, sum, le.Uint64(src[8:]))
 	}
 	h.version = formatVersion
 	h.seq = le.Uint64(src[24:])

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // maxRunSlots caps the slots in one vectored I/O (two or three iovecs each,
@@ -345,10 +343,20 @@ func (s *Store) doRun(w *worker, ops []op, run []int, write bool) {
 	if testHookPayloadCheck != nil {
 		testHookPayloadCheck(ops[run[0]].slot)
 	}
+	var iw *worker // taken only to invalidate a corrupt slot
 	for _, k := range run {
 		if o := &ops[k]; o.err == nil && o.hashPending {
-			s.checkPayload(o)
+			if s.checkPayload(o) {
+				continue
+			}
+			if iw == nil {
+				iw = s.pool.acquireNow()
+			}
+			s.invalidate(iw, o)
 		}
+	}
+	if iw != nil {
+		s.pool.release(iw)
 	}
 }
 
@@ -391,8 +399,8 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		// alias the caller's Tokens, which a later decode would overwrite.
 		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
 			salt: o.meta.Salt, position: o.meta.Position, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
-			payloadSum: xxhash.Sum64(o.buf[:o.plen]), tokens: o.meta.Tokens}
-		encodeHeader(hb, &h)
+			payloadSum: s.sums.sum(o.buf[:o.plen]), tokens: o.meta.Tokens}
+		encodeHeader(hb, &h, s.sums)
 		if s.cfg.Durable {
 			w.bufs = append(w.bufs, w.zero)
 		} else {
@@ -472,6 +480,7 @@ func (s *Store) readRun(w *worker, ops []op, run []int) {
 		}
 		if err := s.checkHeader(w, w.hdr[i*g.hdrBytes:(i+1)*g.hdrBytes], o); err != nil {
 			s.corrupt(o, err)
+			s.invalidate(w, o)
 		}
 	}
 }
@@ -494,7 +503,7 @@ func (s *Store) corrupt(o *op, err error) {
 func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 	h := &w.h
 	h.tokens = h.tokens[:0:cap(h.tokens)]
-	if err := decodeHeader(hb, h, s.cfg.MaxTokens); err != nil {
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.sums); err != nil {
 		if errors.Is(err, errEmptySlot) {
 			return fmt.Errorf("%w: header is gone (zeroed)", ErrCorrupt)
 		}
@@ -518,12 +527,34 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 // checkPayload hashes the payload read into o.buf and compares it with the
 // checksum of the header that checkHeader accepted. Only then is the read
 // verified: ReadBatch hands o.meta to the caller only when o.err is nil,
-// which every read reaches through here.
-func (s *Store) checkPayload(o *op) {
+// which every read reaches through here. It reports whether the payload
+// passed.
+func (s *Store) checkPayload(o *op) bool {
 	o.hashPending = false
-	if sum := xxhash.Sum64(o.buf[:o.plen]); sum != o.sum {
+	if sum := s.sums.sum(o.buf[:o.plen]); sum != o.sum {
 		s.corrupt(o, fmt.Errorf("%w: payload checksum %#x, header says %#x", ErrCorrupt, sum, o.sum))
+		return false
 	}
+	return true
+}
+
+// invalidate clears, durably, the header of o's slot, which a read has just
+// found corrupt, so that no restart adopts the slot again (the read's
+// caller recomputes the block; a crash loop over one bad block is what this
+// prevents). The slot is still busy with that read, so no write races with
+// this one. A failure is counted (Stats.WriteIOErrors or SyncIOErrors) and
+// otherwise ignored: the slot is dropped from the index either way, and a
+// restart finds it corrupt again and retries.
+func (s *Store) invalidate(w *worker, o *op) {
+	sf := &s.files[o.file]
+	bufs := [1][]byte{w.zero}
+	if err := s.writeFull(sf.f, bufs[:], s.geom.slotOffset(o.idx)); err != nil {
+		return
+	}
+	if err := s.sync(sf.f); err != nil {
+		return
+	}
+	s.ctr.invalidated.Add(1)
 }
 
 // readFull reads all of bufs at off, continuing after short reads; a read

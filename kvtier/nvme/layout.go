@@ -52,7 +52,7 @@ func (g *geometry) slotOffset(idx int) int64 { return g.superBytes + int64(idx)*
 //
 //	 0 magic        uint64 superMagic
 //	 8 sum          uint64 xxhash64 of bytes [16, 48)
-//	16 version      uint32 formatVersion
+//	16 version      uint32 superVersion
 //	20 fileIndex    uint32
 //	24 fileCount    uint32
 //	28 slotsPerFile uint32
@@ -61,8 +61,9 @@ func (g *geometry) slotOffset(idx int) int64 { return g.superBytes + int64(idx)*
 //	40 alignBytes   uint32
 //	44 reserved     uint32
 const (
-	superMagic uint64 = 0x31424c5354564b // "KVTSLB1"
-	superBytes        = 48
+	superMagic   uint64 = 0x31424c5354564b // "KVTSLB1"
+	superBytes          = 48
+	superVersion uint32 = 2 // the superblock's own layout; slot headers have formatVersion
 )
 
 type superblock struct {
@@ -79,8 +80,14 @@ func encodeSuper(dst []byte, sb *superblock) {
 	le.PutUint64(dst[8:], xxhash.Sum64(dst[16:superBytes]))
 }
 
+// decodeSuper parses the superblock at the start of src. It never panics,
+// whatever src holds: a short src, a wrong magic or checksum and a non-zero
+// reserved field are ErrCorrupt, all zeroes is errEmptySlot.
 func decodeSuper(src []byte) (superblock, error) {
 	le := binary.LittleEndian
+	if len(src) < superBytes {
+		return superblock{}, fmt.Errorf("%w: superblock is %d bytes, want %d", ErrCorrupt, len(src), superBytes)
+	}
 	if le.Uint64(src[0:]) == 0 && le.Uint64(src[8:]) == 0 {
 		return superblock{}, errEmptySlot
 	}
@@ -89,6 +96,9 @@ func decodeSuper(src []byte) (superblock, error) {
 	}
 	if sum := xxhash.Sum64(src[16:superBytes]); sum != le.Uint64(src[8:]) {
 		return superblock{}, fmt.Errorf("%w: superblock checksum %#x, stored %#x", ErrCorrupt, sum, le.Uint64(src[8:]))
+	}
+	if r := le.Uint32(src[44:]); r != 0 {
+		return superblock{}, fmt.Errorf("%w: superblock reserved field %#x, want 0", ErrCorrupt, r)
 	}
 	var v [7]uint32
 	for i := range v {

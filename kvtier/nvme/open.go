@@ -3,43 +3,46 @@ package nvme
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"kvtier.dev/kvtier/nvme/internal/sysio"
 )
 
 // Open opens (creating where needed) the slab files that cfg describes and
-// rebuilds the index from their slot headers. With ModeAuto it first tries
-// O_DIRECT and falls back to buffered I/O when a file system refuses it;
-// Info says what was chosen. A slab file written with another geometry makes
-// Open fail with ErrConfig naming the field, before anything is changed.
+// rebuilds the index from their slot headers. Each directory is created with
+// mode 0700 if absent; an existing one that another user owns or that group
+// or others may write is refused (ErrUnsafeDir), and so is a symbolic link
+// in it. Open takes each directory's lock file for the Store's life: a
+// second Store on a directory fails with ErrLocked naming the holder's pid.
+// With ModeAuto it first tries O_DIRECT and falls back to buffered I/O when
+// a file system refuses it; Info says what was chosen. A slab file written
+// with another geometry, or whose superblock does not decode (unless
+// Config.Reformat), makes Open fail before anything is changed.
 func Open(cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	var paths []string
-	for i, d := range cfg.Dirs {
-		st, err := os.Stat(d)
-		if err != nil {
-			return nil, fmt.Errorf("%w: Config.Dirs[%d]: %w", ErrConfig, i, err)
-		}
-		if !st.IsDir() {
-			return nil, fmt.Errorf("%w: Config.Dirs[%d] %q is not a directory", ErrConfig, i, d)
-		}
-		for k := range cfg.FilesPerDir {
-			paths = append(paths, filepath.Join(d, fmt.Sprintf("kvtier-slab-%03d.kvs", k)))
-		}
-	}
-	direct := cfg.Mode != ModeBuffered
-	s, err := openFiles(cfg, paths, direct)
-	if err != nil && direct && cfg.Mode == ModeAuto && errors.Is(err, sysio.EINVAL) {
-		s, err = openFiles(cfg, paths, false)
-	}
+	dirs, err := openDirs(&cfg)
 	if err != nil {
 		return nil, err
 	}
+	var names []slabName
+	for _, d := range dirs {
+		for k := range cfg.FilesPerDir {
+			names = append(names, slabName{dir: d, name: fmt.Sprintf("kvtier-slab-%03d.kvs", k)})
+		}
+	}
+	direct := cfg.Mode != ModeBuffered
+	s, err := openFiles(cfg, names, direct)
+	if err != nil && direct && cfg.Mode == ModeAuto && errors.Is(err, sysio.EINVAL) {
+		s, err = openFiles(cfg, names, false)
+	}
+	if err != nil {
+		_ = closeDirs(dirs)
+		return nil, err
+	}
+	s.dirs = dirs
 	if err := s.recover(); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -47,32 +50,43 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// slabName is a slab file: its directory and its name in it.
+type slabName struct {
+	dir  *slabDir
+	name string
+}
+
+func (n slabName) path() string { return filepath.Join(n.dir.path, n.name) }
+
 // openFiles opens every file, checks or writes its superblock and
-// preallocates it. On error it closes what it opened.
-func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
-	fds := make([]int, 0, len(paths))
-	var created []string
+// preallocates it. On error it closes what it opened and removes what it
+// created.
+func openFiles(cfg Config, names []slabName, direct bool) (s *Store, err error) {
+	fds := make([]int, 0, len(names))
+	var created []slabName
 	defer func() {
 		if err != nil {
-			for _, p := range created {
-				_ = os.Remove(p)
-			}
 			if s != nil && s.pool != nil {
 				s.pool.stop()
 			}
 			for _, fd := range fds {
 				_ = sysio.Close(fd)
 			}
+			for _, n := range created {
+				_ = sysio.UnlinkAt(n.dir.fd, n.name)
+			}
 		}
 	}()
 	align := sysio.Align{MemBytes: 512, OffsetBytes: 512, Source: "default"}
-	for _, p := range paths {
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			created = append(created, p)
-		}
-		fd, err := sysio.Open(p, direct)
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = n.path()
+		fd, made, err := openFileAt(n.dir, n.name, direct)
 		if err != nil {
-			return nil, fmt.Errorf("nvme: %w", err)
+			return nil, err
+		}
+		if made {
+			created = append(created, n)
 		}
 		fds = append(fds, fd)
 		if a := sysio.DirectIOAlign(fd); max(a.MemBytes, a.OffsetBytes) > max(align.MemBytes, align.OffsetBytes) || align.Source == "default" {
@@ -80,7 +94,7 @@ func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
 		}
 	}
 	alignBytes := max(align.MemBytes, align.OffsetBytes, 512)
-	s = &Store{cfg: cfg, direct: direct, geom: newGeometry(&cfg, alignBytes)}
+	s = &Store{cfg: cfg, direct: direct, geom: newGeometry(&cfg, alignBytes), sums: newChecksum(cfg.ChecksumKey)}
 	g := &s.geom
 	mode := ModeBuffered
 	if direct {
@@ -103,7 +117,7 @@ func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
 	// Pass 1 reads and checks every superblock, so that a geometry mismatch
 	// fails before any file is changed.
 	buf := s.pool.workers[0].hdr[:g.superBytes]
-	want := superblock{version: uint32(formatVersion), fileCount: uint32(len(paths)),
+	want := superblock{version: superVersion, fileCount: uint32(len(paths)),
 		slotsPerFile: uint32(cfg.SlotsPerFile), blockBytes: uint32(cfg.BlockBytes),
 		maxTokens: uint32(cfg.MaxTokens), alignBytes: uint32(alignBytes)}
 	writeSuper := make([]bool, len(paths))
@@ -128,11 +142,13 @@ func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
 			}
 		case errors.Is(derr, errEmptySlot):
 			writeSuper[i] = true
-		default:
+		case cfg.Reformat:
 			// The slots check themselves (they name their file and slot), so
 			// a damaged superblock costs nothing but its rewrite.
 			s.ctr.superRewritten.Add(1)
 			writeSuper[i] = true
+		default:
+			return nil, fmt.Errorf("%w: %s: its superblock does not decode (%w); Open changed nothing: set Config.Reformat to rewrite it, or move the file away", ErrConfig, p, derr)
 		}
 	}
 	// Pass 2 preallocates and writes the new superblocks.
@@ -162,15 +178,14 @@ func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
 		}
 	}
 	// A new file's name lives in its directory: sync that too.
-	synced := map[string]bool{}
-	for _, p := range created {
-		d := filepath.Dir(p)
-		if synced[d] {
+	synced := map[*slabDir]bool{}
+	for _, n := range created {
+		if synced[n.dir] {
 			continue
 		}
-		synced[d] = true
-		if err := syncDir(d); err != nil {
-			return nil, fmt.Errorf("nvme: sync directory %s: %w", d, err)
+		synced[n.dir] = true
+		if err := sysio.Fsync(n.dir.fd); err != nil {
+			return nil, fmt.Errorf("nvme: sync directory %s: %w", n.dir.path, err)
 		}
 	}
 	n := len(paths) * cfg.SlotsPerFile
@@ -179,13 +194,4 @@ func openFiles(cfg Config, paths []string, direct bool) (s *Store, err error) {
 	s.index = make(map[uint64]Slot)
 	s.free = make([][]uint32, len(paths))
 	return s, nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }

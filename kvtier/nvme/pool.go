@@ -65,6 +65,11 @@ func (p *pool) acquire(ctx context.Context) (*worker, error) {
 	}
 }
 
+// acquireNow takes an idle worker, waiting as long as it takes: for the
+// rare paths that must finish (invalidating a corrupt slot). The caller
+// MUST release it.
+func (p *pool) acquireNow() *worker { return <-p.idle }
+
 func (p *pool) release(w *worker) { p.idle <- w }
 
 // stop waits until every worker is idle and unmaps their memory. No acquire

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
-	"github.com/cespare/xxhash/v2"
 	"kvtier.dev/kvtier/nvme/internal/sysio"
 )
 
@@ -33,16 +33,19 @@ const (
 // the key index and the free lists. Where two slots hold the same key the
 // newer (higher sequence number) wins and the other is freed. Corrupt,
 // foreign and old-format slots are counted and freed; an I/O error on one
-// slot frees it too; none of them fails Open.
+// slot frees it too; none of them fails Open. A corrupt slot's header is
+// also cleared on disk (synced before Open returns), so that it is counted
+// once, not at every restart.
 func (s *Store) recover() error {
 	g := &s.geom
 	n := len(s.slots)
 	res := make([]scanResult, n)
 	var (
-		progMu sync.Mutex
-		prog   = RecoverProgress{SlotsTotal: n}
-		wg     sync.WaitGroup
-		ctx    = context.Background()
+		progMu  sync.Mutex
+		prog    = RecoverProgress{SlotsTotal: n}
+		wg      sync.WaitGroup
+		ctx     = context.Background()
+		cleared = make([]atomic.Int64, len(s.files)) // headers cleared, per file
 	)
 	for start := 0; start < n; start += recoverChunkSlots {
 		end := min(start+recoverChunkSlots, n)
@@ -59,7 +62,10 @@ func (s *Store) recover() error {
 				switch r.outcome {
 				case scanGood:
 					good++
-				case scanCorrupt, scanVersion, scanIOError:
+				case scanCorrupt:
+					bad++
+					s.clearHeader(w, Slot(slot), cleared)
+				case scanVersion, scanIOError:
 					bad++
 				}
 			}
@@ -74,6 +80,15 @@ func (s *Store) recover() error {
 		})
 	}
 	wg.Wait()
+	// The cleared headers of corrupt slots go to disk before Open returns,
+	// so that the next restart does not meet them again.
+	for fi := range s.files {
+		if n := cleared[fi].Load(); n > 0 {
+			if err := s.sync(s.files[fi].f); err == nil {
+				s.ctr.invalidated.Add(uint64(n))
+			}
+		}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,6 +131,18 @@ func (s *Store) recover() error {
 	return nil
 }
 
+// clearHeader zeroes the header of slot, found corrupt by the scan; the
+// caller syncs its file afterwards. A failed write is counted and leaves
+// the slot to be found again at the next Open.
+func (s *Store) clearHeader(w *worker, slot Slot, cleared []atomic.Int64) {
+	fi, idx := s.geom.split(slot)
+	bufs := [1][]byte{w.zero}
+	if err := s.writeFull(s.files[fi].f, bufs[:], s.geom.slotOffset(idx)); err != nil {
+		return
+	}
+	cleared[fi].Add(1)
+}
+
 // scanSlot reads and checks one slot's header (and payload, if asked).
 func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 	g := &s.geom
@@ -127,7 +154,7 @@ func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 		return scanIOError
 	}
 	h.tokens = make([]uint32, 0, s.cfg.MaxTokens)
-	if err := decodeHeader(hb, h, s.cfg.MaxTokens); err != nil {
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.sums); err != nil {
 		switch {
 		case errors.Is(err, errEmptySlot):
 			return scanEmpty
@@ -159,7 +186,7 @@ func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 	if err := s.readFull(f, [][]byte{p}, off+int64(g.hdrBytes)); err != nil {
 		return scanIOError
 	}
-	if xxhash.Sum64(p[:h.payloadLen]) != h.payloadSum {
+	if s.sums.sum(p[:h.payloadLen]) != h.payloadSum {
 		return scanCorrupt
 	}
 	return scanGood

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // fillStore writes keys 1..n into a fresh store in dir and closes it. It
@@ -113,7 +111,7 @@ func TestReopenDropsDamagedSlots(t *testing.T) {
 	patchFile(t, path, g.slotOffset(int(slots[4])), func(b []byte) {
 		b[16] = 0 // version 0
 		n := headerBytes(int(b[20]))
-		sum := xxhash.Sum64(b[16:n])
+		sum := newChecksum(nil).sum(b[16:n])
 		for i := range 8 {
 			b[8+i] = byte(sum >> (8 * i))
 		}
@@ -131,11 +129,17 @@ func TestReopenDropsDamagedSlots(t *testing.T) {
 	for _, k := range []uint64{1, 6, 7, 8} {
 		checkBlock(t, s, slots[k], k, 8192)
 	}
+	if st := s.Stats(); st.SlotsInvalidated != 2 {
+		t.Fatalf("stats %+v, want the corrupt header (Open) and payload (Read) cleared on disk", st)
+	}
 	mustClose(t, s)
 
+	// Both were cleared: a reopen meets neither. With payload verification
+	// it finds a new flip in key 6's payload at once.
+	patchFile(t, path, g.slotOffset(int(slots[6]))+int64(g.hdrBytes), func(b []byte) { b[9] ^= 4 })
 	cfg.VerifyPayloadOnOpen = true
 	s = mustOpen(t, cfg)
-	if st := s.Stats(); st.Recovered != 4 || st.CorruptDrops != 2 {
+	if st := s.Stats(); st.Recovered != 3 || st.CorruptDrops != 1 || st.SlotsInvalidated != 1 {
 		t.Fatalf("with payload verification: %+v", st)
 	}
 	// The dropped slots are free again and usable.
@@ -179,7 +183,20 @@ func TestReopenCorruptSuperblock(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
 	slots := fillStore(t, cfg, 3)
-	patchFile(t, dir+"/kvtier-slab-000.kvs", 0, func(b []byte) { b[30] ^= 1 })
+	path := dir + "/kvtier-slab-000.kvs"
+	patchFile(t, path, 0, func(b []byte) { b[30] ^= 1 })
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without Reformat the damaged superblock is an error, and nothing changes.
+	if _, err := Open(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Reformat") {
+		t.Fatalf("Open over a damaged superblock: %v, want ErrConfig naming Reformat", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("a refused Open changed the slab file")
+	}
+	cfg.Reformat = true
 	s := mustOpen(t, cfg)
 	if st := s.Stats(); st.SuperblocksRewritten != 1 || st.Recovered != 3 {
 		t.Fatalf("stats %+v", st)

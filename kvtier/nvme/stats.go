@@ -53,6 +53,9 @@ type Stats struct {
 	// CorruptDrops counts slots dropped because a header or payload failed
 	// verification, at Read or at Open.
 	CorruptDrops uint64
+	// SlotsInvalidated counts corrupt slots whose header was cleared on disk
+	// (and synced), at Read or at Open, so that no restart finds them again.
+	SlotsInvalidated uint64
 	// VersionDrops counts slots dropped at Open because their header came
 	// from another format version.
 	VersionDrops uint64
@@ -71,7 +74,7 @@ type Stats struct {
 
 type counters struct {
 	reads, writes, readBytes, writeBytes, syscalls, syncs atomic.Uint64
-	corrupt, version, duplicate, recovered                atomic.Uint64
+	corrupt, invalidated, version, duplicate, recovered   atomic.Uint64
 	superRewritten, extended                              atomic.Uint64
 	readErr, writeErr, syncErr                            [NumIOErrorKinds]atomic.Uint64
 }
@@ -81,7 +84,7 @@ func (c *counters) snapshot() Stats {
 		Reads: c.reads.Load(), Writes: c.writes.Load(),
 		ReadBytes: c.readBytes.Load(), WriteBytes: c.writeBytes.Load(),
 		Syscalls: c.syscalls.Load(), Syncs: c.syncs.Load(),
-		CorruptDrops: c.corrupt.Load(), VersionDrops: c.version.Load(),
+		CorruptDrops: c.corrupt.Load(), SlotsInvalidated: c.invalidated.Load(), VersionDrops: c.version.Load(),
 		DuplicateDrops: c.duplicate.Load(), Recovered: c.recovered.Load(),
 		SuperblocksRewritten: c.superRewritten.Load(), FilesExtended: c.extended.Load(),
 	}

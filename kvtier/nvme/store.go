@@ -85,7 +85,9 @@ type Store struct {
 	// direct is true when the files are open with O_DIRECT.
 	direct bool
 	files  []slabFile
+	dirs   []*slabDir // held open (and locked) until Close
 	pool   *pool
+	sums   *checksum
 	ctr    counters
 
 	// ops is held for reading by every operation and for writing by Close,
@@ -257,6 +259,8 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("nvme: close %s: %w", f.path, err))
 		}
 	}
+	// The lock goes last: the next Store finds the files closed.
+	errs = append(errs, closeDirs(s.dirs))
 	return errors.Join(errs...)
 }
 

@@ -23,7 +23,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"Dirs", func(c *Config) { c.Dirs = nil }},
 		{"Dirs", func(c *Config) { c.Dirs = []string{""} }},
 		{"Dirs", func(c *Config) { c.Dirs = []string{dir, dir} }},
-		{"Dirs[0]", func(c *Config) { c.Dirs = []string{dir + "/missing"} }},
+		{"Dirs[0]", func(c *Config) { c.Dirs = []string{dir + "/missing/sub"} }},
 		{"Dirs[0]", func(c *Config) { c.Dirs = []string{file} }},
 		{"FilesPerDir", func(c *Config) { c.FilesPerDir = -1 }},
 		{"FilesPerDir", func(c *Config) { c.FilesPerDir = 1025 }},
@@ -312,6 +312,7 @@ func TestDirectProbeFallsBack(t *testing.T) {
 	writeKey(t, s, 1, 100)
 	checkBlock(t, s, 0, 1, 100)
 
+	mustClose(t, s)
 	cfg.Mode, first = ModeDirect, true
 	if _, err := Open(cfg); !errors.Is(err, einval) {
 		t.Fatalf("ModeDirect on a refusing file system: %v", err)
@@ -452,15 +453,20 @@ func TestWriteDoesNotKeepCallerTokens(t *testing.T) {
 	}
 }
 
-// TestWriteAllocatesNothing holds Write to its doc comment, in both modes:
-// the same slot rewritten, after warm-up, costs no Go allocation.
-func TestWriteAllocatesNothing(t *testing.T) {
+// TestWriteAndReadAllocateNothing holds Write and ReadBatch to their doc
+// comments, durable or not, keyed or not: the same slot rewritten and read
+// back, after warm-up, costs no Go allocation.
+func TestWriteAndReadAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	for _, durable := range []bool{false, true} {
+	for _, tc := range []struct{ durable, keyed bool }{{false, false}, {true, false}, {false, true}} {
+		durable := tc.durable
 		cfg := testConfig(t.TempDir())
 		cfg.Durable = durable
+		if tc.keyed {
+			cfg.ChecksumKey = []byte("a key of sixteen bytes or more")
+		}
 		s := mustOpen(t, cfg)
 		slot, err := s.Allocate()
 		if err != nil {
@@ -476,7 +482,17 @@ func TestWriteAllocatesNothing(t *testing.T) {
 		}
 		write()
 		if n := testing.AllocsPerRun(20, write); n != 0 {
-			t.Errorf("durable=%v: %v allocations per Write", durable, n)
+			t.Errorf("durable=%v keyed=%v: %v allocations per Write", durable, tc.keyed, n)
+		}
+		ops := []ReadOp{{Slot: slot, Dst: alignedBuf(t, 8192), Meta: BlockMeta{Tokens: make([]uint32, 0, 16)}}}
+		read := func() {
+			if err := s.ReadBatch(context.Background(), ops); err != nil || ops[0].Err != nil {
+				t.Fatal(err, ops[0].Err)
+			}
+		}
+		read()
+		if n := testing.AllocsPerRun(20, read); n != 0 {
+			t.Errorf("durable=%v keyed=%v: %v allocations per ReadBatch of one block", durable, tc.keyed, n)
 		}
 	}
 }

@@ -68,6 +68,15 @@ type Config struct {
 	Strategy string `json:"strategy"`
 	// Baselines also replays the trace under the other strategies.
 	Baselines bool `json:"baselines"`
+
+	// MemoryBudget bounds the memory of the requests in flight (arrived
+	// and not done), e.g. "4GiB", by an estimate from above: about 2.2 KiB
+	// for a request of 16 blocks. The trace is read lazily, so this is what
+	// grows when the modelled server falls behind or the trace bursts
+	// (300,000 requests of 16 blocks at one timestamp: about 0.6 GiB);
+	// past the budget the replay stops with an error that says so, and the
+	// report gives the peak. 0 means no limit.
+	MemoryBudget Bytes `json:"memory_budget"`
 }
 
 // DefaultConfig is Llama-3.1-70B on one H200 with 40 GiB of KV cache, a 256
@@ -90,6 +99,7 @@ func DefaultConfig() Config {
 		PrefillSlots:    1,
 		Strategy:        "cost",
 		Baselines:       true,
+		MemoryBudget:    4 << 30,
 	}
 }
 
@@ -124,6 +134,9 @@ func LoadConfig(r io.Reader) (Config, error) {
 	if _, err := d.Token(); err != io.EOF {
 		return DefaultConfig(), errors.New("replay: config: data after the JSON object")
 	}
+	if fields == nil {
+		return DefaultConfig(), errors.New("replay: config: want a JSON object, found null")
+	}
 	cfg := DefaultConfig()
 	v := reflect.ValueOf(&cfg).Elem()
 	byName := map[string]int{}
@@ -139,6 +152,9 @@ func LoadConfig(r io.Reader) (Config, error) {
 		i, ok := byName[name]
 		if !ok {
 			return DefaultConfig(), cfgErr(name, "unknown field")
+		}
+		if bytes.Equal(bytes.TrimSpace(fields[name]), []byte("null")) {
+			return DefaultConfig(), cfgErr(name, "null: give a value, or leave the field out for its default")
 		}
 		if err := json.Unmarshal(fields[name], v.Field(i).Addr().Interface()); err != nil {
 			var te *json.UnmarshalTypeError
@@ -172,6 +188,8 @@ func (c *Config) Validate() error {
 		return cfgErr("decode_token_time", "%v is negative", c.DecodeTokenTime)
 	case c.PrefillSlots < 0:
 		return cfgErr("prefill_slots", "%d is negative", c.PrefillSlots)
+	case c.MemoryBudget < 0:
+		return cfgErr("memory_budget", "%v is negative (0: no limit)", c.MemoryBudget)
 	}
 	if _, err := ParseStrategy(c.Strategy); err != nil {
 		return cfgErr("strategy", "%v", err)

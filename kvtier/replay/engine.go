@@ -62,6 +62,10 @@ type engine struct {
 
 	res   tally
 	ttfts []time.Duration
+
+	flight inFlight   // the requests in flight and their memory (budget.go)
+	clock  clockGuard // the first event time that overflowed (clock.go)
+	name   string     // the trace's name, for errors
 }
 
 // newEngine resolves cfg's presets.
@@ -218,6 +222,9 @@ func (e *engine) run(src *trace.Reader) error {
 		}
 		if e.admitHead < len(e.admitQueue) {
 			e.admit() // a release or a copy may have made room
+		}
+		if e.clock.err != nil {
+			return e.clock.err
 		}
 		if invariantsEnabled {
 			e.check()

@@ -75,6 +75,7 @@ func (h *eventHeap) pop() event {
 }
 
 func (e *engine) schedule(ev event) {
+	e.checkEventTime(ev.at, ev.kind)
 	ev.seq = e.seq
 	e.seq++
 	e.events.push(ev)

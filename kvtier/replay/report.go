@@ -52,6 +52,12 @@ type Report struct {
 	// HostSweep is the chosen strategy's hit ratio against host capacity
 	// (--sweep-host), in increasing capacity.
 	HostSweep []SweepPoint `json:"host_sweep,omitempty"`
+	// PeakInFlightRequests and PeakInFlightBytes are the most requests in
+	// flight at once (arrived, not done) over every strategy replayed, and
+	// their estimated memory: what the replay's memory grew to, bounded by
+	// Config.MemoryBudget.
+	PeakInFlightRequests int64 `json:"peak_in_flight_requests"`
+	PeakInFlightBytes    Bytes `json:"peak_in_flight_bytes"`
 }
 
 // StrategyResult is one strategy's replay of the trace.
@@ -305,7 +311,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nmodel %s on %s (tp %d): GPU KV %s, host %s over %s, NVMe %s on %s; policy %s, %s, NVMe admission %s\n",
 		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
 		writeMode(c.WriteThrough), c.NVMeAdmission)
-	fmt.Fprintf(&b, "decode %v per token; %s\n\n", c.DecodeTokenTime, prefillNote(c.PrefillSlots))
+	fmt.Fprintf(&b, "decode %v per token; %s\n", c.DecodeTokenTime, prefillNote(c.PrefillSlots))
+	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tTTFT p50\tp90\tp99\tmean\thit gpu\thost\tnvme\tall\ttokens reused\tloads\trecomputes\tprefill busy\t")
@@ -402,4 +409,11 @@ func fmtBytes(n int64) string {
 		u++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[u-1])
+}
+
+func budgetNote(b Bytes) string {
+	if b == 0 {
+		return "none"
+	}
+	return b.String()
 }

@@ -58,6 +58,9 @@ func (e *engine) readNext() error {
 	if e.bt != 0 && e.next.BlockTokens != e.bt {
 		return fmt.Errorf("replay: line %d: block_tokens %d, but the trace began with %d", e.src.Line(), e.next.BlockTokens, e.bt)
 	}
+	if err := e.checkRequestClock(&e.next, e.name, e.src.Line()); err != nil {
+		return err
+	}
 	e.pending = true
 	e.schedule(event{at: e.next.Arrival, kind: evArrival})
 	return nil
@@ -90,6 +93,9 @@ func (e *engine) blockTokensAt(r *request, i int) int {
 // arrive queues the arriving request for admission.
 func (e *engine) arrive() error {
 	r := e.newRequest()
+	if err := e.flight.arrive(len(r.keys), e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
+		return err
+	}
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
 	e.res.Blocks += int64(len(r.keys))
@@ -360,6 +366,7 @@ func (e *engine) prefilled(r *request) {
 func (e *engine) decodeDone(r *request) {
 	e.res.End = max(e.res.End, e.now)
 	e.gpuHeld -= int64(len(r.keys))
+	e.flight.done(len(r.keys))
 	if e.m != nil {
 		if e.m.CapacitySlots(kvtier.Host) > 0 {
 			if err := e.m.Offload(&r.l2, kvtier.Host); err != nil {

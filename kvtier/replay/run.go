@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"kvtier.dev/kvtier/trace"
 )
@@ -63,6 +64,8 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 		}
 		rep.Results = append(rep.Results, res)
 		rep.Format, rep.SkippedLines, rep.BlockTokens, rep.BlockBytes = info.format, info.skipped, info.blockTokens, info.blockBytes
+		rep.PeakInFlightRequests = max(rep.PeakInFlightRequests, info.peakRequests)
+		rep.PeakInFlightBytes = max(rep.PeakInFlightBytes, Bytes(info.peakBytes))
 	}
 	for _, host := range opts.SweepHost {
 		c := cfg
@@ -77,10 +80,27 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 }
 
 type runInfo struct {
-	format      string
-	skipped     int
-	blockTokens int
-	blockBytes  int64
+	format       string
+	skipped      int
+	blockTokens  int
+	blockBytes   int64
+	peakRequests int64 // requests in flight at once, at most
+	peakBytes    int64 // their estimated memory, at most
+}
+
+// noRequestErr explains a trace that gave no request: empty, or every line
+// skipped as malformed (then how many, and the first reasons).
+func noRequestErr(name string, rd *trace.Reader) error {
+	if rd.Skipped() == 0 {
+		return fmt.Errorf("replay: %s has no request", name)
+	}
+	kept := rd.SkippedErrors()
+	reasons := make([]string, 0, 3)
+	for _, le := range kept[:min(3, len(kept))] {
+		reasons = append(reasons, le.Error())
+	}
+	return fmt.Errorf("replay: %s has no request: all %d lines were malformed and skipped (--skip-bad); the first: %s",
+		name, rd.Skipped(), strings.Join(reasons, "; "))
 }
 
 // runOne replays src under one strategy.
@@ -89,6 +109,7 @@ func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int)) (S
 	if err != nil {
 		return StrategyResult{}, runInfo{}, err
 	}
+	e.name = src.Name
 	if progress != nil {
 		e.progress = func(n int) { progress(s, n) }
 	}
@@ -105,8 +126,9 @@ func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int)) (S
 		return StrategyResult{}, runInfo{}, err
 	}
 	if rd.Requests() == 0 {
-		return StrategyResult{}, runInfo{}, fmt.Errorf("replay: %s has no request", src.Name)
+		return StrategyResult{}, runInfo{}, noRequestErr(src.Name, rd)
 	}
-	info := runInfo{format: rd.Format().String(), skipped: rd.Skipped(), blockTokens: e.bt, blockBytes: e.blockBytes}
+	info := runInfo{format: rd.Format().String(), skipped: rd.Skipped(), blockTokens: e.bt, blockBytes: e.blockBytes,
+		peakRequests: e.flight.peakRequests, peakBytes: e.flight.peakBytes}
 	return e.result(), info, nil
 }

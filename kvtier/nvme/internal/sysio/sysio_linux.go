@@ -25,23 +25,144 @@ type Iovec = unix.Iovec
 // EINVAL is the errno a file system returns when it refuses O_DIRECT.
 var EINVAL error = unix.EINVAL
 
-// Open opens path read-write, creating it with mode 0600, with O_DIRECT when
-// direct is true. The error for a file system that refuses O_DIRECT is
-// unix.EINVAL.
-func Open(path string, direct bool) (int, error) {
-	flags := unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC
-	if direct {
-		flags |= unix.O_DIRECT
-	}
+// ELOOP is the errno of an O_NOFOLLOW open that met a symbolic link.
+var ELOOP error = unix.ELOOP
+
+// OpenDir opens the directory at path for use as the base of OpenAt, with
+// O_DIRECTORY so that anything else fails with ENOTDIR.
+func OpenDir(path string) (int, error) {
 	for {
-		fd, err := unix.Open(path, flags, 0o600)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return -1, fmt.Errorf("open %s: %w", path, err)
+			return -1, fmt.Errorf("open directory %s: %w", path, err)
 		}
 		return fd, nil
+	}
+}
+
+// OpenAt opens name, a plain name in the directory dirfd, read-write with
+// O_NOFOLLOW (a symbolic link fails with ELOOP), creating it with mode 0600
+// where it is absent, and with O_DIRECT when direct is true. created says
+// whether this call made the file. The error for a file system that refuses
+// O_DIRECT is unix.EINVAL.
+func OpenAt(dirfd int, name string, direct bool) (fd int, created bool, err error) {
+	flags := unix.O_RDWR | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if direct {
+		flags |= unix.O_DIRECT
+	}
+	for {
+		// O_EXCL first, so that the call knows whether it made the file.
+		fd, err = unix.Openat(dirfd, name, flags|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err == unix.EEXIST {
+			fd, err = unix.Openat(dirfd, name, flags, 0)
+		} else if err == nil {
+			created = true
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, false, fmt.Errorf("open %s: %w", name, err)
+		}
+		return fd, created, nil
+	}
+}
+
+// UnlinkAt removes name from the directory dirfd.
+func UnlinkAt(dirfd int, name string) error {
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil {
+		return fmt.Errorf("unlink %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stat is what the tier checks of a file or directory it opened.
+type Stat struct {
+	UID  uint32
+	Perm uint32 // the permission bits, 0o777 at most
+	Dir  bool
+	Reg  bool
+	Size int64
+}
+
+// Fstat describes fd.
+func Fstat(fd int) (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return Stat{}, fmt.Errorf("fstat: %w", err)
+	}
+	return Stat{UID: st.Uid, Perm: st.Mode & 0o777, Dir: st.Mode&unix.S_IFMT == unix.S_IFDIR,
+		Reg: st.Mode&unix.S_IFMT == unix.S_IFREG, Size: st.Size}, nil
+}
+
+// Geteuid is the process's effective user id.
+func Geteuid() uint32 { return uint32(unix.Geteuid()) }
+
+// ErrLocked is the error of TryLock when another open file holds the lock.
+var ErrLocked error = unix.EWOULDBLOCK
+
+// TryLock takes an exclusive flock on fd without waiting. The lock belongs
+// to the open file description: another open of the same file, in this
+// process or another, fails with ErrLocked until fd is closed.
+func TryLock(fd int) error {
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("flock: %w", err)
+		}
+		return nil
+	}
+}
+
+// ReplaceContents makes fd's contents b: it truncates fd and writes b at 0.
+func ReplaceContents(fd int, b []byte) error {
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return fmt.Errorf("ftruncate: %w", err)
+	}
+	for off := 0; off < len(b); {
+		n, err := unix.Pwrite(fd, b[off:], int64(off))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("pwrite: %w", err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// ReadSmall reads up to len(buf) bytes of fd from offset 0.
+func ReadSmall(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Pread(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("pread: %w", err)
+		}
+		return n, nil
+	}
+}
+
+// Fsync flushes fd, a directory's entries included.
+func Fsync(fd int) error {
+	for {
+		err := unix.Fsync(fd)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("fsync: %w", err)
+		}
+		return nil
 	}
 }
 

@@ -5,6 +5,7 @@ package sysio
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -13,13 +14,21 @@ import (
 
 func TestVectoredRoundTripAndAlign(t *testing.T) {
 	for _, direct := range []bool{true, false} {
-		path := filepath.Join(t.TempDir(), "f")
-		fd, err := Open(path, direct)
+		dir := t.TempDir()
+		dfd, err := OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer Close(dfd)
+		fd, created, err := OpenAt(dfd, "f", direct)
 		if errors.Is(err, unix.EINVAL) {
 			t.Skipf("O_DIRECT refused here: %v", err)
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !created {
+			t.Fatal("OpenAt of a new file says it did not create it")
 		}
 		a := DirectIOAlign(fd)
 		if a.MemBytes < 512 || a.OffsetBytes < 512 || a.Source == "" {
@@ -64,5 +73,46 @@ func TestVectoredRoundTripAndAlign(t *testing.T) {
 		if err := Close(fd); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestOpenAtRefusesLinksAndLocksOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink("/etc/hostname", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	dfd, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(dfd)
+	if _, _, err := OpenAt(dfd, "link", false); !errors.Is(err, ELOOP) {
+		t.Fatalf("OpenAt of a symlink: %v, want ELOOP", err)
+	}
+	a, _, err := OpenAt(dfd, "lock", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(a)
+	b, created, err := OpenAt(dfd, "lock", false)
+	if err != nil || created {
+		t.Fatalf("second OpenAt: created %v, %v", created, err)
+	}
+	defer Close(b)
+	if err := TryLock(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := TryLock(b); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second lock: %v, want ErrLocked", err)
+	}
+	if err := ReplaceContents(a, []byte("42\n")); err != nil {
+		t.Fatal(err)
+	}
+	var buf [8]byte
+	if n, err := ReadSmall(b, buf[:]); err != nil || string(buf[:n]) != "42\n" {
+		t.Fatalf("ReadSmall: %q %v", buf[:n], err)
+	}
+	if st, err := Fstat(a); err != nil || !st.Reg || st.UID != Geteuid() || st.Perm != 0o600 {
+		t.Fatalf("Fstat: %+v %v", st, err)
 	}
 }

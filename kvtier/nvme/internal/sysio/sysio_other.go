@@ -8,7 +8,32 @@ type Iovec struct{}
 // EINVAL stands for the errno of a file system that refuses O_DIRECT.
 var EINVAL error = ErrNotSupported
 
-func Open(path string, direct bool) (int, error)                         { return -1, ErrNotSupported }
+// ELOOP stands for the errno of an open that met a symbolic link.
+var ELOOP error = ErrNotSupported
+
+// Stat is what the tier checks of a file or directory it opened.
+type Stat struct {
+	UID  uint32
+	Perm uint32
+	Dir  bool
+	Reg  bool
+	Size int64
+}
+
+// ErrLocked stands for the errno of a lock held elsewhere.
+var ErrLocked error = ErrNotSupported
+
+func OpenDir(path string) (int, error) { return -1, ErrNotSupported }
+func OpenAt(dirfd int, name string, direct bool) (int, bool, error) {
+	return -1, false, ErrNotSupported
+}
+func UnlinkAt(dirfd int, name string) error                              { return ErrNotSupported }
+func Fstat(fd int) (Stat, error)                                         { return Stat{}, ErrNotSupported }
+func Geteuid() uint32                                                    { return 0 }
+func TryLock(fd int) error                                               { return ErrNotSupported }
+func ReplaceContents(fd int, b []byte) error                             { return ErrNotSupported }
+func ReadSmall(fd int, buf []byte) (int, error)                          { return 0, ErrNotSupported }
+func Fsync(fd int) error                                                 { return ErrNotSupported }
 func Close(fd int) error                                                 { return ErrNotSupported }
 func Preadv(fd int, iov []Iovec, bufs [][]byte, off int64) (int, error)  { return 0, ErrNotSupported }
 func Pwritev(fd int, iov []Iovec, bufs [][]byte, off int64) (int, error) { return 0, ErrNotSupported }
