@@ -101,7 +101,7 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	next := uint32(0)
 	for _, i := range order {
 		b := &blocks[i]
-		ref, found := a.known(b.Key)
+		ref, found := a.known(b.Salt, b.Key)
 		if !found {
 			ref = m.newRecord(b.Key, b.Parent, b.Salt, int(a.depth[i]), b.Tokens)
 		} else if r := m.recs.at(ref); b.Tokens != nil && r.flags&flagTokens == 0 {
@@ -189,7 +189,7 @@ func (a *adoption) position(i int) int32 {
 			return adoptSkip
 		}
 	}
-	if ref, found := a.known(b.Key); found {
+	if ref, found := a.known(b.Salt, b.Key); found {
 		r := a.m.recs.at(ref)
 		if !a.m.verify(ref, r, b.Salt, b.Parent, int(d), nil) || r.state[a.t] != stateNone {
 			return adoptSkip
@@ -201,8 +201,8 @@ func (a *adoption) position(i int) int32 {
 	return d
 }
 
-// known returns the manager's record of key, if it has one.
-func (a *adoption) known(k Key) (BlockRef, bool) {
-	idx, found := a.m.index.find(k)
+// known returns the manager's record of key under salt, if it has one.
+func (a *adoption) known(s Salt, k Key) (BlockRef, bool) {
+	idx, found := a.m.index.find(s, k)
 	return BlockRef(idx), found
 }

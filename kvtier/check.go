@@ -41,7 +41,7 @@ func (m *Manager) checkInvariants() {
 		}
 		live++
 		r := m.recs.at(ref)
-		if idx, ok := m.index.find(r.key); !ok || BlockRef(idx) != ref {
+		if idx, ok := m.index.find(r.salt, r.key); !ok || BlockRef(idx) != ref {
 			fail("record %d (key %#x) not indexed", ref, uint64(r.key))
 		}
 		if !r.resident() && r.refs == 0 {

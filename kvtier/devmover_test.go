@@ -900,7 +900,7 @@ func testDeviceMoverReclaim(t *testing.T, real bool) {
 		t.Errorf("Reclaims = %d, want 1", got)
 	}
 	f.m.readLock()
-	ref, _ := f.m.index.find(keyA)
+	ref, _ := f.m.index.find(0, keyA)
 	r := f.m.recs.at(BlockRef(ref))
 	if r.state[NVMe] != stateReady || r.slot[NVMe] != 1 {
 		t.Errorf("a is %v in NVMe slot %d, want ready in slot 1", r.state[NVMe], r.slot[NVMe])

@@ -94,7 +94,7 @@ blocks:
 	for base := 0; base < len(keys); base += batch {
 		n := min(batch, len(keys)-base)
 		for j := range n {
-			idx, ok := m.index.find(keys[base+j])
+			idx, ok := m.index.find(salt, keys[base+j])
 			refs[j], found[j] = BlockRef(idx), ok
 			if !ok && m.maxHoles == 0 {
 				n = j + 1
@@ -184,7 +184,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 		if tokens != nil {
 			tok = tokens[i*bt : (i+1)*bt]
 		}
-		idx, found := m.index.find(k)
+		idx, found := m.index.find(salt, k)
 		ref := BlockRef(idx)
 		if found {
 			r := m.recs.at(ref)
@@ -253,7 +253,7 @@ func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) Bl
 		copy(m.recs.tokensOf(ref), tok)
 		r.flags |= flagTokens
 	}
-	m.index.insert(k, uint32(ref))
+	m.index.insert(salt, k, uint32(ref))
 	return ref
 }
 

@@ -47,7 +47,7 @@ func (m *Manager) maybeFree(ref BlockRef) {
 		}
 		return
 	}
-	m.index.remove(r.key)
+	m.index.remove(r.salt, r.key)
 	m.recs.release(ref)
 }
 

@@ -1,11 +1,18 @@
 package kvtier
 
-// table maps a block Key to its record with open addressing and linear
-// probing, in one flat array of 12-byte entries (no pointers): a probe
-// reads the key and the record index from the same cache line, so a lookup
-// of a block costs one miss here (about one entry in five straddles two
-// lines). Deletion shifts later entries back, so there are no tombstones.
-// Not safe for concurrent use.
+// table maps a block's (Salt, Key) to its record with open addressing and
+// linear probing, in one flat array of 12-byte entries (no pointers): a
+// probe reads the key and the record index from the same cache line, so a
+// lookup of a block costs one miss here (about one entry in five straddles
+// two lines). Deletion shifts later entries back, so there are no
+// tombstones. Not safe for concurrent use.
+//
+// The salt is mixed into the key it indexes by (indexKey), so that equal
+// keys under different salts (per-tenant trace ids that each start at 1)
+// are different entries rather than one that blocks the other from the
+// cache. Two pairs that mix to the same index key still share one entry;
+// the record's salt, parent and tokens decide a hit (invariant 1), so such a
+// collision is a miss, never a wrong block.
 type table struct {
 	slots []tableEntry
 	shift uint // 64 - log2(len(slots))
@@ -20,6 +27,19 @@ type tableEntry struct {
 }
 
 func (e *tableEntry) key() Key { return Key(e.lo) | Key(e.hi)<<32 }
+
+// indexKey is the key the table stores for k under salt s: k itself for
+// salt 0, else k xor a 64-bit mix of s (splitmix64's finaliser), which
+// spreads salts that are small integers over every bit.
+func indexKey(s Salt, k Key) Key {
+	if s == 0 {
+		return k
+	}
+	z := uint64(s) + 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return k ^ Key(z^z>>31)
+}
 
 func (e *tableEntry) set(k Key, val uint32) {
 	e.lo, e.hi, e.val = uint32(k), uint32(k>>32), val
@@ -39,7 +59,9 @@ func (t *table) home(k Key) int {
 	return int((uint64(k) * 0x9E3779B97F4A7C15) >> t.shift)
 }
 
-func (t *table) find(k Key) (uint32, bool) {
+// find returns the record index of (s, k).
+func (t *table) find(s Salt, k Key) (uint32, bool) {
+	k = indexKey(s, k)
 	if t.slots == nil {
 		return 0, false
 	}
@@ -56,8 +78,9 @@ func (t *table) find(k Key) (uint32, bool) {
 	}
 }
 
-// insert adds k, which MUST NOT be present.
-func (t *table) insert(k Key, idx uint32) {
+// insert adds (s, k), which MUST NOT be present.
+func (t *table) insert(s Salt, k Key, idx uint32) {
+	k = indexKey(s, k)
 	if t.slots == nil {
 		t.init(tableMinBits)
 	}
@@ -88,8 +111,9 @@ func (t *table) grow() {
 	}
 }
 
-// remove deletes k if present.
-func (t *table) remove(k Key) {
+// remove deletes (s, k) if present.
+func (t *table) remove(s Salt, k Key) {
+	k = indexKey(s, k)
 	if t.slots == nil {
 		return
 	}

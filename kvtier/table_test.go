@@ -18,15 +18,15 @@ func TestTableAgainstMap(t *testing.T) {
 			k <<= 40 // many keys with equal low bits
 		}
 		if _, ok := ref[k]; ok {
-			tb.remove(k)
+			tb.remove(0, k)
 			delete(ref, k)
 		} else {
-			tb.insert(k, uint32(i))
+			tb.insert(0, k, uint32(i))
 			ref[k] = uint32(i)
 		}
 		if i%997 == 0 {
 			for k, v := range ref {
-				if got, ok := tb.find(k); !ok || got != v {
+				if got, ok := tb.find(0, k); !ok || got != v {
 					t.Fatalf("step %d: find(%#x) = %d, %v; want %d", i, k, got, ok, v)
 				}
 			}
@@ -37,7 +37,7 @@ func TestTableAgainstMap(t *testing.T) {
 	}
 	for k := range Key(5000) {
 		_, want := ref[k]
-		if _, ok := tb.find(k); ok != want {
+		if _, ok := tb.find(0, k); ok != want {
 			t.Fatalf("find(%d) = %v, want %v", k, ok, want)
 		}
 	}
@@ -67,4 +67,67 @@ func TestKeysOnlyBlocksNeverHitByTokens(t *testing.T) {
 		t.Fatalf("after storing tokens: %d hits", n)
 	}
 	m.check(t)
+}
+
+// TestEqualKeysUnderTwoSalts: two tenants whose trace ids both start at 1
+// keep their blocks side by side; each hits only its own (invariant 1).
+func TestEqualKeysUnderTwoSalts(t *testing.T) {
+	m := oneTier(t, Host, 8, 2)
+	keys := []Key{1, 2, 3}
+	for _, salt := range []Salt{7, 8} {
+		var l Lease
+		if err := m.InsertKeys(salt, keys, Host, &l); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Commit(&l, nil); err != nil {
+			t.Fatal(err)
+		}
+		m.Release(&l)
+	}
+	for _, salt := range []Salt{7, 8, 9} {
+		var l Lease
+		if err := m.LookupKeys(salt, keys, &l); err != nil {
+			t.Fatal(err)
+		}
+		want := 3
+		if salt == 9 {
+			want = 0
+		}
+		if l.Len() != want {
+			t.Errorf("salt %d: %d hits, want %d", salt, l.Len(), want)
+		}
+		m.Release(&l)
+	}
+	if got := m.Metrics().Tiers[Host].ResidentBlocks; got != 6 {
+		t.Errorf("%d blocks resident, want both tenants' 6", got)
+	}
+	m.check(t)
+}
+
+// TestIndexKeyMixesSalt: salt 0 leaves a key as it is; other salts move
+// small keys far apart, and the table finds each pair under its own salt.
+func TestIndexKeyMixesSalt(t *testing.T) {
+	if indexKey(0, 42) != 42 {
+		t.Fatal("salt 0 changed the key")
+	}
+	var tb table
+	for s := range Salt(64) {
+		for k := range Key(64) {
+			tb.insert(s, k, uint32(s)<<8|uint32(k))
+		}
+	}
+	for s := range Salt(64) {
+		for k := range Key(64) {
+			if got, ok := tb.find(s, k); !ok || got != uint32(s)<<8|uint32(k) {
+				t.Fatalf("find(%d, %d) = %d, %v", s, k, got, ok)
+			}
+		}
+	}
+	tb.remove(3, 5)
+	if _, ok := tb.find(3, 5); ok || tb.len() != 64*64-1 {
+		t.Fatalf("after remove: len %d", tb.len())
+	}
+	if _, ok := tb.find(4, 5); !ok {
+		t.Fatal("removing (3, 5) removed (4, 5)")
+	}
 }

@@ -88,7 +88,7 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	drives := fs.Int("drives", 1, "NVMe drives striped together")
 	serial := fs.Bool("serial", false, "two-hop paths do not overlap their hops (default: pipelined, the slower hop sets the rate)")
 	rdma := fs.String("rdma", "rdma-400g", "network link preset for --tier remote")
-	tp := fs.Int("tp", 1, "tensor-parallel degree")
+	tp := fs.Int("tp", 0, "tensor-parallel degree; 0: the smallest power of two at which the weights and the request's KV fit in the GPU")
 	blockTokens := fs.Int("block-tokens", 16, "tokens per KV block")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	sweep := fs.Bool("sweep", false, "also sweep context lengths 64, 128, ... up to --tokens")
@@ -98,6 +98,7 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	latency := fs.Duration("latency", 0, "override --link's per-transfer latency (3us, 0)")
 	tflops := fs.Float64("tflops", 0, "override the GPU's dense bf16 peak, TFLOP/s")
 	efficiency := fs.Float64("efficiency", 0, "override the GPU's prefill efficiency, in (0, 1]")
+	gpuMemory := fs.Float64("gpu-memory", 0, "override the GPU's memory, GB: the weights (per GPU) and the request's KV must fit in it")
 	if err := fs.Parse(args); err != nil {
 		return calcConfig{}, err
 	}
@@ -115,7 +116,7 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 		{"layers", *layers <= 0}, {"q-heads", *qHeads <= 0}, {"kv-heads", *kvHeads <= 0}, {"head-dim", *headDim <= 0},
 		{"params", !(*params > 0)}, {"active-params", !(*activeParams > 0)},
 		{"bandwidth", !(*bandwidth > 0)}, {"latency", *latency < 0},
-		{"tflops", !(*tflops > 0)}, {"efficiency", !(*efficiency > 0)},
+		{"tflops", !(*tflops > 0)}, {"efficiency", !(*efficiency > 0)}, {"gpu-memory", !(*gpuMemory > 0)},
 	} {
 		if set[c.name] && c.bad {
 			v := fs.Lookup(c.name).Value.String()
@@ -183,7 +184,14 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	if set["efficiency"] {
 		s.GPU.Efficiency = *efficiency
 	}
+	if set["gpu-memory"] {
+		s.GPU.MemoryBytes = int64(*gpuMemory * 1e9)
+	}
 	s.TP = *tp
+	autoTP := !set["tp"] || *tp == 0
+	if autoTP {
+		s.TP = 1
+	}
 
 	ingress, err := cost.LookupLink(*link)
 	if err != nil {
@@ -250,6 +258,19 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	// usage error, whatever the output.
 	if _, err := s.Decide(cfg.tokens, cfg.prefix); err != nil {
 		return calcConfig{}, err
+	}
+	// The request's KV (prefix and tokens) must fit beside the weights;
+	// without --tp, at the smallest power-of-two degree where it does.
+	for {
+		kv := s.Model.KVBytesPerTokenPerRank(s.TP) * int64(cfg.prefix+cfg.tokens)
+		err := s.CheckFits(kv)
+		if err == nil {
+			break
+		}
+		if !autoTP || s.TP >= 64 {
+			return calcConfig{}, fmt.Errorf("--model %s --gpu %s --tp %d with %d tokens: %w", s.Model.Name, s.GPU.Name, s.TP, cfg.prefix+cfg.tokens, err)
+		}
+		s.TP *= 2
 	}
 	return cfg, nil
 }

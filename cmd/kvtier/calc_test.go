@@ -20,8 +20,10 @@ func runCalcArgs(t *testing.T, args ...string) (code int, stdout, stderr string)
 // 70B model (80 layers, 8 KV heads × 128, bf16, 70e9 params) with 32K tokens
 // over a 50 GB/s link, recomputed at 600 TFLOP/s.
 func TestCalcSeedExercise2(t *testing.T) {
+	// The exercise's GPU is hypothetical (600 TFLOP/s, and the 140 GB of
+	// weights fit at TP 1 beside the KV): --gpu-memory says so.
 	args := []string{"--model", "llama-3.1-70b", "--params", "70e9", "--tflops", "600", "--efficiency", "1",
-		"--link", "pcie5-pinned", "--latency", "0", "--tokens", "32768"}
+		"--link", "pcie5-pinned", "--bandwidth", "50", "--latency", "0", "--tokens", "32768", "--tp", "1", "--gpu-memory", "200"}
 	code, out, errs := runCalcArgs(t, append(args, "--json")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -68,7 +70,7 @@ func TestCalcSeedExercise2(t *testing.T) {
 	for _, want := range []string{
 		"327,680 bytes/token",
 		"10.00 GiB",
-		"pcie5-pinned          50.0 GB/s",
+		"pcie5-pinned          55.3 GB/s",
 		"linear only (2 × active params × tokens)",
 		"       7.65s\n",
 		"with causal attention (used for decisions)",
@@ -201,7 +203,10 @@ func TestCalcBadInput(t *testing.T) {
 		{[]string{"--tokens", "-5"}, []string{"tokens"}},
 		{[]string{"--tokens", "99999999999"}, []string{"tokens"}},
 		{[]string{"--prefix", "-1"}, []string{"prefix"}},
-		{[]string{"--tp", "0"}, []string{"tp"}},
+		{[]string{"--tp", "-1"}, []string{"tp"}},
+		{[]string{"--model", "llama-3.1-70b", "--tp", "1"}, []string{"does not fit in GPU memory", "141.2 GB", "--tp 1"}},
+		{[]string{"--model", "llama-3.1-405b", "--gpu-memory", "1"}, []string{"does not fit", "--tp 64"}},
+		{[]string{"--gpu-memory", "0"}, []string{"--gpu-memory"}},
 		{[]string{"--tp", "5000"}, []string{"tp"}},
 		{[]string{"--layers", "0"}, []string{"--layers"}},
 		{[]string{"--layers", "100000"}, []string{"layers"}},
@@ -253,5 +258,25 @@ func TestCalcBadInput(t *testing.T) {
 	// A plot that cannot be written is a runtime error, not a usage one.
 	if code, _, errs := runCalcArgs(t, "--sweep", "--plot", filepath.Join(dir, "no", "such", "dir.svg")); code != 1 || !strings.Contains(errs, "--plot") {
 		t.Errorf("unwritable plot: exit %d, %q", code, errs)
+	}
+}
+
+// TestCalcSmallestTPThatFits: without --tp, the calculator takes the
+// smallest power-of-two degree at which the weights and the request's KV
+// fit: 1 for an 8B model, 2 for 70B's 141 GB of weights on 141 GB H200s, 8
+// for 405B.
+func TestCalcSmallestTPThatFits(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		tp    int
+	}{{"llama-3.1-8b", 1}, {"llama-3.1-70b", 2}, {"llama-3.1-405b", 8}} {
+		code, out, errs := runCalcArgs(t, "--model", c.model, "--tokens", "32768", "--json")
+		var r calcReport
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+			t.Fatalf("%s: exit %d: %s", c.model, code, errs)
+		}
+		if r.TP != c.tp {
+			t.Errorf("%s: tp %d, want %d", c.model, r.TP, c.tp)
+		}
 	}
 }

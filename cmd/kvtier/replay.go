@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -27,6 +28,8 @@ type replayArgs struct {
 	plotDir   string
 	sweepHost []replay.Bytes
 	progress  string
+	// cpuProfile is a file for a CPU profile of the replay ("" for none).
+	cpuProfile string
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
@@ -37,6 +40,18 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
 		return 2
+	}
+	if a.cpuProfile != "" {
+		stop, err := startCPUProfile(a.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvtier replay: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				fmt.Fprintf(stderr, "kvtier replay: --cpuprofile: %v\n", err)
+			}
+		}()
 	}
 	opts := replay.Options{SweepHost: a.sweepHost}
 	var bar *progressbar.ProgressBar
@@ -108,6 +123,9 @@ flags:
 	def := replay.DefaultConfig()
 	var c replay.Config = def
 	tracePath := fs.String("trace", "", "trace file (JSONL, gzip-compressed or not); default: the bundled synthetic trace")
+	generate := fs.String("generate", "", "replay a generated trace instead: chat (the bundled trace's workload) or agentic (coding-agent sessions past 100K tokens, 64-token blocks)")
+	requests := fs.Int("requests", 0, "with --generate: the requests to generate (default: the workload's, 3000 chat or 2000 agentic)")
+	rate := fs.Float64("sessions-per-second", 0, "with --generate: new sessions per second (default: the workload's, 0.2 chat or 0.005 agentic)")
 	format := fs.String("format", "auto", "trace format: auto, mooncake or native")
 	skipBad := fs.Bool("skip-bad", false, "skip malformed trace lines (counted in the report) instead of stopping at the first")
 	configPath := fs.String("config", "", "JSON config file (strict: unknown fields are errors)")
@@ -115,7 +133,8 @@ flags:
 	fs.StringVar(&c.GPU, "gpu", def.GPU, "GPU preset: "+strings.Join(cost.GPUNames(), ", "))
 	fs.IntVar(&c.TP, "tp", def.TP, "tensor-parallel degree (tier sizes are per GPU)")
 	fs.IntVar(&c.BlockTokens, "block-tokens", def.BlockTokens, "tokens per block; 0 takes the trace's (512 for Mooncake)")
-	fs.Var(&c.GPUBytes, "gpu-kv", "GPU memory for the KV cache, e.g. 40GiB")
+	fs.Var(&c.GPUBytes, "gpu-kv", "GPU memory for the KV cache, e.g. 40GiB (it and the weights must fit in the GPU)")
+	fs.Var(&c.GPUMemoryBytes, "gpu-memory", "the GPU's memory, replacing the preset's (141GB for an H200), e.g. 94GB")
 	fs.Var(&c.HostBytes, "host", "host tier capacity, e.g. 256GiB (0: none)")
 	fs.Var(&c.NVMeBytes, "nvme", "NVMe tier capacity, e.g. 2TiB (0: none)")
 	fs.StringVar(&c.HostLink, "host-link", def.HostLink, "host-GPU link preset: "+strings.Join(cost.LinkNames(), ", "))
@@ -124,7 +143,7 @@ flags:
 	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
-	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once on the one GPU; 0: each request on a GPU of its own (no compute queueing)")
+	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once, each with the GPU's full rate to itself (1: one GPU, prefills queue); 0: no limit")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
 	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
@@ -132,13 +151,14 @@ flags:
 	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
 	sweep := fs.String("sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay (go tool pprof) to this file")
 	if err := fs.Parse(args); err != nil {
 		return replayArgs{}, err
 	}
 	if fs.NArg() > 0 {
 		return replayArgs{}, fmt.Errorf("unexpected argument %q (the trace is --trace FILE)", fs.Arg(0))
 	}
-	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress}
+	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress, cpuProfile: *cpuProfile}
 	switch *progress {
 	case "auto", "always", "never":
 	default:
@@ -176,9 +196,40 @@ flags:
 	if err != nil {
 		return a, err
 	}
-	if *tracePath == "" {
+	switch {
+	case *generate != "":
+		if *tracePath != "" {
+			return a, errors.New("--generate and --trace: give one")
+		}
+		var gen trace.GenConfig
+		switch *generate {
+		case "chat":
+			gen = trace.DefaultGenConfig()
+		case "agentic":
+			gen = trace.AgenticGenConfig()
+		default:
+			return a, fmt.Errorf("--generate %q: want chat or agentic", *generate)
+		}
+		if *requests < 0 {
+			return a, fmt.Errorf("--requests %d: negative", *requests)
+		} else if *requests > 0 {
+			gen.Requests = *requests
+		}
+		if *rate < 0 {
+			return a, fmt.Errorf("--sessions-per-second %g: negative", *rate)
+		} else if *rate > 0 {
+			gen.SessionsPerSecond = *rate
+		}
+		if err := gen.Validate(); err != nil {
+			return a, fmt.Errorf("--generate: %w", err)
+		}
+		a.src = replay.GeneratedSource(fmt.Sprintf("generated:%s-%d", *generate, gen.Requests), gen)
+	case *tracePath == "":
+		if *requests != 0 || *rate != 0 {
+			return a, errors.New("--requests and --sessions-per-second need --generate")
+		}
 		a.src = replay.BundledSource()
-	} else {
+	default:
 		a.src = replay.FileSource(*tracePath)
 		a.src.Format = f
 	}
@@ -221,6 +272,7 @@ var replayOverrides = []struct {
 	{"tp", func(d, s *replay.Config) { d.TP = s.TP }},
 	{"block-tokens", func(d, s *replay.Config) { d.BlockTokens = s.BlockTokens }},
 	{"gpu-kv", func(d, s *replay.Config) { d.GPUBytes = s.GPUBytes }},
+	{"gpu-memory", func(d, s *replay.Config) { d.GPUMemoryBytes = s.GPUMemoryBytes }},
 	{"host", func(d, s *replay.Config) { d.HostBytes = s.HostBytes }},
 	{"nvme", func(d, s *replay.Config) { d.NVMeBytes = s.NVMeBytes }},
 	{"host-link", func(d, s *replay.Config) { d.HostLink = s.HostLink }},
@@ -233,4 +285,21 @@ var replayOverrides = []struct {
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
 	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},
+}
+
+// startCPUProfile starts a CPU profile into path; stop ends it and closes
+// the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

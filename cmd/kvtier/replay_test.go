@@ -65,7 +65,7 @@ func TestReplayDefault(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	wants := []string{"bundled:synthetic.jsonl", "3000 requests", "llama-3.1-70b on h200", "cost", "reload",
+	wants := []string{"bundled:synthetic.jsonl", "3000 requests", "llama-3.1-8b on h200", "cost", "reload",
 		"recompute", "gpu-only", "none", "TTFT p50"}
 	if replayQuick() {
 		wants = wants[2:]
@@ -162,6 +162,15 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"--format", "csv"}, "csv"},
 		{[]string{"--sweep-host", "1GiB,x"}, "sweep-host"},
 		{[]string{"--progress", "sometimes"}, "progress"},
+		{[]string{"--model", "llama-3.1-70b"}, "gpu_bytes: does not fit in GPU memory: llama-3.1-70b's weights take 141.2 GB"},
+		{[]string{"--gpu-kv", "130GB"}, "at most 124.9 GB of KV fits"},
+		{[]string{"--gpu-memory", "-1"}, "gpu-memory"},
+		{[]string{"--generate", "poetry"}, `--generate "poetry"`},
+		{[]string{"--generate", "chat", "--trace", bad}, "--generate and --trace"},
+		{[]string{"--requests", "5"}, "need --generate"},
+		{[]string{"--generate", "agentic", "--requests", "-1"}, "--requests -1"},
+		{[]string{"--generate", "agentic", "--sessions-per-second", "-2"}, "--sessions-per-second -2"},
+		{[]string{"--cpuprofile", filepath.Join(dir, "absent", "cpu.prof")}, "--cpuprofile"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--memory-budget", "-1GiB"}, "memory"},
 		{[]string{"--decode-token-time", "2540400h"}, "decode_token_time"},
@@ -202,6 +211,33 @@ func TestReplayPlot(t *testing.T) {
 	for _, f := range []string{"ttft.svg", "ttft.png", "host-sweep.svg", "host-sweep.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestReplayCPUProfile: --cpuprofile writes a profile that is not empty.
+func TestReplayCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	code, _, errs := runReplayArgs(t, append(quickArgs(t), "--cpuprofile", path, "--baselines=false")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Errorf("%s: %v", path, err)
+	}
+}
+
+// TestReplayGenerated: --generate replays a generated trace, named in the
+// report, with its own block size.
+func TestReplayGenerated(t *testing.T) {
+	code, out, errs := runReplayArgs(t, "--generate", "agentic", "--requests", "20", "--model", "llama-3.1-70b", "--tp", "8",
+		"--gpu-kv", "4GiB", "--host", "16GiB", "--nvme", "32GiB", "--baselines=false")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"generated:agentic-20 (native): 20 requests", "of 64 tokens"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -9,6 +9,10 @@ import (
 // exist; the error's text lists the known names.
 var ErrUnknownName = errors.New("unknown name")
 
+// ErrDoesNotFit is wrapped by Scenario.CheckFits: the weights and the KV
+// cache do not fit in the GPU's memory.
+var ErrDoesNotFit = errors.New("does not fit in GPU memory")
+
 // FieldError is a rejected input value. Field is the name the user wrote it
 // under (a JSON key or a flag's name without dashes).
 type FieldError struct {
@@ -35,6 +39,8 @@ const (
 	maxTokens          = 1 << 30
 	maxBandwidthBytesS = 1e13 // 10 TB/s
 	maxFLOPS           = 1e17 // 100 PFLOP/s per GPU
+	maxHBMBytesS       = 1e14 // 100 TB/s
+	maxMemoryBytes     = 1e13 // 10 TB per GPU
 	maxTP              = 1024
 	maxLatencySeconds  = 10
 )

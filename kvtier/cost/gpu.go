@@ -13,6 +13,14 @@ type GPU struct {
 	// Efficiency is the fraction of PeakFLOPS a long prefill achieves
 	// (model FLOPs utilisation), in (0, 1]. 0.6 on an H100 means 593 TFLOP/s.
 	Efficiency float64
+	// HBMBytesPerS is the memory bandwidth: a forward pass reads every
+	// weight once, so no pass is shorter than the weights (per
+	// tensor-parallel rank) over it. 4.8e12 on an H200. 0: unknown, no
+	// floor.
+	HBMBytesPerS float64
+	// MemoryBytes is the device memory, e.g. 141e9 on an H200: the weights
+	// (per rank) and the KV cache must fit in it. 0: unknown, unchecked.
+	MemoryBytes int64
 	// Source says where the figures come from.
 	Source string
 }
@@ -27,6 +35,12 @@ func (g *GPU) Validate() error {
 	}
 	if !(g.Efficiency > 0) || g.Efficiency > 1 {
 		return fieldErr("efficiency", g.Efficiency, "must be in (0, 1]")
+	}
+	if g.HBMBytesPerS < 0 || g.HBMBytesPerS > maxHBMBytesS {
+		return fieldErr("hbm_bandwidth", g.HBMBytesPerS/1e12, "must be between 0 (unknown) and %g TB/s", maxHBMBytesS/1e12)
+	}
+	if g.MemoryBytes < 0 || g.MemoryBytes > maxMemoryBytes {
+		return fieldErr("memory_bytes", g.MemoryBytes, "must be between 0 (unknown) and %d", int64(maxMemoryBytes))
 	}
 	return nil
 }
@@ -43,15 +57,20 @@ const (
 
 var gpuPresets = map[string]GPU{
 	"h100-sxm": {Name: "h100-sxm", PeakFLOPS: 989e12, Efficiency: hopperPrefillEfficiency,
-		Source: "NVIDIA H100 datasheet: 989 TFLOP/s dense BF16 (1,979 with sparsity), SXM5"},
+		HBMBytesPerS: 3.35e12, MemoryBytes: 80e9,
+		Source: "NVIDIA H100 datasheet: 989 TFLOP/s dense BF16 (1,979 with sparsity), SXM5; 80 GB HBM3 at 3.35 TB/s"},
 	"h200": {Name: "h200", PeakFLOPS: 989e12, Efficiency: hopperPrefillEfficiency,
-		Source: "NVIDIA H200 datasheet: 989 TFLOP/s dense BF16 (same die as H100 SXM)"},
+		HBMBytesPerS: 4.8e12, MemoryBytes: 141e9,
+		Source: "NVIDIA H200 datasheet: 989 TFLOP/s dense BF16 (same die as H100 SXM); 141 GB HBM3e at 4.8 TB/s (kvtier probe on the project's H200: 150,109,880,320 bytes)"},
 	"gh200": {Name: "gh200", PeakFLOPS: 989e12, Efficiency: hopperPrefillEfficiency,
-		Source: "NVIDIA GH200 datasheet: 989 TFLOP/s dense BF16 on the Hopper GPU"},
+		HBMBytesPerS: 4.0e12, MemoryBytes: 96e9,
+		Source: "NVIDIA GH200 datasheet: 989 TFLOP/s dense BF16 on the Hopper GPU; 96 GB HBM3 at 4 TB/s (the 144 GB HBM3e part has 4.9)"},
 	"b200": {Name: "b200", PeakFLOPS: 2.25e15, Efficiency: blackwellPrefillEfficiency,
-		Source: "NVIDIA HGX B200 datasheet: 4.5 PFLOP/s BF16 with sparsity per GPU, 2.25 dense"},
+		HBMBytesPerS: 8e12, MemoryBytes: 180e9,
+		Source: "NVIDIA HGX B200 datasheet: 4.5 PFLOP/s BF16 with sparsity per GPU, 2.25 dense; 180 GB HBM3e at 8 TB/s per GPU"},
 	"gb200": {Name: "gb200", PeakFLOPS: 2.5e15, Efficiency: blackwellPrefillEfficiency,
-		Source: "NVIDIA GB200 NVL72 datasheet: 180 PFLOP/s dense BF16 over 72 GPUs, 2.5 per GPU"},
+		HBMBytesPerS: 8e12, MemoryBytes: 186e9,
+		Source: "NVIDIA GB200 NVL72 datasheet: 180 PFLOP/s dense BF16, 13.4 TB HBM3e at 576 TB/s over 72 GPUs: 2.5 PFLOP/s, 186 GB and 8 TB/s per GPU"},
 }
 
 // GPUNames lists the GPU presets, sorted.

@@ -48,25 +48,36 @@ func (l Link) Drives(n int) (Link, error) {
 
 const gb = 1e9
 
-// The link presets. Bandwidths are achievable rates, not line rates. The
-// five the seed chapter tabulates (pinned-memory-dma-numa: PCIe 4.0 pinned 25
-// and pageable 12 GB/s, PCIe 5.0 pinned 50, NVLink-C2C 450, 400 Gb/s RDMA 45)
-// are taken as it gives them. Latencies are one small transfer's cost: 3 us is
-// what issuing one cuMemcpyHtoDAsync cost on the project's H200
-// (design.md); pageable copies stage through the driver's buffer.
+// pageableH2D is kvtier probe's host-to-device rate from pageable memory on
+// the project's H200 (h2d_pageable_bytes_per_s, rounded).
+const pageableH2D = 6.8 * gb
+
+// The link presets. Bandwidths are achievable rates, not line rates. Three
+// the seed chapter tabulates (pinned-memory-dma-numa: PCIe 4.0 pinned 25
+// GB/s, NVLink-C2C 450, 400 Gb/s RDMA 45) are taken as it gives them. The
+// PCIe 5.0 figures are `kvtier probe` on the project's H200
+// (benchmarks/results/probe-h200.json, TestPresetsAgreeWithProbe): 55.3 GB/s
+// host to device from pinned memory, 2.1 us to issue a small copy, and 6.8
+// GB/s from pageable memory. A pageable copy is the CPU's copy into the
+// driver's staging buffer followed by the DMA, so the CPU sets its rate, not
+// the link: every pageable preset takes the measured figure (the seed's 12
+// GB/s for PCIe 4.0 is above what the H200 reached over PCIe 5.0).
+// Latencies are one transfer's fixed cost: issuing a copy on pinned memory
+// (it overlaps the copy before it, see Planner), and the staging setup on
+// pageable memory.
 var linkPresets = map[string]Link{
 	"pcie4-pinned": {Name: "pcie4-pinned", BandwidthBytesPerS: 25 * gb, Latency: 3 * time.Microsecond,
 		Source: "seed chapter: PCIe 4.0 x16 from pinned memory, 25 GB/s achievable"},
-	"pcie4-pageable": {Name: "pcie4-pageable", BandwidthBytesPerS: 12 * gb, Latency: 10 * time.Microsecond,
-		Source: "seed chapter: PCIe 4.0 x16 from pageable memory (driver staging copy), 12 GB/s"},
-	"pcie5-pinned": {Name: "pcie5-pinned", BandwidthBytesPerS: 50 * gb, Latency: 3 * time.Microsecond,
-		Source: "seed chapter: PCIe 5.0 x16 pinned, 50 GB/s (the project's H200 measured 49.4 GiB/s = 53 GB/s H2D)"},
-	"pcie5-pageable": {Name: "pcie5-pageable", BandwidthBytesPerS: 5.8 * gb, Latency: 10 * time.Microsecond,
-		Source: "design.md: measured 5.4 GiB/s host to device from pageable memory on the project's H200 (PCIe 5.0 x16)"},
+	"pcie4-pageable": {Name: "pcie4-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+		Source: "bounded by the CPU staging copy, not the link: kvtier probe on the project's H200, 6.8 GB/s host to device from pageable memory (the seed chapter's 12 GB/s is above it)"},
+	"pcie5-pinned": {Name: "pcie5-pinned", BandwidthBytesPerS: 55.3 * gb, Latency: 2100 * time.Nanosecond,
+		Source: "kvtier probe on the project's H200 (PCIe 5.0 x16): 55.3 GB/s host to device from pinned memory (51.5 GiB/s), 2.1 us to issue a small copy"},
+	"pcie5-pageable": {Name: "pcie5-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+		Source: "kvtier probe on the project's H200 (PCIe 5.0 x16): 6.8 GB/s host to device from pageable memory (14.3 device to host)"},
 	"pcie6-pinned": {Name: "pcie6-pinned", BandwidthBytesPerS: 100 * gb, Latency: 3 * time.Microsecond,
 		Source: "PCIe 6.0 doubles 5.0's 64 GT/s line rate (128 GB/s per direction raw); 100 GB/s achievable is 5.0's ratio, unmeasured"},
-	"pcie6-pageable": {Name: "pcie6-pageable", BandwidthBytesPerS: 12 * gb, Latency: 10 * time.Microsecond,
-		Source: "bounded by the CPU staging copy, not the link: taken as the seed's PCIe 4.0 pageable figure, unmeasured"},
+	"pcie6-pageable": {Name: "pcie6-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+		Source: "bounded by the CPU staging copy, not the link: the H200's measured pageable figure, as pcie5-pageable"},
 	"nvlink-c2c-gh200": {Name: "nvlink-c2c-gh200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
 		Source: "seed chapter: NVLink-C2C Grace to Hopper 450 GB/s (900 GB/s both directions, datasheet)"},
 	"nvlink-c2c-gb200": {Name: "nvlink-c2c-gb200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
@@ -167,6 +178,16 @@ func (p *Path) secondsPerByte() float64 {
 		return math.Max(src, in)
 	}
 	return src + in
+}
+
+// Latency is what one transfer over the path pays once: both hops'
+// latencies. In a stream of copies it overlaps the copy before it (Planner).
+func (p *Path) Latency() time.Duration { return seconds(p.latencySeconds()) }
+
+// StreamTime is the time bytes occupy the path in a stream of copies: the
+// slower hop's when pipelined, both in a row when not; no latency.
+func (p *Path) StreamTime(bytes int64) time.Duration {
+	return seconds(float64(bytes) * p.secondsPerByte())
 }
 
 // TransferTime is the time to move bytes over the path as one transfer.

@@ -61,6 +61,10 @@ type Model struct {
 	HeadDim    int // per-head dimension of Q, K and V (MHA/GQA)
 	HiddenSize int
 	Dtype      Dtype
+	// WeightDtype is the weights' element type (bf16 unless said;
+	// DeepSeek-V3 ships fp8): what a forward pass reads from HBM, and what
+	// must fit in GPU memory beside the KV cache.
+	WeightDtype Dtype
 
 	// MLA only. For DeepSeek-V3: KVLoraRank 512, QKRopeHeadDim 64,
 	// QKNopeHeadDim 128, VHeadDim 128.
@@ -109,6 +113,13 @@ func (m *Model) KVBytesPerTokenPerRank(tp int) int64 {
 	}
 	heads := (m.KVHeads + tp - 1) / tp
 	return int64(m.Layers) * int64(2*heads*m.HeadDim) * int64(m.Dtype.Bytes())
+}
+
+// WeightBytesPerRank is what one GPU of a tp-way tensor-parallel group
+// holds of the weights: every parameter in WeightDtype, split evenly.
+// Llama-3.1-8B in bf16: 16.1 GB at tp 1.
+func (m *Model) WeightBytesPerRank(tp int) int64 {
+	return int64(m.TotalParams*float64(m.WeightDtype.Bytes())) / int64(max(1, tp))
 }
 
 // qkHeadDim and vHeadDim are the per-head widths of the two attention
@@ -208,7 +219,7 @@ var modelPresets = map[string]Model{
 		Dtype: BF16, TotalParams: 46.7e9, ActiveParams: 12.9e9},
 	"deepseek-v3": {Name: "deepseek-v3", Layers: 61, QHeads: 128, HiddenSize: 7168,
 		KVLoraRank: 512, QKRopeHeadDim: 64, QKNopeHeadDim: 128, VHeadDim: 128,
-		Dtype: BF16, TotalParams: 671e9, ActiveParams: 37e9},
+		Dtype: BF16, WeightDtype: FP8, TotalParams: 671e9, ActiveParams: 37e9},
 }
 
 // ModelNames lists the presets, sorted.

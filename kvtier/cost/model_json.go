@@ -27,6 +27,7 @@ type modelJSON struct {
 	HeadDim       int     `json:"head_dim"`
 	HiddenSize    int     `json:"hidden_size"`
 	Dtype         string  `json:"dtype"`
+	WeightDtype   string  `json:"weight_dtype"`
 	KVLoraRank    int     `json:"kv_lora_rank"`
 	QKRopeHeadDim int     `json:"qk_rope_head_dim"`
 	QKNopeHeadDim int     `json:"qk_nope_head_dim"`
@@ -80,6 +81,13 @@ func LoadModel(r io.Reader) (Model, error) {
 			return Model{}, fmt.Errorf("model: %w", fieldErr("dtype", j.Dtype, "%v", err))
 		}
 		m.Dtype = d
+	}
+	if j.WeightDtype != "" {
+		d, err := ParseDtype(j.WeightDtype)
+		if err != nil {
+			return Model{}, fmt.Errorf("model: %w", fieldErr("weight_dtype", j.WeightDtype, "%v", err))
+		}
+		m.WeightDtype = d
 	}
 	if m.ActiveParams == 0 {
 		m.ActiveParams = m.TotalParams

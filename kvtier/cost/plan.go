@@ -33,6 +33,11 @@ func (t Tier) loadable() bool { return t == TierHost || t == TierNVMe || t == Ti
 // BlockSource is one block of the prefix, in token order.
 type BlockSource struct {
 	Tier Tier
+	// Tokens is the block's token count when it is short of
+	// PlannerConfig.BlockTokens (a prompt's trailing partial block); 0
+	// means a full block. Its recompute is priced by its tokens; its load
+	// moves a whole block's slot.
+	Tokens int
 }
 
 // Action is what the plan does with one block.
@@ -59,8 +64,9 @@ func (a Action) String() string {
 
 // PlanResult summarises a plan.
 type PlanResult struct {
-	// Time is when the last block is present, from the moment the plan
-	// starts, under the model of Planner.
+	// Time is when the last block is present and the prefill's forward
+	// pass is done, from the moment the plan starts, under the model of
+	// Planner: never less than the pass floor (Scenario.PassFloor).
 	Time            time.Duration
 	LoadBlocks      int
 	RecomputeBlocks int
@@ -102,6 +108,12 @@ type PlannerConfig struct {
 //     context, attention included) and cannot start before every earlier
 //     block is present: E_i = max(E_prev, D_last load before i) + c_i.
 //   - Blocks already on the GPU are present at 0.
+//   - The prefill is at least one forward pass, and no pass is shorter than
+//     the weights' read from HBM (Scenario.PassFloor): a plan's time is
+//     never less than that floor, whatever it loads or recomputes. The
+//     floor is the same for every plan, so it changes no choice.
+//   - A block short of BlockTokens (BlockSource.Tokens) recomputes its
+//     tokens only, and loads as a whole block.
 //
 // The plan's time is max(last D, last E). Unrolling both recurrences, it is
 // the longest of the paths "load from block j up to before block x, then
@@ -139,6 +151,7 @@ type Planner struct {
 	cfg PlannerConfig
 	// recomputeS[i] is c_i, in seconds.
 	recomputeS []float64
+	floorS     float64           // the pass floor, seconds
 	loadS      [NumTiers]float64 // s_t per block, seconds; 0 for unconfigured
 	latS       [NumTiers]float64
 	configured [NumTiers]bool
@@ -151,6 +164,7 @@ type Planner struct {
 	hand    []float64 // fSuf[i+1] - S[i] (0 at B): a load line through i continues to this
 	blkS    []float64 // s of block i's tier, 0 when it is not loadable
 	blkLat  []float64 // latency of block i's tier
+	blkC    []float64 // c_i of this plan: recomputeS, or a short block's own
 }
 
 // NewPlanner validates the configuration and precomputes every block's
@@ -198,6 +212,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		return nil, errors.New("planner: no tier has a path; set Paths[TierHost] at least")
 	}
 	s := Scenario{Model: cfg.Model, GPU: cfg.GPU, TP: cfg.TP}
+	p.floorS = s.passFloorSeconds()
 	p.recomputeS = make([]float64, cfg.MaxBlocks)
 	for i := range p.recomputeS {
 		p.recomputeS[i] = s.recomputeSeconds(cfg.BlockTokens, i*cfg.BlockTokens, true)
@@ -211,6 +226,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 	p.hand = make([]float64, n)
 	p.blkS = make([]float64, n)
 	p.blkLat = make([]float64, n)
+	p.blkC = make([]float64, n)
 	return p, nil
 }
 
@@ -221,6 +237,30 @@ func (p *Planner) Config() PlannerConfig { return p.cfg }
 // blocks before it are present: what losing it costs. i must be in
 // [0, MaxBlocks).
 func (p *Planner) BlockRecomputeCost(i int) time.Duration { return seconds(p.recomputeS[i]) }
+
+// PassFloor is the shortest forward pass (Scenario.PassFloor): no plan
+// takes less.
+func (p *Planner) PassFloor() time.Duration { return seconds(p.floorS) }
+
+// blockCost is c_i for a block of the given tokens (0: a full block).
+func (p *Planner) blockCost(i, tokens int) float64 {
+	if tokens == 0 || tokens == p.cfg.BlockTokens {
+		return p.recomputeS[i]
+	}
+	s := Scenario{Model: p.cfg.Model, GPU: p.cfg.GPU, TP: p.cfg.TP}
+	return s.recomputeSeconds(tokens, i*p.cfg.BlockTokens, true)
+}
+
+// checkBlock rejects a block whose tier or tokens the Planner cannot plan.
+func (p *Planner) checkBlock(i int, b BlockSource) error {
+	if b.Tier >= NumTiers || (b.Tier.loadable() && !p.configured[b.Tier]) {
+		return fmt.Errorf("planner: block %d: tier %s has no path", i, b.Tier)
+	}
+	if b.Tokens < 0 || b.Tokens > p.cfg.BlockTokens {
+		return fmt.Errorf("planner: block %d: tokens %d is not in [0, %d]", i, b.Tokens, p.cfg.BlockTokens)
+	}
+	return nil
+}
 
 // Plan writes one Action per block into out[:len(blocks)] and returns the
 // plan's time. out MUST have at least len(blocks) elements; on error out is
@@ -238,14 +278,15 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 	p.loadPre[0], p.recPre[0] = 0, 0
 	fastS := math.Inf(1)
 	for i, b := range blocks {
-		t := b.Tier
-		if t >= NumTiers || (t.loadable() && !p.configured[t]) {
-			return PlanResult{}, fmt.Errorf("planner: block %d: tier %s has no path", i, t)
+		if err := p.checkBlock(i, b); err != nil {
+			return PlanResult{}, err
 		}
+		t := b.Tier
 		s := p.loadS[t]
 		p.blkS[i], p.blkLat[i] = s, p.latS[t]
 		p.loadPre[i+1] = p.loadPre[i] + s
-		c := p.recomputeS[i]
+		c := p.blockCost(i, b.Tokens)
+		p.blkC[i] = c
 		if t == TierGPU {
 			c = 0
 		} else if t.loadable() && s < fastS {
@@ -268,7 +309,7 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 		t := blocks[i].Tier
 		m := p.missSuf[i+1]
 		if t == TierMissing {
-			m += p.recomputeS[i]
+			m += p.blkC[i]
 		}
 		p.missSuf[i] = m
 		best := p.pathSuf[i+1]
@@ -362,6 +403,10 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 	if B == 0 {
 		bestT, loadAll = 0, 0
 	}
+	planT := bestT
+	if B > 0 {
+		bestT, loadAll, recomputeAll = max(bestT, p.floorS), max(loadAll, p.floorS), max(recomputeAll, p.floorS)
+	}
 	res := PlanResult{Time: seconds(bestT), LoadAllTime: seconds(loadAll), RecomputeAllTime: seconds(recomputeAll)}
 	for i, b := range blocks {
 		a := ActionLoad
@@ -377,8 +422,8 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 		out[i] = a
 	}
 	if invariantsEnabled {
-		if got := p.simulateSeconds(blocks, out); math.Abs(got-bestT) > 1e-9*math.Max(1, bestT) {
-			panic(fmt.Sprintf("cost: planner's closed form %g s disagrees with simulation %g s", bestT, got))
+		if got := p.simulateSeconds(blocks, out, false); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
+			panic(fmt.Sprintf("cost: planner's closed form %g s disagrees with simulation %g s", planT, got))
 		}
 	}
 	return res, nil
@@ -406,7 +451,7 @@ func (p *Planner) scanQ2(blocks []BlockSource, q1 int, thr float64) (int, float6
 	e := negInf                          // E(x): no fast load yet
 	m1 := negInf                         // max of E(x) + R_missing[x,B) - Cslow[q1, x)
 	cslow := 0.0                         // Cslow[q1, q2)
-	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.recomputeS[:B]
+	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.blkC[:B]
 	missSuf, pathSuf, hand := p.missSuf[:B+1], p.pathSuf[:B+1], p.hand[:B+1]
 	bestQ2, bestT := q1, math.Inf(1)
 	for q2 := q1; q2 <= B; q2++ {
@@ -458,7 +503,7 @@ func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr float64) (int, float6
 	if w := p.pathSuf[q2]; w > bestT {
 		bestT = w
 	}
-	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.recomputeS[:B]
+	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.blkC[:B]
 	missSuf, recPre := p.missSuf[:B+1], p.recPre[:B+1]
 	// The paths that reach q2 on the load line continue the same way for
 	// every q1: fold them into one constant.
@@ -508,6 +553,9 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 		return 0, fmt.Errorf("planner: %d blocks, more than MaxBlocks (%d)", len(blocks), p.cfg.MaxBlocks)
 	}
 	for i, b := range blocks {
+		if err := p.checkBlock(i, b); err != nil {
+			return 0, err
+		}
 		a := actions[i]
 		ok := false
 		switch b.Tier {
@@ -522,10 +570,11 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 			return 0, fmt.Errorf("planner: block %d in tier %s cannot take action %s", i, b.Tier, a)
 		}
 	}
-	return seconds(p.simulateSeconds(blocks, actions)), nil
+	return seconds(p.simulateSeconds(blocks, actions, true)), nil
 }
 
-func (p *Planner) simulateSeconds(blocks []BlockSource, actions []Action) float64 {
+// simulateSeconds runs the recurrences; withFloor applies the pass floor.
+func (p *Planner) simulateSeconds(blocks []BlockSource, actions []Action, withFloor bool) float64 {
 	var loadDone, computeDone, end float64
 	for i, b := range blocks {
 		switch actions[i] {
@@ -533,9 +582,12 @@ func (p *Planner) simulateSeconds(blocks []BlockSource, actions []Action) float6
 			loadDone = math.Max(loadDone, p.latS[b.Tier]) + p.loadS[b.Tier]
 			end = math.Max(end, loadDone)
 		case ActionRecompute:
-			computeDone = math.Max(computeDone, loadDone) + p.recomputeS[i]
+			computeDone = math.Max(computeDone, loadDone) + p.blockCost(i, b.Tokens)
 			end = math.Max(end, computeDone)
 		}
+	}
+	if withFloor && len(blocks) > 0 {
+		end = math.Max(end, p.floorS)
 	}
 	return end
 }

@@ -13,6 +13,10 @@ func testPlanner(t testing.TB, maxBlocks int, paths map[Tier]Path) *Planner {
 	t.Helper()
 	m, _ := LookupModel("llama-3.1-8b")
 	g, _ := LookupGPU("h200")
+	// No pass floor: these tests check the block model, which a 3 ms
+	// floor over plans of a few 16-token blocks would hide.
+	// TestPlanPassFloor checks the floor.
+	g.HBMBytesPerS = 0
 	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16, MaxBlocks: maxBlocks}
 	for tier, p := range paths {
 		cfg.Paths[tier] = p
@@ -193,8 +197,8 @@ func TestPlanRejects(t *testing.T) {
 	}{
 		{make([]BlockSource, 5), out, "MaxBlocks"},
 		{make([]BlockSource, 3), out[:2], "out has 2"},
-		{[]BlockSource{{TierHost}, {TierNVMe}}, out, "block 1: tier nvme has no path"},
-		{[]BlockSource{{Tier(9)}}, out, "block 0"},
+		{[]BlockSource{{Tier: TierHost}, {Tier: TierNVMe}}, out, "block 1: tier nvme has no path"},
+		{[]BlockSource{{Tier: Tier(9)}}, out, "block 0"},
 	} {
 		for i := range out {
 			out[i] = NumActions
@@ -209,13 +213,13 @@ func TestPlanRejects(t *testing.T) {
 			}
 		}
 	}
-	if _, err := p.Simulate([]BlockSource{{TierMissing}}, []Action{ActionLoad}); err == nil {
+	if _, err := p.Simulate([]BlockSource{{Tier: TierMissing}}, []Action{ActionLoad}); err == nil {
 		t.Error("simulate accepted loading a missing block")
 	}
-	if _, err := p.Simulate([]BlockSource{{TierGPU}}, []Action{ActionRecompute}); err == nil {
+	if _, err := p.Simulate([]BlockSource{{Tier: TierGPU}}, []Action{ActionRecompute}); err == nil {
 		t.Error("simulate accepted recomputing a GPU block")
 	}
-	if _, err := p.Simulate([]BlockSource{{TierGPU}}, nil); err == nil {
+	if _, err := p.Simulate([]BlockSource{{Tier: TierGPU}}, nil); err == nil {
 		t.Error("simulate accepted mismatched lengths")
 	}
 }
@@ -331,7 +335,7 @@ func TestNewPlannerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := []BlockSource{{TierGPU}, {TierHost}, {TierNVMe}, {TierRemote}, {TierMissing}}
+	blocks := []BlockSource{{Tier: TierGPU}, {Tier: TierHost}, {Tier: TierNVMe}, {Tier: TierRemote}, {Tier: TierMissing}}
 	checkPlan(t, p, blocks)
 	// A 70B block of 16 tokens: 5 MiB, ~0.1 ms over the measured 53 GB/s;
 	// its recompute, ~3.8 ms at 593 TFLOP/s.
@@ -355,4 +359,76 @@ func TestNewPlannerConfig(t *testing.T) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
+}
+
+// TestPlanPassFloor: no plan is shorter than one forward pass's read of the
+// weights, and the floor is Scenario's figure.
+func TestPlanPassFloor(t *testing.T) {
+	m, _ := LookupModel("llama-3.1-8b")
+	g, _ := LookupGPU("h200")
+	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16, MaxBlocks: 64}
+	cfg.Paths[TierHost] = hostPath(50, 3*time.Microsecond)
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Scenario{Model: m, GPU: g, TP: 1}
+	floor := p.PassFloor()
+	// 8.03e9 bf16 parameters are 16.06 GB; over 4.8 TB/s, 3.346 ms.
+	if want := 16.06e9 / 4.8e12; math.Abs(floor.Seconds()-want) > 1e-6 || floor != s.PassFloor() {
+		t.Fatalf("floor %v, Scenario's %v, want %.4g s", floor, s.PassFloor(), want)
+	}
+	for _, tier := range []Tier{TierGPU, TierHost, TierMissing} {
+		blocks := make([]BlockSource, 4)
+		for i := range blocks {
+			blocks[i].Tier = tier
+		}
+		res, out := checkPlan(t, p, blocks)
+		if res.Time != floor || res.LoadAllTime != floor || res.RecomputeAllTime != floor {
+			t.Errorf("4 blocks in %v: %+v, want every time at the floor %v", tier, res, floor)
+		}
+		if got, err := p.Simulate(blocks, out); err != nil || got != floor {
+			t.Errorf("4 blocks in %v: Simulate %v %v, want %v", tier, got, err, floor)
+		}
+	}
+	// 64 missing blocks of 16 tokens (1,024 tokens) prefill in about 28 ms:
+	// above the floor, which then changes nothing.
+	blocks := make([]BlockSource, 64)
+	for i := range blocks {
+		blocks[i].Tier = TierMissing
+	}
+	res, _ := checkPlan(t, p, blocks)
+	if want := s.RecomputeTime(1024, 0, true); res.Time <= floor || absDur(res.Time-want) > time.Microsecond {
+		t.Errorf("1,024 missing tokens: %v, want %v (above the floor %v)", res.Time, want, floor)
+	}
+}
+
+// TestPlanPartialBlock: a trailing block of 3 tokens recomputes 3 tokens,
+// not 16; a bad token count is an error naming the block.
+func TestPlanPartialBlock(t *testing.T) {
+	p := testPlanner(t, 8, map[Tier]Path{TierHost: hostPath(50, 3*time.Microsecond)})
+	s := Scenario{Model: p.cfg.Model, GPU: p.cfg.GPU, TP: 1}
+	blocks := []BlockSource{{Tier: TierMissing}, {Tier: TierMissing}, {Tier: TierMissing, Tokens: 3}}
+	res, _ := checkPlan(t, p, blocks)
+	if want := s.RecomputeTime(35, 0, true); absDur(res.Time-want) > 2*time.Nanosecond {
+		t.Errorf("16+16+3 missing tokens: %v, want %v", res.Time, want)
+	}
+	full := []BlockSource{{Tier: TierMissing}, {Tier: TierMissing}, {Tier: TierMissing}}
+	if resFull, _ := checkPlan(t, p, full); resFull.Time <= res.Time {
+		t.Errorf("three full blocks %v not dearer than two and a partial %v", resFull.Time, res.Time)
+	}
+	out := make([]Action, 3)
+	for _, bad := range []int{-1, 17} {
+		blocks[2].Tokens = bad
+		if _, err := p.Plan(blocks, out); err == nil || !strings.Contains(err.Error(), "block 2: tokens") {
+			t.Errorf("tokens %d: %v, want an error naming block 2's tokens", bad, err)
+		}
+	}
+}
+
+func absDur(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }

@@ -67,6 +67,34 @@ func (s *Scenario) RecomputeTime(tokens, prefix int, withAttention bool) time.Du
 	return seconds(s.recomputeSeconds(tokens, prefix, withAttention))
 }
 
+// PassFloor is the shortest a forward pass can be: each rank reads all of
+// its weights from HBM once per pass, however few tokens it runs (Llama-3.1-8B
+// on an H200: 16.1 GB over 4.8 TB/s, 3.3 ms). A request's prefill, cached or
+// not, is at least one pass. Zero when the GPU's HBM bandwidth is unknown.
+func (s *Scenario) PassFloor() time.Duration { return seconds(s.passFloorSeconds()) }
+
+func (s *Scenario) passFloorSeconds() float64 {
+	if !(s.GPU.HBMBytesPerS > 0) {
+		return 0
+	}
+	return float64(s.Model.WeightBytesPerRank(s.TP)) / s.GPU.HBMBytesPerS
+}
+
+// CheckFits returns an error wrapping ErrDoesNotFit when one GPU of the
+// group cannot hold its share of the weights beside kvBytes of KV cache; the
+// error says how much KV would fit. A GPU of unknown memory fits anything.
+func (s *Scenario) CheckFits(kvBytes int64) error {
+	if s.GPU.MemoryBytes <= 0 {
+		return nil
+	}
+	w := s.Model.WeightBytesPerRank(s.TP)
+	if w+kvBytes > s.GPU.MemoryBytes {
+		return fmt.Errorf("%w: %s's weights take %.1f GB per GPU at tp %d, and with %.1f GB of KV that is more than the %s's %.1f GB (at most %.1f GB of KV fits: lower the KV, or raise tp)",
+			ErrDoesNotFit, s.Model.Name, float64(w)/1e9, max(1, s.TP), float64(kvBytes)/1e9, s.GPU.Name, float64(s.GPU.MemoryBytes)/1e9, float64(max(0, s.GPU.MemoryBytes-w))/1e9)
+	}
+	return nil
+}
+
 func (s *Scenario) flopsPerS() float64 { return s.GPU.EffectiveFLOPS() * float64(s.TP) }
 
 func (s *Scenario) recomputeSeconds(tokens, prefix int, withAttention bool) float64 {

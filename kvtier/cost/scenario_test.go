@@ -3,6 +3,7 @@ package cost
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -156,5 +157,38 @@ func TestDecideRejects(t *testing.T) {
 	bad.Path.Ingress.BandwidthBytesPerS = 0
 	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "bandwidth" {
 		t.Errorf("bandwidth 0: %v", err)
+	}
+}
+
+// TestCheckFits: 70B's 141 GB of bf16 weights leave no room on one H200,
+// fit at tp 8 beside 40 GiB of KV; 8B fits with 100 GB of KV, not 130.
+func TestCheckFits(t *testing.T) {
+	m70, _ := LookupModel("llama-3.1-70b")
+	m8, _ := LookupModel("llama-3.1-8b")
+	g, _ := LookupGPU("h200")
+	cases := []struct {
+		m    Model
+		tp   int
+		kv   int64
+		fits bool
+	}{
+		{m70, 1, 40 << 30, false},
+		{m70, 1, 0, false},
+		{m70, 8, 40 << 30, true},
+		{m8, 1, 40 << 30, true},
+		{m8, 1, 100e9, true},
+		{m8, 1, 130e9, false},
+	}
+	for _, c := range cases {
+		s := Scenario{Model: c.m, GPU: g, TP: c.tp}
+		err := s.CheckFits(c.kv)
+		if (err == nil) != c.fits || (err != nil && (!errors.Is(err, ErrDoesNotFit) || !strings.Contains(err.Error(), "KV fits"))) {
+			t.Errorf("%s tp %d with %d bytes of KV: %v, want fits %v", c.m.Name, c.tp, c.kv, err, c.fits)
+		}
+	}
+	g.MemoryBytes = 0 // unknown: unchecked
+	s := Scenario{Model: m70, GPU: g, TP: 1}
+	if err := s.CheckFits(1 << 40); err != nil {
+		t.Errorf("unknown memory: %v", err)
 	}
 }

@@ -36,6 +36,7 @@ type CostAware[K comparable] struct {
 	free      int32       // first free node, linked through pos; -1 when none
 	heap      []heapEntry // a 4-ary min-heap on prio
 	frontier  []int32     // Evict's scratch: heap positions, a binary min-heap on prio
+	skipped   []int32     // Evict's scratch: nodes in use it walked past
 	inflation float64     // L
 	period    uint64      // Insert and Touch calls per decay period
 	calls     uint64      // calls in the current period
@@ -192,17 +193,27 @@ func (p *CostAware[K]) Evict(evictable func(K) bool) (victim K, ok bool) {
 		return victim, false
 	}
 	pos := 0
+	p.skipped = p.skipped[:0]
 	if evictable != nil && !evictable(p.nodes[p.heap[0].node].key) {
-		if pos = p.search(evictable); pos < 0 {
-			return victim, false
-		}
+		pos = p.search(evictable)
 	}
-	e := p.heap[pos]
-	victim = p.nodes[e.node].key
-	p.inflation = max(p.inflation, e.prio)
-	p.drop(e.node)
+	if pos >= 0 {
+		e := p.heap[pos]
+		victim, ok = p.nodes[e.node].key, true
+		p.inflation = max(p.inflation, e.prio)
+		p.drop(e.node)
+	}
+	// A key in use counts as just used (without a use of its count, which
+	// counts at least 1): its priority is set afresh from L, so that it
+	// sinks below the keys the next Evict will consider instead of being
+	// walked past again.
+	for _, i := range p.skipped {
+		n := &p.nodes[i]
+		p.heap[n.pos].prio = p.inflation + float64(max(1, decayed(n.freq, p.epoch-n.epoch)))*n.costPerByte
+		p.fix(int(n.pos))
+	}
 	p.check()
-	return victim, true
+	return victim, ok
 }
 
 // search returns the heap position of the evictable key of least priority,
@@ -216,6 +227,7 @@ func (p *CostAware[K]) search(evictable func(K) bool) int {
 		if evictable(p.nodes[p.heap[pos].node].key) {
 			return int(pos)
 		}
+		p.skipped = append(p.skipped, p.heap[pos].node)
 		for c := arity*pos + 1; c <= arity*pos+arity && int(c) < len(p.heap); c++ {
 			p.pushFrontier(c)
 		}

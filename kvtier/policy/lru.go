@@ -70,18 +70,25 @@ func (p *LRU[K]) Remove(key K) {
 }
 
 // Evict removes and returns the least recently used key for which evictable
-// returns true; a nil evictable accepts every key. Keys it skips keep their
-// place. The walk starts at the oldest key, so its cost is one step per
-// in-use key older than the victim, and a walk of every key when none is
-// evictable (ok false).
+// returns true; a nil evictable accepts every key. A key it skips is in use,
+// and counts as just used: it moves to the most recent end, as a block that
+// a server frees goes to the end of its free queue. So no Evict walks an
+// in-use key twice before every key older than it has been evicted or
+// walked: with many requests in flight, eviction costs one step per victim
+// plus one per key that came into use since, not a walk of every pinned key
+// each time. When no key is evictable (ok false) the walk visits each key
+// once and leaves their order as it was.
 func (p *LRU[K]) Evict(evictable func(K) bool) (victim K, ok bool) {
-	for i := p.s.back(0); !p.s.isSentinel(i); i = p.s.nodes[i].prev {
-		key := p.s.nodes[i].key
+	i := p.s.back(0)
+	for range p.s.lens[0] {
+		key, prev := p.s.nodes[i].key, p.s.nodes[i].prev
 		if evictable == nil || evictable(key) {
 			p.s.del(i)
 			p.check()
 			return key, true
 		}
+		p.s.moveToFront(0, i)
+		i = prev
 	}
 	return victim, false
 }

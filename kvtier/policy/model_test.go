@@ -159,12 +159,16 @@ func (m *lruModel) remove(k uint64) {
 		m.q = slices.Delete(m.q, i, i+1)
 	}
 }
+
+// evict walks from the back; a key in use goes to the front.
 func (m *lruModel) evict(f func(uint64) bool) (uint64, bool) {
-	for i := len(m.q) - 1; i >= 0; i-- {
-		if k := m.q[i]; f == nil || f(k) {
-			m.q = slices.Delete(m.q, i, i+1)
+	for range len(m.q) {
+		k := m.q[len(m.q)-1]
+		m.q = m.q[:len(m.q)-1]
+		if f == nil || f(k) {
 			return k, true
 		}
+		m.q = slices.Insert(m.q, 0, k)
 	}
 	return 0, false
 }
@@ -212,12 +216,13 @@ func (m *twoQModel) evict(f func(uint64) bool) (uint64, bool) {
 		if fromIn {
 			q = &m.in
 		}
-		for i := len(*q) - 1; i >= 0; i-- {
-			k := (*q)[i]
+		for range len(*q) {
+			k := (*q)[len(*q)-1]
+			*q = (*q)[:len(*q)-1]
 			if f != nil && !f(k) {
+				*q = slices.Insert(*q, 0, k) // in use: to the front
 				continue
 			}
-			*q = slices.Delete(*q, i, i+1)
 			if fromIn {
 				m.ghost = slices.Insert(m.ghost, 0, k)
 				if len(m.ghost) > m.ghostMax {
@@ -270,12 +275,13 @@ func (m *s3Model) remove(k uint64) {
 func (m *s3Model) evict(f func(uint64) bool) (uint64, bool) {
 	ok := func(k uint64) bool { return f == nil || f(k) }
 	small := func() (uint64, bool) {
-		for i := len(m.small) - 1; i >= 0; i-- {
-			k := m.small[i]
+		for range len(m.small) {
+			k := m.small[len(m.small)-1]
+			m.small = m.small[:len(m.small)-1]
 			if !ok(k) {
+				m.small = slices.Insert(m.small, 0, k) // in use: to the front
 				continue
 			}
-			m.small = slices.Delete(m.small, i, i+1)
 			if m.freq[k] > 0 {
 				m.freq[k] = 0
 				m.main = slices.Insert(m.main, 0, k)
@@ -292,25 +298,30 @@ func (m *s3Model) evict(f func(uint64) bool) (uint64, bool) {
 	}
 	main := func() (uint64, bool) {
 		// Rotate: a key with a counter goes to the front, lowered by one;
-		// in-use keys stay where they are.
-		for lap := 0; lap <= 4; lap++ {
-			for i := len(m.main) - 1; i >= 0; i-- {
-				k := m.main[i]
+		// an in-use key goes to the front as it is. A lap that meets no
+		// evictable key ends the walk.
+		for {
+			saw := false
+			for range len(m.main) {
+				k := m.main[len(m.main)-1]
+				m.main = m.main[:len(m.main)-1]
 				if !ok(k) {
+					m.main = slices.Insert(m.main, 0, k)
 					continue
 				}
-				m.main = slices.Delete(m.main, i, i+1)
+				saw = true
 				if m.freq[k] > 0 {
 					m.freq[k]--
 					m.main = slices.Insert(m.main, 0, k)
-					i++ // the slice shifted right by one before i
 					continue
 				}
 				delete(m.freq, k)
 				return k, true
 			}
+			if !saw {
+				return 0, false
+			}
 		}
-		return 0, false
 	}
 	if len(m.small) >= max(1, m.len()/10) || len(m.main) == 0 {
 		if k, found := small(); found {
@@ -372,6 +383,10 @@ func (m *costModel) touch(k uint64) {
 	e.prio = m.l + float64(e.freq)*e.cpb
 }
 func (m *costModel) remove(k uint64) { delete(m.keys, k) }
+
+// evict takes the evictable key of least priority; every key in use of
+// lower priority than it (every one, when none is evictable) counts as just
+// used: its priority is set afresh from the new L, without a use.
 func (m *costModel) evict(f func(uint64) bool) (uint64, bool) {
 	var best uint64
 	found := false
@@ -380,9 +395,25 @@ func (m *costModel) evict(f func(uint64) bool) (uint64, bool) {
 			best, found = k, true
 		}
 	}
+	var skipped []uint64
+	for k, e := range m.keys {
+		if f != nil && !f(k) && (!found || e.prio < m.keys[best].prio) {
+			skipped = append(skipped, k)
+		}
+	}
 	if found {
 		m.l = max(m.l, m.keys[best].prio)
 		delete(m.keys, best)
+	}
+	for _, k := range skipped {
+		e := m.keys[k]
+		freq := e.freq
+		if d := m.epoch - e.epoch; d < 32 {
+			freq >>= d
+		} else {
+			freq = 0
+		}
+		e.prio = m.l + float64(max(1, freq))*e.cpb
 	}
 	return best, found
 }

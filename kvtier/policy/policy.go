@@ -36,7 +36,10 @@ type Policy[K comparable] interface {
 	Remove(key K)
 	// Evict picks a victim among tracked keys for which evictable returns
 	// true, forgets it and returns it. ok is false when no key is evictable.
-	// Keys for which evictable returns false (blocks in use) keep their place.
+	// A key for which evictable returns false (a block in use) counts as
+	// just used: it goes where a touched key goes, so that eviction does
+	// not walk the same in-use keys on every call while many requests are
+	// in flight.
 	Evict(evictable func(K) bool) (victim K, ok bool)
 	// Len is the number of tracked keys.
 	Len() int

@@ -252,3 +252,34 @@ func TestNoAllocations(t *testing.T) {
 		t.Errorf("SeenTwice: %v allocations per %d Record+Admit", n, batch)
 	}
 }
+
+// TestEvictDoesNotRewalkPinnedKeys: with half the keys in use (the oldest,
+// as requests in flight hold them), evictions cost a few calls of evictable
+// each, not a walk of every pinned key per eviction: the quadratic that made
+// 10k requests in flight take minutes in a replay.
+func TestEvictDoesNotRewalkPinnedKeys(t *testing.T) {
+	const keys, pinned, evictions = 20000, 10000, 10000
+	for _, np := range allPolicies {
+		t.Run(np.name, func(t *testing.T) {
+			p := mustMake(t, np, keys)
+			for k := range uint64(keys) {
+				p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
+			}
+			calls := 0
+			evictable := func(k uint64) bool { calls++; return k >= pinned }
+			next := uint64(keys)
+			for range evictions {
+				v, ok := p.Evict(evictable)
+				if !ok || v < pinned {
+					t.Fatalf("evicted %d, %v", v, ok)
+				}
+				p.Insert(next, Meta{Bytes: 1, RecomputeCost: 1})
+				next++
+			}
+			t.Logf("%d evictions with %d keys in use: %d calls of evictable", evictions, pinned, calls)
+			if calls > 3*(evictions+pinned) {
+				t.Errorf("%d calls of evictable for %d evictions past %d keys in use: more than 3 a key", calls, evictions, pinned)
+			}
+		})
+	}
+}

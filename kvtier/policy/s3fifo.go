@@ -117,10 +117,14 @@ func (p *S3FIFO[K]) Evict(evictable func(K) bool) (victim K, ok bool) {
 // evictSmall walks S from its oldest key, moving used keys to M, until it
 // finds an unused evictable key, which it evicts into G.
 func (p *S3FIFO[K]) evictSmall(evictable func(K) bool) (victim K, ok bool) {
-	for i := p.s.back(s3Small); !p.s.isSentinel(i); {
+	i := p.s.back(s3Small)
+	for range p.s.lens[s3Small] {
 		n := &p.s.nodes[i]
 		prev := n.prev
 		if evictable != nil && !evictable(n.key) {
+			// In use: to the front of S, so that the next Evict does not
+			// walk it again (see LRU.Evict).
+			p.s.moveToFront(s3Small, i)
 			i = prev
 			continue
 		}
@@ -147,10 +151,12 @@ func (p *S3FIFO[K]) evictSmall(evictable func(K) bool) (victim K, ok bool) {
 func (p *S3FIFO[K]) evictMain(evictable func(K) bool) (victim K, ok bool) {
 	for {
 		sawEvictable := false
-		for i := p.s.back(s3Main); !p.s.isSentinel(i); {
+		i := p.s.back(s3Main)
+		for range p.s.lens[s3Main] {
 			n := &p.s.nodes[i]
 			prev := n.prev
 			if evictable != nil && !evictable(n.key) {
+				p.s.moveToFront(s3Main, i) // in use: as evictSmall
 				i = prev
 				continue
 			}

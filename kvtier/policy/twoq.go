@@ -108,9 +108,14 @@ func (p *TwoQ[K]) Evict(evictable func(K) bool) (victim K, ok bool) {
 		first, second = twoQIn, twoQMain
 	}
 	for _, q := range [2]uint8{first, second} {
-		for i := p.s.back(q); !p.s.isSentinel(i); i = p.s.nodes[i].prev {
-			key := p.s.nodes[i].key
+		i := p.s.back(q)
+		for range p.s.lens[q] {
+			key, prev := p.s.nodes[i].key, p.s.nodes[i].prev
 			if evictable != nil && !evictable(key) {
+				// In use: to the front of its queue, so that the next
+				// Evict does not walk it again (see LRU.Evict).
+				p.s.moveToFront(q, i)
+				i = prev
 				continue
 			}
 			if q == twoQIn {

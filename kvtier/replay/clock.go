@@ -55,11 +55,13 @@ func (e *engine) checkRequestClock(tr *trace.Request, name string, line int) err
 	if !ok {
 		return bad(outField, "%d output tokens × decode_token_time %v", tr.OutputTokens, e.cfg.DecodeTokenTime)
 	}
-	// A load of every block over the slowest channel: an upper bound of the
-	// copies it waits for.
+	// A load of every block over the slowest path, its latency included: an
+	// upper bound of the copies it waits for.
 	var perCopy time.Duration
-	for ch := range e.servers {
-		perCopy = max(perCopy, e.servers[ch].perCopy)
+	for from := range e.copyStream {
+		for to := range e.copyStream[from] {
+			perCopy = max(perCopy, e.copyLatency[from][to]+e.copyStream[from][to])
+		}
 	}
 	loads, ok := mulClock(int64(len(tr.Keys)), perCopy)
 	work := decode

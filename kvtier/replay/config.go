@@ -20,7 +20,7 @@ import (
 // the tiers, their links, the policy, and the request's timing. Every field
 // has a JSON name, the name its errors use; LoadConfig reads it strictly.
 type Config struct {
-	// Model is a kvtier/cost model preset, e.g. "llama-3.1-70b".
+	// Model is a kvtier/cost model preset, e.g. "llama-3.1-8b".
 	Model string `json:"model"`
 	// GPU is a kvtier/cost GPU preset, e.g. "h200".
 	GPU string `json:"gpu"`
@@ -31,8 +31,12 @@ type Config struct {
 	// Mooncake traces). It must match the trace's.
 	BlockTokens int `json:"block_tokens"`
 
+	// GPUMemoryBytes, when not 0, replaces the GPU preset's memory (141 GB
+	// for an H200), e.g. 94 GB for an H100 NVL.
+	GPUMemoryBytes Bytes `json:"gpu_memory"`
 	// GPUBytes is the GPU memory given to the KV cache, e.g. 40 GiB:
-	// with Llama-3.1-70B's 160 MiB blocks of 512 tokens, 256 blocks.
+	// with Llama-3.1-8B's 64 MiB blocks of 512 tokens, 640 blocks. It and
+	// the model's weights (per GPU) must fit in the GPU's memory.
 	GPUBytes Bytes `json:"gpu_bytes"`
 	// HostBytes is the pinned host tier, e.g. 256 GiB; 0 means none.
 	HostBytes Bytes `json:"host_bytes"`
@@ -58,9 +62,10 @@ type Config struct {
 	// DecodeTokenTime is the time per output token while decoding, e.g.
 	// "30ms"; a request holds its blocks in the GPU until it is done.
 	DecodeTokenTime Duration `json:"decode_token_time"`
-	// PrefillSlots is how many prefills the GPU runs at once, each at the
-	// full rate: 1 models one GPU serving the trace (prefills queue); 0
-	// gives every request a GPU of its own (no queueing for compute).
+	// PrefillSlots is how many requests prefill at once, each with the
+	// GPU's full compute to itself (the loads of all share the GPU's
+	// link): 1 models one GPU serving the trace (prefills queue); 0 gives
+	// every request a GPU of its own (no queueing for compute).
 	PrefillSlots int `json:"prefill_slots"`
 
 	// Strategy is the strategy the report leads with: "cost" (kvtier/cost's
@@ -79,12 +84,15 @@ type Config struct {
 	MemoryBudget Bytes `json:"memory_budget"`
 }
 
-// DefaultConfig is Llama-3.1-70B on one H200 with 40 GiB of KV cache, a 256
-// GiB host tier over PCIe 5.0 and a 2 TiB tier on one PCIe 5.0 NVMe drive,
-// LRU, write-through, seen-twice NVMe admission, 30 ms per output token.
+// DefaultConfig is Llama-3.1-8B on one H200 (16 GB of weights) with 40 GiB
+// of KV cache, a 256 GiB host tier over PCIe 5.0 and a 2 TiB tier on one
+// PCIe 4.0 NVMe drive, LRU, write-through, seen-twice NVMe admission, 30 ms
+// per output token, one prefill at a time. One GPU keeps up with the
+// bundled trace under it (a quarter of its prefill capacity without a
+// prefix cache); a 70B model needs tp 8 for that.
 func DefaultConfig() Config {
 	return Config{
-		Model:           "llama-3.1-70b",
+		Model:           "llama-3.1-8b",
 		GPU:             "h200",
 		TP:              1,
 		GPUBytes:        40 << 30,
@@ -178,6 +186,8 @@ func (c *Config) Validate() error {
 		return cfgErr("tp", "%d is not in [1, 1024]", c.TP)
 	case c.BlockTokens < 0 || c.BlockTokens > 1<<16:
 		return cfgErr("block_tokens", "%d is not in [0, 65536]", c.BlockTokens)
+	case c.GPUMemoryBytes < 0:
+		return cfgErr("gpu_memory", "%v is negative", c.GPUMemoryBytes)
 	case c.GPUBytes <= 0:
 		return cfgErr("gpu_bytes", "%v: the GPU tier must have a capacity", c.GPUBytes)
 	case c.HostBytes < 0:

@@ -8,37 +8,57 @@
 // arrive at their trace timestamps and wait, first come first served, for a
 // prefill slot (Config.PrefillSlots) and for GPU memory for all their blocks
 // beside those of the requests prefilling or decoding (a server's
-// scheduler: a waiting request holds nothing). When a request starts it
+// scheduler: a waiting request holds nothing). A prefilling request has the
+// GPU's compute to itself (one slot is one GPU; with slots 0 every request
+// has its own), so its plan runs as the cost model timed it. When a request
+// starts it
 //
 //  1. looks up its prefix (kvtier.Manager.LookupKeys, with the trace's block
 //     keys and salt);
 //  2. has the manager's Planner choose, block by block, load or recompute:
-//     kvtier/cost's Planner (StrategyCost; it assumes an idle GPU, so while
-//     other prefills run or wait the replay loads every cached block),
-//     load everything (StrategyReload) or recompute everything not on the
-//     GPU (StrategyRecompute);
+//     kvtier/cost's Planner over the whole prompt (StrategyCost: the blocks
+//     past the cached prefix are planned as missing, the partial last block
+//     by its tokens), load everything (StrategyReload) or recompute
+//     everything not on the GPU (StrategyRecompute);
 //  3. submits its loads (Onboard), and reserves GPU slots for every block it
 //     will compute (InsertKeys);
-//  4. prefills at the GPU's modelled rate (kvtier/cost's recompute time,
-//     attention included): first the blocks before its first load, while the
-//     loads cross the link, then, once every load has landed, the rest;
-//     prefill work of different requests runs one at a time on the GPU;
+//  4. executes the plan as kvtier/cost's Planner models it: the loads cross
+//     the GPU's ingress one after another in block order, and each
+//     recomputed block runs (kvtier/cost's prefill time, attention
+//     included) once the recomputed blocks before it are done and every
+//     load before it has landed: a recomputed head overlaps the loaded
+//     tail, and a hole recomputes while later blocks load. The prefill is
+//     at least one forward pass, which reads every weight from HBM
+//     (Scenario.PassFloor);
 //  5. emits its first token when its prefill ends (that is its TTFT), commits
 //     its blocks, decodes its output tokens at Config.DecodeTokenTime each
 //     while holding them, then offloads its blocks to the host tier and
 //     releases them.
 //
+// Alone on an idle system a request therefore takes the time the Planner
+// predicted for its plan (TestReplayExecutesThePlan); with others in
+// flight, their loads and offloads share the links.
+//
 // The copies the manager decides (loads, write-through copies, write-back
 // demotions, offloads) go to the engine, which is the manager's Mover. Each
-// crosses a modelled channel, one block at a time, for the link's latency
-// plus the block over its bandwidth (kvtier/cost presets): PCIe host to GPU,
-// PCIe GPU to host (full duplex, so offloads do not slow loads), and the
-// NVMe drive (reads and writes share it). A channel serves onboard copies
-// before offloads; offloads beyond 256 queued on a channel are dropped, as
-// an offload engine drops what its link cannot keep up with. The links are
-// modelled here rather than on cudastream's simulated device, whose device
-// memory is real host memory: tiers of tens of GiB of 160 MiB blocks would
-// not fit a replay's memory or its time budget.
+// crosses a modelled channel, one block at a time, timed by kvtier/cost's
+// Path as the Planner times it: the GPU's ingress carries every load (from
+// the host tier over the host link; from NVMe over the drive then the host
+// link, pipelined), PCIe GPU to host carries offloads to the host tier (full
+// duplex, so offloads do not slow loads), and the NVMe drive's channel its
+// writes. A copy occupies its channel for the block over the path's
+// bandwidth and ends no sooner than the path's latency after it was
+// submitted, so latencies overlap the copies queued before. A channel serves
+// onboard copies before offloads; offloads beyond 64 GiB queued on a channel
+// are dropped, as an offload engine drops what its link cannot keep up
+// with. The links are modelled here rather than on cudastream's simulated
+// device, whose device memory is real host memory: tiers of tens of GiB of
+// 64 MiB blocks would not fit a replay's memory or its time budget.
+//
+// A configuration whose weights (per GPU) and KV cache do not fit in the
+// GPU's memory is refused (Config.GPUBytes, Config.GPUMemoryBytes), and the
+// report says when the trace offers more prefill than the GPU can do
+// (StrategyResult.OfferedPrefillLoad).
 //
 // Baselines on the same trace and configuration: StrategyNone (no prefix
 // cache), StrategyGPUOnly (a prefix cache in GPU memory alone),

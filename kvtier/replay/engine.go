@@ -28,8 +28,15 @@ type engine struct {
 	hostLink   cost.Link
 	nvmeLink   cost.Link
 	nvmePath   cost.Path
-	blockBytes int64 // one block's KV on one GPU rank
-	bt         int   // tokens per block
+	blockBytes int64         // one block's KV on one GPU rank
+	bt         int           // tokens per block
+	floor      time.Duration // the shortest forward pass (kvtier/cost)
+	// copyLatency and copyStream time a block copy between two tiers:
+	// its path's latency (overlapping earlier copies) and its time on the
+	// channel (see link.go). loadTime is a load's alone, by source tier.
+	copyLatency, copyStream [kvtier.NumTiers][kvtier.NumTiers]time.Duration
+	loadTime                [kvtier.NumTiers]time.Duration
+	fullBlockCost           []time.Duration // prefill time of a full block i, by i
 
 	m       *kvtier.Manager
 	planner *costPlanner
@@ -47,9 +54,7 @@ type engine struct {
 	gpuHeld    int64 // blocks of the requests prefilling or decoding
 	gpuSlots   int64 // the GPU's KV capacity in blocks
 
-	computeRunning int
-	computeQueue   []computeJob
-	computeHead    int
+	computeRunning int // requests running a segment of prefill
 
 	inFlight int        // copies submitted and not completed
 	waiting  []*request // requests waiting for GPU space (write-back)
@@ -81,6 +86,12 @@ func newEngine(cfg Config, strategy Strategy) (*engine, error) {
 	if e.gpu, err = cost.LookupGPU(cfg.GPU); err != nil {
 		return nil, cfgErr("gpu", "%v", err)
 	}
+	if cfg.GPUMemoryBytes > 0 {
+		e.gpu.MemoryBytes = int64(cfg.GPUMemoryBytes)
+		if err := e.gpu.Validate(); err != nil {
+			return nil, cfgErr("gpu_memory", "%v", err)
+		}
+	}
 	if e.hostLink, err = cost.LookupLink(cfg.HostLink); err != nil {
 		return nil, cfgErr("host_link", "%v", err)
 	}
@@ -91,6 +102,9 @@ func newEngine(cfg Config, strategy Strategy) (*engine, error) {
 	e.scen = cost.Scenario{Model: e.model, GPU: e.gpu, TP: cfg.TP, Path: cost.DirectPath(e.hostLink)}
 	if err := e.scen.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if err := e.scen.CheckFits(int64(cfg.GPUBytes)); err != nil {
+		return nil, cfgErr("gpu_bytes", "%v", err)
 	}
 	return e, nil
 }
@@ -103,9 +117,23 @@ func (e *engine) start(blockTokens int) error {
 	}
 	e.bt = blockTokens
 	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
-	e.servers[chanHostToGPU].perCopy = e.hostLink.TransferTime(e.blockBytes)
-	e.servers[chanGPUToHost].perCopy = e.hostLink.TransferTime(e.blockBytes)
-	e.servers[chanNVMe].perCopy = e.nvmePath.TransferTime(e.blockBytes)
+	hostPath, drive := cost.DirectPath(e.hostLink), cost.DirectPath(e.nvmeLink)
+	for from := range kvtier.NumTiers {
+		for to := range kvtier.NumTiers {
+			p := &hostPath // GPU <-> host
+			switch {
+			case from == kvtier.NVMe && to == kvtier.GPU:
+				p = &e.nvmePath // the drive, then the GPU's ingress
+			case from == kvtier.NVMe || to == kvtier.NVMe:
+				p = &drive
+			}
+			e.copyLatency[from][to], e.copyStream[from][to] = p.Latency(), p.StreamTime(e.blockBytes)
+		}
+	}
+	for t := range kvtier.NumTiers {
+		e.loadTime[t] = e.copyLatency[t][kvtier.GPU] + e.copyStream[t][kvtier.GPU]
+	}
+	e.floor = e.scen.PassFloor()
 	e.res.BlockBytes = e.blockBytes
 	e.gpuSlots = int64(cfg.GPUBytes) / e.blockBytes
 	if e.gpuSlots == 0 {
@@ -197,7 +225,7 @@ func (e *engine) run(src *trace.Reader) error {
 	if err := e.readNext(); err != nil {
 		return err
 	}
-	if e.pending {
+	if e.pending && e.bt == 0 { // not started by a test that seeded the tiers
 		if err := e.start(e.next.BlockTokens); err != nil {
 			return err
 		}

@@ -13,24 +13,33 @@ import (
 // replay needs of a link is when each copy ends, given the copies queued
 // before it: a server per link, serving one block copy at a time, onboard
 // copies (a request waits for them) before offloads.
+//
+// The links are kvtier/cost's Paths, timed as its Planner times them, so
+// that the replay executes what the planner priced: a copy occupies its
+// channel for its path's StreamTime, and ends no sooner than its path's
+// Latency after it was submitted, so the latency of a copy overlaps the
+// copies queued before it (a stream of asynchronous copies): the j-th load
+// ends at max(end of load j-1, submit + latency) + stream time.
 
 // channel is one direction of one link: a FIFO server for block copies.
 type channel uint8
 
 const (
-	// chanHostToGPU carries loads from the host tier (PCIe, host to device).
+	// chanHostToGPU is the GPU's ingress: every load, from the host tier
+	// (the host link) and from NVMe (the drive then the host link,
+	// pipelined: the slower sets the rate), one after another, as the
+	// Planner's loads share one ingress.
 	chanHostToGPU channel = iota
 	// chanGPUToHost carries offloads to the host tier (PCIe, device to host;
 	// PCIe is full duplex, so it does not slow loads).
 	chanGPUToHost
-	// chanNVMe is the drive: reads (loads into the GPU) and writes
-	// (offloads into NVMe) share it. NVMe loads are drive-bound (a drive is
-	// several times slower than PCIe), so they are not charged to PCIe.
+	// chanNVMe is the drive's writes: copies into NVMe (and out of it to
+	// the host tier). Its reads into the GPU are on the ingress.
 	chanNVMe
 	numChannels
 )
 
-var channelNames = [numChannels]string{"pcie host->gpu", "pcie gpu->host", "nvme read+write"}
+var channelNames = [numChannels]string{"gpu ingress (host and nvme loads)", "pcie gpu->host", "nvme writes"}
 
 // priority orders a channel's queue: onboard copies first.
 type priority uint8
@@ -46,13 +55,17 @@ type copyJob struct {
 	t   *kvtier.Batch
 	op  int
 	req *request // the request waiting for it (loads), or nil
+	// ready is when the copy's latency has passed (its submission plus its
+	// path's latency); stream is its time on the channel.
+	ready, stream time.Duration
 }
 
 // server is one channel's queue and what it is serving.
 type server struct {
-	perCopy time.Duration // latency plus one block over the bandwidth
-	queue   [numPriorities]jobQueue
-	busy    bool
+	queue [numPriorities]jobQueue
+	// queuedOffloadBytes is the bytes of the offloads in queue.
+	queuedOffloadBytes int64
+	busy               bool
 	// busyTime is the total time spent copying.
 	busyTime time.Duration
 }
@@ -85,9 +98,7 @@ func (q *jobQueue) len() int { return len(q.jobs) - q.head }
 // route is the channel and priority of a copy between two tiers.
 func route(from, to kvtier.Tier) (channel, priority) {
 	switch {
-	case to == kvtier.GPU && from == kvtier.NVMe:
-		return chanNVMe, prioOnboard
-	case to == kvtier.GPU:
+	case to == kvtier.GPU: // from the host tier or NVMe: the GPU's ingress
 		return chanHostToGPU, prioOnboard
 	case to == kvtier.NVMe || from == kvtier.NVMe:
 		return chanNVMe, prioOffload

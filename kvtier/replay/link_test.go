@@ -15,7 +15,8 @@ func TestRoute(t *testing.T) {
 		prio     priority
 	}{
 		{kvtier.Host, kvtier.GPU, chanHostToGPU, prioOnboard},
-		{kvtier.NVMe, kvtier.GPU, chanNVMe, prioOnboard},
+		{kvtier.NVMe, kvtier.GPU, chanHostToGPU, prioOnboard},
+		{kvtier.NVMe, kvtier.Host, chanNVMe, prioOffload},
 		{kvtier.GPU, kvtier.Host, chanGPUToHost, prioOffload},
 		{kvtier.Host, kvtier.NVMe, chanNVMe, prioOffload},
 		{kvtier.GPU, kvtier.NVMe, chanNVMe, prioOffload},
@@ -48,8 +49,8 @@ func TestJobQueueIsFIFOAndReusesItsBuffer(t *testing.T) {
 	}
 }
 
-// TestChannelTimes: a channel's per-block time is the link's (kvtier/cost),
-// the NVMe path's pipelined through PCIe.
+// TestChannelTimes: a copy's time is its kvtier/cost path's: a load from
+// NVMe crosses the drive then PCIe, pipelined, and pays both latencies.
 func TestChannelTimes(t *testing.T) {
 	e, err := newEngine(DefaultConfig(), StrategyCost)
 	if err != nil {
@@ -60,14 +61,26 @@ func TestChannelTimes(t *testing.T) {
 	}
 	host, _ := cost.LookupLink("pcie5-pinned")
 	nvme, _ := cost.LookupLink("nvme-gen4")
-	block := int64(327680 * 512) // Llama-3.1-70B, bf16
+	block := int64(131072 * 512) // Llama-3.1-8B, bf16
 	if e.blockBytes != block {
 		t.Fatalf("block %d bytes, want %d", e.blockBytes, block)
 	}
-	if got, want := e.servers[chanHostToGPU].perCopy, host.TransferTime(block); got != want || got > 4*time.Millisecond {
-		t.Errorf("host to GPU %v, want %v (about 3.4 ms)", got, want)
+	hostPath := cost.DirectPath(host)
+	if got, want := e.loadTime[kvtier.Host], hostPath.TransferTime(block); absDiff(got, want) > time.Nanosecond || got > 2*time.Millisecond {
+		t.Errorf("host to GPU %v, want %v (about 1.2 ms)", got, want)
 	}
-	if got := e.servers[chanNVMe].perCopy; got < nvme.TransferTime(block) || got > nvme.TransferTime(block)+time.Millisecond {
-		t.Errorf("NVMe %v, want about %v", got, nvme.TransferTime(block))
+	nvmePath := cost.Path{Source: nvme, Ingress: host, Pipelined: true}
+	if got, want := e.loadTime[kvtier.NVMe], nvmePath.TransferTime(block); absDiff(got, want) > time.Nanosecond || want < nvme.TransferTime(block) {
+		t.Errorf("NVMe to GPU %v, want %v", got, want)
 	}
+	if got, want := e.copyStream[kvtier.GPU][kvtier.NVMe], nvmePath.StreamTime(block); got != want {
+		t.Errorf("GPU to NVMe %v, want the drive's %v", got, want)
+	}
+}
+
+func absDiff(a, b time.Duration) time.Duration {
+	if a < b {
+		return b - a
+	}
+	return a - b
 }

@@ -9,11 +9,16 @@ import (
 // The engine is the block manager's Mover: it queues each copy on its
 // modelled channel and completes it when the virtual clock reaches its end.
 
-// maxQueuedOffloads bounds a channel's queue of offloads (copies down the
-// tiers): 256 blocks of a 70B model are 40 GiB, about 3 s of one PCIe 5.0
-// NVMe drive. Beyond it offloads are dropped, so that a link slower than the
-// traffic does not grow a queue (and the replay's memory) without bound.
-const maxQueuedOffloads = 256
+// maxQueuedOffloadBytes bounds the bytes of a channel's queued offloads
+// (copies down the tiers): 64 GiB is 1.2 s of the GPU's PCIe 5.0 link and
+// 10 s of one PCIe 4.0 NVMe drive, whatever the block size (409 blocks of
+// 160 MiB, a 70B model's 512 tokens; 8,192 of 8 MiB, an 8B model's 64
+// tokens). A bound in blocks would be milliseconds of link for small
+// blocks and drop offloads a link could carry. Beyond it
+// offloads are dropped, as an offload engine drops what its link cannot
+// keep up with, so that a link slower than the traffic does not grow a
+// queue (and the replay's memory) without bound.
+const maxQueuedOffloadBytes = 64 << 30
 
 var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is full")
 
@@ -22,7 +27,7 @@ var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is
 func (e *engine) Submit(t *kvtier.Batch) error {
 	for i, op := range t.Ops {
 		ch, prio := route(op.From, op.To)
-		j := copyJob{t: t, op: i}
+		j := copyJob{t: t, op: i, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To]}
 		if op.To == kvtier.GPU {
 			if e.current == nil {
 				panic("replay: a copy into the GPU outside Onboard")
@@ -30,7 +35,7 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			j.req = e.current
 			e.current.pendingLoads++
 		}
-		if prio == prioOffload && e.servers[ch].queue[prio].len() >= maxQueuedOffloads {
+		if prio == prioOffload && e.servers[ch].queuedOffloadBytes+e.blockBytes > maxQueuedOffloadBytes {
 			// Backpressure: the link cannot keep up with the offloads, so
 			// this one is dropped, as an offload engine does when its
 			// queue is full. The manager frees the destination slot.
@@ -39,6 +44,9 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			continue
 		}
 		e.servers[ch].queue[prio].push(j)
+		if prio == prioOffload {
+			e.servers[ch].queuedOffloadBytes += e.blockBytes
+		}
 		e.res.copies[op.From][op.To]++
 		e.inFlight++
 	}
@@ -56,10 +64,13 @@ func (e *engine) kick(ch channel) {
 	}
 	for p := range numPriorities {
 		if j, ok := s.queue[p].pop(); ok {
+			if p == prioOffload {
+				s.queuedOffloadBytes -= e.blockBytes
+			}
 			s.busy = true
-			s.busyTime += s.perCopy
+			s.busyTime += j.stream
 			e.serving[ch] = j
-			e.schedule(event{at: e.now + s.perCopy, kind: evCopyDone, ch: ch})
+			e.schedule(event{at: max(e.now, j.ready) + j.stream, kind: evCopyDone, ch: ch})
 			return
 		}
 	}
@@ -73,7 +84,8 @@ func (e *engine) copyDone(ch channel) {
 	j.t.Complete(j.op, nil) // may submit more copies (write-through)
 	if r := j.req; r != nil {
 		r.pendingLoads--
-		e.maybeLate(r)
+		r.landed++
+		e.advance(r)
 	}
 	e.kick(ch)
 }

@@ -69,8 +69,9 @@ func firstLines(src Source, n int) Source {
 	return src
 }
 
-func blockBytes70B(t testing.TB) int64 {
-	m, err := cost.LookupModel("llama-3.1-70b")
+// defaultBlockBytes is a block of 512 tokens of DefaultConfig's model.
+func defaultBlockBytes(t testing.TB) int64 {
+	m, err := cost.LookupModel(DefaultConfig().Model)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +102,16 @@ func result(t testing.TB, rep *Report, s Strategy) *StrategyResult {
 // whole engine (block manager, admission, virtual clock), reproduces the
 // reference simulator's hit ratios on the Mooncake trace.
 func TestReferenceLRUThroughEngine(t *testing.T) {
-	bb := blockBytes70B(t)
+	bb := defaultBlockBytes(t)
 	for _, c := range []struct {
 		blocks int64
 		want   float64
 	}{{439, 0.0343}, {4392, 0.2598}, {21962, 0.5888}} {
 		cfg := DefaultConfig()
 		cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes = Bytes(c.blocks*bb), 0, 0
+		// The reference counts blocks, not bytes: a GPU of 8 TiB holds
+		// the largest of these caches beside the weights.
+		cfg.GPUMemoryBytes = 8 << 40
 		cfg.Strategy, cfg.Baselines = "gpu-only", false
 		cfg.DecodeTokenTime = 0
 		res := runOrFail(t, mooncake, cfg).Results[0]
@@ -192,12 +196,23 @@ func oracleLRU(t testing.TB, r *trace.Reader, capacity int) float64 {
 }
 
 // TestCostPlanBeatsBaselines: with host and NVMe tiers, the cost model's
-// plan gives a lower TTFT p50 and mean than always reloading and always
-// recomputing, on the bundled trace (default configuration) and on the
-// Mooncake trace (on an 8-GPU node, where one GPU cannot keep up with it).
+// plan gives a TTFT mean, p50 and p90 each within 1% of (or below) always
+// reloading's and always recomputing's, and beats each on its mean, on the
+// bundled trace (default configuration), on a generated long-context
+// agentic trace (64-token blocks, sessions past 100K tokens, 70B at tp 8),
+// each with one prefill slot and with a GPU per request, and on the
+// Mooncake trace (70B at tp 8).
 func TestCostPlanBeatsBaselines(t *testing.T) {
 	if quick {
 		t.Skip("whole-trace figures: run without the invariants tag")
+	}
+	agentic := trace.AgenticGenConfig()
+	agentic.Requests = 400
+	agenticSrc := GeneratedSource("generated:agentic-400", agentic)
+	agenticCfg := func(slots int) func(*Config) {
+		return func(c *Config) {
+			c.Model, c.TP, c.GPUBytes, c.PrefillSlots = "llama-3.1-70b", 8, 12<<30, slots
+		}
 	}
 	cases := []struct {
 		name string
@@ -205,8 +220,11 @@ func TestCostPlanBeatsBaselines(t *testing.T) {
 		edit func(*Config)
 	}{
 		{"bundled", BundledSource(), func(*Config) {}},
+		{"bundled, prefill slots 0", BundledSource(), func(c *Config) { c.PrefillSlots = 0 }},
 		{"bundled, 64GiB host", BundledSource(), func(c *Config) { c.HostBytes = 64 << 30 }},
-		{"mooncake, tp 8", mooncake, func(c *Config) { c.TP = 8 }},
+		{"agentic", agenticSrc, agenticCfg(1)},
+		{"agentic, prefill slots 0", agenticSrc, agenticCfg(0)},
+		{"mooncake, 70b tp 8", mooncake, func(c *Config) { c.Model, c.TP = "llama-3.1-70b", 8 }},
 	}
 	for _, c := range cases {
 		cfg := DefaultConfig()
@@ -215,11 +233,19 @@ func TestCostPlanBeatsBaselines(t *testing.T) {
 		costRes := result(t, rep, StrategyCost)
 		for _, s := range []Strategy{StrategyReload, StrategyRecompute} {
 			base := result(t, rep, s)
-			t.Logf("%s: cost p50 %.4f s mean %.4f s; %v p50 %.4f s mean %.4f s", c.name,
-				costRes.TTFT.P50, costRes.TTFT.Mean, s, base.TTFT.P50, base.TTFT.Mean)
-			if !(costRes.TTFT.P50 < base.TTFT.P50) || !(costRes.TTFT.Mean < base.TTFT.Mean) {
-				t.Errorf("%s: cost plan TTFT p50 %.4f s, mean %.4f s; %v p50 %.4f s, mean %.4f s",
-					c.name, costRes.TTFT.P50, costRes.TTFT.Mean, s, base.TTFT.P50, base.TTFT.Mean)
+			t.Logf("%s: cost mean %.4f s p50 %.4f s p90 %.4f s; %v mean %.4f s p50 %.4f s p90 %.4f s", c.name,
+				costRes.TTFT.Mean, costRes.TTFT.P50, costRes.TTFT.P90, s, base.TTFT.Mean, base.TTFT.P50, base.TTFT.P90)
+			if costRes.TTFT.Mean > base.TTFT.Mean*1.01 || costRes.TTFT.P50 > base.TTFT.P50*1.01 || costRes.TTFT.P90 > base.TTFT.P90*1.01 ||
+				!(costRes.TTFT.Mean < base.TTFT.Mean) {
+				t.Errorf("%s: cost plan TTFT mean %.4f s, p50 %.4f s, p90 %.4f s; %v mean %.4f s, p50 %.4f s, p90 %.4f s",
+					c.name, costRes.TTFT.Mean, costRes.TTFT.P50, costRes.TTFT.P90, s, base.TTFT.Mean, base.TTFT.P50, base.TTFT.P90)
+			}
+		}
+		if strings.HasPrefix(c.name, "bundled") {
+			for _, r := range rep.Results {
+				if r.DroppedOffloads != 0 {
+					t.Errorf("%s: %s dropped %d offloads for lack of queue room", c.name, r.Strategy, r.DroppedOffloads)
+				}
 			}
 		}
 		if costRes.Recomputes.Blocks == 0 || costRes.Loads.Blocks == 0 {

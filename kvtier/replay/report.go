@@ -30,6 +30,9 @@ type tally struct {
 	PlannedTime, PlannedLoadAll   time.Duration
 	PlannedRecomputeAll           time.Duration
 	PrefillBusy                   time.Duration
+	OfferedPrefill                time.Duration // every prompt prefilled whole, no cache
+	FirstArrival, LastArrival     time.Duration
+	Running, MaxRunning           int64 // requests prefilling or decoding
 	QueueWait                     time.Duration
 	End                           time.Duration
 	BlockBytes                    int64
@@ -100,12 +103,20 @@ type StrategyResult struct {
 	TTFT         Percentiles  `json:"ttft"`
 	// PrefillBusySeconds is the GPU time spent prefilling; over SpanSeconds
 	// (first arrival to last request done) it is the prefill load.
-	PrefillBusySeconds float64        `json:"prefill_busy_s"`
-	SpanSeconds        float64        `json:"span_s"`
-	Evictions          TierCounts     `json:"evictions"`
-	Demotions          TierCounts     `json:"demotions"`
-	Plan               *PlanTotals    `json:"plan,omitempty"`
-	Manager            *ManagerCounts `json:"manager,omitempty"`
+	PrefillBusySeconds float64 `json:"prefill_busy_s"`
+	SpanSeconds        float64 `json:"span_s"`
+	// OfferedPrefillLoad is the prefill work the trace offers, every prompt
+	// prefilled whole (no prefix cache, each at least a forward pass), over
+	// the span of its arrivals and the prefill slots (one GPU's capacity
+	// per slot; with slots 0, per GPU). Above 1 the GPU cannot keep up
+	// without a cache: requests queue and TTFT grows with the trace.
+	OfferedPrefillLoad float64 `json:"offered_prefill_load"`
+	// MaxInFlight is the most requests prefilling or decoding at once.
+	MaxInFlight int64          `json:"max_in_flight"`
+	Evictions   TierCounts     `json:"evictions"`
+	Demotions   TierCounts     `json:"demotions"`
+	Plan        *PlanTotals    `json:"plan,omitempty"`
+	Manager     *ManagerCounts `json:"manager,omitempty"`
 
 	ttftQuantiles []float64 // the 0th to 100th percentiles, for Plot
 }
@@ -252,6 +263,10 @@ func (e *engine) result() StrategyResult {
 		ttftQuantiles:      quantiles(e.ttfts),
 		PrefillBusySeconds: seconds(t.PrefillBusy),
 		SpanSeconds:        seconds(t.End),
+		MaxInFlight:        t.MaxRunning,
+	}
+	if span := t.LastArrival - t.FirstArrival; span > 0 {
+		r.OfferedPrefillLoad = seconds(t.OfferedPrefill) / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
 	}
 	for from := range kvtier.NumTiers {
 		for to := range kvtier.NumTiers {
@@ -312,7 +327,22 @@ func (r *Report) WriteText(w io.Writer) error {
 		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
 		writeMode(c.WriteThrough), c.NVMeAdmission)
 	fmt.Fprintf(&b, "decode %v per token; %s\n", c.DecodeTokenTime, prefillNote(c.PrefillSlots))
-	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
+	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
+	if len(r.Results) > 0 {
+		load := r.Results[0].OfferedPrefillLoad
+		per := "of the GPU's prefill capacity"
+		if c.PrefillSlots == 0 {
+			per = "of one GPU's prefill capacity"
+		} else if c.PrefillSlots > 1 {
+			per = fmt.Sprintf("of the %d prefill slots' capacity", c.PrefillSlots)
+		}
+		fmt.Fprintf(&b, "offered prefill load %.0f%% %s (every prompt prefilled whole)", 100*load, per)
+		if load > 1 && c.PrefillSlots > 0 {
+			b.WriteString(": MORE THAN THE GPU CAN PREFILL without a prefix cache; requests queue and TTFT grows with the trace")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tTTFT p50\tp90\tp99\tmean\thit gpu\thost\tnvme\tall\ttokens reused\tloads\trecomputes\tprefill busy\t")

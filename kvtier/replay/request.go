@@ -24,26 +24,33 @@ type request struct {
 
 	l1, l2 kvtier.Lease // the looked-up prefix; the whole request in the GPU
 
-	pendingLoads int           // its loads not yet landed
-	early, late  time.Duration // prefill before its first load (run while loads cross the link); the rest, after them
-	earlyDone    bool
-	inserted     bool // its GPU blocks are reserved (InsertKeys)
+	pendingLoads int // its loads not yet landed
+	landed       int // its loads landed: the first ones, in block order
+	// segs is its prefill as the plan runs it: each segment recomputes
+	// blocks once the loads before them have landed, after the segment
+	// before it (kvtier/cost's Planner model, executed).
+	segs      []segment
+	segNext   int  // the next segment to run
+	computing bool // a segment is running
+	floorAt   time.Duration
+	inserted  bool // its GPU blocks are reserved (InsertKeys)
+}
+
+// segment is a run of recomputed blocks that wait for the same loads: it
+// starts once the request's first loadsBefore loads have landed and the
+// segment before it is done.
+type segment struct {
+	loadsBefore int
+	d           time.Duration
 }
 
 // phase is a part of a request's prefill.
 type phase uint8
 
 const (
-	phaseEarly phase = iota // the blocks before the first load
-	phaseLate               // the rest, once every load has landed
+	phaseSegment phase = iota // a segment of recomputed blocks
+	phaseFloor                // the pass floor: the prefill ends no sooner
 )
-
-// computeJob is prefill work waiting for or running on the GPU.
-type computeJob struct {
-	r     *request
-	phase phase
-	d     time.Duration
-}
 
 // readNext reads the trace's next request and schedules its arrival.
 func (e *engine) readNext() error {
@@ -80,7 +87,7 @@ func (e *engine) newRequest() *request {
 	for _, k := range tr.Keys {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
-	r.pendingLoads, r.early, r.late, r.earlyDone, r.inserted, r.started = 0, 0, 0, false, false, 0
+	r.pendingLoads, r.landed, r.segs, r.segNext, r.computing, r.inserted, r.started = 0, 0, r.segs[:0], 0, false, false, 0
 	return r
 }
 
@@ -96,6 +103,11 @@ func (e *engine) arrive() error {
 	if err := e.flight.arrive(len(r.keys), e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
 		return err
 	}
+	if e.res.Requests == 0 {
+		e.res.FirstArrival = r.arrival
+	}
+	e.res.LastArrival = r.arrival
+	e.res.OfferedPrefill += max(e.floor, e.scen.RecomputeTime(r.inputTokens, 0, true))
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
 	e.res.Blocks += int64(len(r.keys))
@@ -145,18 +157,21 @@ func (e *engine) fits(r *request) bool {
 // reserves its GPU blocks.
 func (e *engine) begin(r *request) {
 	r.started = e.now
+	r.floorAt = e.now + e.floor
+	e.res.Running++
+	e.res.MaxRunning = max(e.res.MaxRunning, e.res.Running)
 	if e.m == nil { // no prefix cache: prefill everything
-		r.inserted, r.earlyDone = true, true
-		r.late = e.computeTime(r, 0, len(r.keys), nil)
+		r.inserted = true
+		e.plan(r)
 		e.res.MissBlocks += int64(len(r.keys))
-		e.maybeLate(r)
+		e.advance(r)
 		return
 	}
 	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
 		panic(fmt.Sprintf("replay: LookupKeys: %v", err)) // the lease is always released
 	}
 	if e.planner != nil {
-		e.planner.gpuBusy = e.computeRunning > 0 || e.computeHead < len(e.computeQueue)
+		e.planner.blocks, e.planner.lastTokens = len(r.keys), e.blockTokensAt(r, len(r.keys)-1)
 	}
 	if err := e.m.Plan(&r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
@@ -192,14 +207,10 @@ func (e *engine) begin(r *request) {
 			e.res.LoadedBlocks++
 			e.res.LoadsFrom[b.Tier]++
 			e.res.TokensReused += int64(e.blockTokensAt(r, i))
-			e.res.LoadSavedCompute += e.computeTime(r, i, i+1, nil)
+			e.res.LoadSavedCompute += e.blockCost(r, i)
 		default: // Recompute: chosen, or forced when no GPU slot was free
 			e.res.RecomputedBlocks++
-			from := chanHostToGPU
-			if b.Tier == kvtier.NVMe {
-				from = chanNVMe
-			}
-			e.res.RecomputeSavedLink += e.servers[from].perCopy
+			e.res.RecomputeSavedLink += e.loadTime[b.Tier]
 		}
 	}
 	e.res.ForcedRecomputes += int64(planned) // Onboard found no GPU slot for them
@@ -208,51 +219,45 @@ func (e *engine) begin(r *request) {
 	e.insert(r)
 }
 
-// plan splits the request's prefill into the part before its first load
-// (which runs while the loads cross the link) and the rest.
+// plan cuts the request's prefill into segments, as kvtier/cost's Planner
+// models it: a recomputed block (chosen, forced, or not cached) runs after
+// the recomputed blocks before it and after every load before it has
+// landed. Blocks used on the GPU or loaded cost no compute.
 func (e *engine) plan(r *request) {
-	first := len(r.keys)
-	for i, b := range r.l1.Blocks {
-		if b.Loading {
-			first = i
-			break
+	loads := 0
+	for i := range r.keys {
+		if i < r.l1.Len() {
+			b := r.l1.Blocks[i]
+			if b.Loading {
+				loads++
+				continue
+			}
+			if b.Action == kvtier.Use {
+				continue
+			}
 		}
-	}
-	r.early = e.computeTime(r, 0, first, &r.l1)
-	r.late = e.computeTime(r, first, len(r.keys), &r.l1)
-	if r.early == 0 && r.late == 0 && r.inputTokens > 0 {
-		// Every block is cached: the last token is still run through the
-		// model, for its logits.
-		r.late = e.scen.RecomputeTime(1, r.inputTokens-1, true)
+		c := e.blockCost(r, i)
+		if n := len(r.segs); n > 0 && r.segs[n-1].loadsBefore == loads {
+			r.segs[n-1].d += c
+		} else {
+			r.segs = append(r.segs, segment{loadsBefore: loads, d: c})
+		}
 	}
 }
 
-// computeTime is the prefill time of the blocks in [from, to) that l (if
-// not nil) does not have ready or loading, run by run.
-func (e *engine) computeTime(r *request, from, to int, l *kvtier.Lease) time.Duration {
-	var total time.Duration
-	start := -1
-	flush := func(end int) {
-		if start >= 0 {
-			tokens := min(end*e.bt, r.inputTokens) - start*e.bt
-			total += e.scen.RecomputeTime(tokens, start*e.bt, true)
-			start = -1
-		}
+// blockCost is the prefill time of r's block i after the i blocks before
+// it: the Planner's per-block cost, the trailing partial block priced by
+// its tokens.
+func (e *engine) blockCost(r *request, i int) time.Duration {
+	tokens := e.blockTokensAt(r, i)
+	if tokens != e.bt {
+		return e.scen.RecomputeTime(tokens, i*e.bt, true)
 	}
-	for i := from; i < to; i++ {
-		have := false
-		if l != nil && i < l.Len() {
-			b := l.Blocks[i]
-			have = b.Action == kvtier.Use || b.Loading
-		}
-		if have {
-			flush(i)
-		} else if start < 0 {
-			start = i
-		}
+	for len(e.fullBlockCost) <= i {
+		j := len(e.fullBlockCost)
+		e.fullBlockCost = append(e.fullBlockCost, e.scen.RecomputeTime(e.bt, j*e.bt, true))
 	}
-	flush(to)
-	return total
+	return e.fullBlockCost[i]
 }
 
 // insert reserves the request's blocks in the GPU and starts its prefill.
@@ -273,12 +278,7 @@ func (e *engine) insert(r *request) {
 		e.res.UncachedBlocks += int64(len(r.keys) - r.l2.Len())
 	}
 	r.inserted = true
-	if r.early > 0 {
-		e.enqueueCompute(r, phaseEarly, r.early)
-	} else {
-		r.earlyDone = true
-		e.maybeLate(r)
-	}
+	e.advance(r)
 }
 
 // retryWaiting retries the inserts of requests waiting for GPU space, in
@@ -292,49 +292,43 @@ func (e *engine) retryWaiting() {
 	}
 }
 
-// maybeLate starts the late part of r's prefill once the early part is done,
-// every load has landed and its GPU blocks are reserved.
-func (e *engine) maybeLate(r *request) {
-	if !r.earlyDone || r.pendingLoads > 0 || !r.inserted {
+// advance starts r's next segment once the loads it waits for have landed
+// and the segment before it is done; once every segment is done and every
+// load has landed, the prefill ends, no sooner than the pass floor after it
+// started. Each request computes on a GPU of its own (Config.PrefillSlots),
+// so a segment starts as soon as it may.
+func (e *engine) advance(r *request) {
+	if !r.inserted || r.computing {
 		return
 	}
-	if r.late > 0 {
-		e.enqueueCompute(r, phaseLate, r.late)
+	if r.segNext < len(r.segs) {
+		sg := r.segs[r.segNext]
+		if sg.loadsBefore > r.landed {
+			return // copyDone calls again
+		}
+		r.computing = true
+		e.computeRunning++
+		e.res.PrefillBusy += sg.d
+		e.schedule(event{at: e.now + sg.d, kind: evComputeDone, r: r, phase: phaseSegment})
+		return
+	}
+	if r.pendingLoads > 0 {
+		return
+	}
+	if e.now < r.floorAt {
+		r.computing = true
+		e.schedule(event{at: r.floorAt, kind: evComputeDone, r: r, phase: phaseFloor})
 		return
 	}
 	e.prefilled(r)
 }
 
-// enqueueCompute runs prefill work on the GPU: one job at a time, in FIFO
-// order, or with PrefillSlots 0 at once (a GPU per request).
-func (e *engine) enqueueCompute(r *request, ph phase, d time.Duration) {
-	if e.cfg.PrefillSlots == 0 || e.computeRunning == 0 {
-		e.startCompute(computeJob{r, ph, d})
-		return
-	}
-	e.computeQueue = append(e.computeQueue, computeJob{r, ph, d})
-}
-
-func (e *engine) startCompute(j computeJob) {
-	e.computeRunning++
-	e.res.PrefillBusy += j.d
-	e.schedule(event{at: e.now + j.d, kind: evComputeDone, r: j.r, phase: j.phase})
-}
-
 func (e *engine) computeDone(r *request, ph phase) {
-	e.computeRunning--
-	if e.computeHead < len(e.computeQueue) {
-		j := e.computeQueue[e.computeHead]
-		e.computeQueue[e.computeHead] = computeJob{}
-		e.computeHead++
-		if e.computeHead == len(e.computeQueue) {
-			e.computeQueue, e.computeHead = e.computeQueue[:0], 0
-		}
-		e.startCompute(j)
-	}
-	if ph == phaseEarly {
-		r.earlyDone = true
-		e.maybeLate(r)
+	r.computing = false
+	if ph == phaseSegment {
+		e.computeRunning--
+		r.segNext++
+		e.advance(r)
 		return
 	}
 	e.prefilled(r)
@@ -365,6 +359,7 @@ func (e *engine) prefilled(r *request) {
 // its GPU blocks become evictable.
 func (e *engine) decodeDone(r *request) {
 	e.res.End = max(e.res.End, e.now)
+	e.res.Running--
 	e.gpuHeld -= int64(len(r.keys))
 	e.flight.done(len(r.keys))
 	if e.m != nil {

@@ -27,6 +27,24 @@ func BundledSource() Source {
 		Open: func() (io.ReadCloser, error) { return io.NopCloser(trace.Bundled()), nil }}
 }
 
+// GeneratedSource is cfg's synthetic trace (kvtier/trace's generator),
+// generated afresh as each strategy reads it: it streams, whatever its
+// length. Blocks of 512 tokens are written as Mooncake lines, others in the
+// native format.
+func GeneratedSource(name string, cfg trace.GenConfig) Source {
+	format := trace.FormatNative
+	if cfg.BlockTokens == trace.MooncakeBlockTokens {
+		format = trace.FormatMooncake
+	}
+	return Source{Name: name, Format: format, Open: func() (io.ReadCloser, error) {
+		r, err := trace.NewGeneratedReader(cfg, format)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %s: %w", name, err)
+		}
+		return io.NopCloser(r), nil
+	}}
+}
+
 // FileSource is a trace file, gzip-compressed or not.
 func FileSource(path string) Source {
 	return Source{Name: path, Open: func() (io.ReadCloser, error) { return trace.Open(path) }}

@@ -11,13 +11,11 @@ import (
 type Strategy uint8
 
 const (
-	// StrategyCost plans each request's prefix block by block with
-	// kvtier/cost: load a cached block or recompute it, whichever gets the
-	// whole prefix onto the GPU sooner (recompute the first blocks while
-	// the rest load). The cost model assumes an idle GPU; when other
-	// prefills are running or queued, recomputing would take their GPU time
-	// rather than fill an idle wait, so the plan then loads every cached
-	// block.
+	// StrategyCost plans each request block by block with kvtier/cost:
+	// load a cached block or recompute it, whichever gets the whole prompt
+	// onto the GPU sooner (recompute the first blocks while the rest load),
+	// and the replay executes that plan as the cost model times it. Each
+	// prefilling request has its GPU to itself (Config.PrefillSlots).
 	StrategyCost Strategy = iota
 	// StrategyReload loads every cached block (kvtier.LoadAll).
 	StrategyReload
@@ -46,7 +44,7 @@ func (s Strategy) String() string {
 func (s Strategy) Describe() string {
 	switch s {
 	case StrategyCost:
-		return "cost-model plan: load or recompute per block (load all while the GPU is busy)"
+		return "cost-model plan: load or recompute per block"
 	case StrategyReload:
 		return "always reload cached blocks"
 	case StrategyRecompute:
@@ -78,11 +76,11 @@ type costPlanner struct {
 	src  []cost.BlockSource
 	out  []cost.Action
 	last cost.PlanResult
-	// gpuBusy, set by the engine before each plan, says other prefills are
-	// running or queued: the cost model assumes an idle GPU, so recomputing
-	// a cached block would then take GPU time from them, not from an idle
-	// wait. The plan then loads every cached block.
-	gpuBusy bool
+	// blocks and lastTokens, set by the engine before each plan, are the
+	// request's blocks and the tokens of its last one: the blocks past the
+	// looked-up prefix are planned as missing, so that the plan (and its
+	// time) covers the whole prompt, the partial last block included.
+	blocks, lastTokens int
 }
 
 var toCostTier = [kvtier.NumTiers]cost.Tier{kvtier.GPU: cost.TierGPU, kvtier.Host: cost.TierHost, kvtier.NVMe: cost.TierNVMe}
@@ -99,15 +97,18 @@ func (c *costPlanner) Plan(blocks []kvtier.PlanBlock, actions []kvtier.Action) e
 		}
 		c.src = append(c.src, cost.BlockSource{Tier: t})
 	}
-	if cap(c.out) < len(blocks) {
-		c.out = make([]cost.Action, len(blocks))
+	for len(c.src) < c.blocks {
+		c.src = append(c.src, cost.BlockSource{Tier: cost.TierMissing})
 	}
-	res, err := c.p.Plan(c.src, c.out[:len(blocks)])
+	if n := len(c.src); n > 0 && n == c.blocks && c.lastTokens > 0 && c.lastTokens < c.p.Config().BlockTokens {
+		c.src[n-1].Tokens = c.lastTokens
+	}
+	if cap(c.out) < len(c.src) {
+		c.out = make([]cost.Action, len(c.src))
+	}
+	res, err := c.p.Plan(c.src, c.out[:len(c.src)])
 	if err != nil {
 		return err
-	}
-	if c.gpuBusy {
-		return kvtier.LoadAll{}.Plan(blocks, actions)
 	}
 	c.last = res
 	for i := range blocks {

@@ -53,13 +53,17 @@ func TestCostPlannerAdapter(t *testing.T) {
 	if !(p.last.Time < p.last.LoadAllTime && p.last.LoadAllTime < p.last.RecomputeAllTime) {
 		t.Errorf("plan %v, load all %v, recompute all %v", p.last.Time, p.last.LoadAllTime, p.last.RecomputeAllTime)
 	}
-	p.gpuBusy = true
+	// The request goes on past its cached prefix: the plan covers its
+	// whole prompt, so its time grows by the missing blocks' prefill.
+	prefixOnly := p.last.Time
+	p.blocks, p.lastTokens = len(blocks)+8, 100
 	if err := p.Plan(blocks, actions); err != nil {
 		t.Fatal(err)
 	}
-	if use, load, rec := count(); use != 1 || load != 40 || rec != 2 {
-		t.Errorf("busy GPU: %d used, %d loaded, %d recomputed; want 1, 40, 2", use, load, rec)
+	if p.last.Time <= prefixOnly || p.last.RecomputeBlocks < 8 {
+		t.Errorf("with 8 missing blocks after the prefix: %+v, prefix alone %v", p.last, prefixOnly)
 	}
+	p.blocks, p.lastTokens = 0, 0
 	// Longer than the cost model's MaxBlocks: refused, and the manager
 	// falls back to loading.
 	long := make([]kvtier.PlanBlock, maxPlanBlocks+1)

@@ -78,6 +78,34 @@ func DefaultGenConfig() GenConfig {
 	}
 }
 
+// AgenticGenConfig returns a long-context agentic workload: coding agents
+// whose sessions run for dozens of turns, each resending the whole session
+// (a tool-laden system prompt of 8-16K tokens, then every tool result and
+// reply so far) plus the next tool result, after a short reply and a few
+// seconds of tool execution. Sessions grow past 100K tokens (cut at 200K),
+// blocks are 64 tokens (vLLM-like paging, written in the native format),
+// and a handful of agents share the system prompts. Every turn reuses all
+// but its last few thousand tokens, so where the session's KV lives (GPU,
+// host, NVMe) decides its TTFT.
+func AgenticGenConfig() GenConfig {
+	return GenConfig{
+		Seed:                 1,
+		Requests:             2000,
+		SessionsPerSecond:    0.005,
+		SystemPrompts:        4,
+		SystemPromptZipf:     1.5,
+		SystemPromptTokens:   [2]int{8000, 16000},
+		DocumentFraction:     0,
+		MedianDocumentTokens: 1,
+		MeanTurns:            60,
+		MedianUserTokens:     1500,
+		MedianOutputTokens:   300,
+		MeanThinkTime:        3 * time.Second,
+		MaxContextTokens:     200_000,
+		BlockTokens:          64,
+	}
+}
+
 // Validate reports the first field that is out of range.
 func (c *GenConfig) Validate() error {
 	bad := func(field string, v any, want string) error {
@@ -320,4 +348,63 @@ func Generate(w io.Writer, cfg GenConfig, format Format) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// GeneratedReader is cfg's trace as lines of format, generated as they are
+// read: a trace of any length streams in the generator's constant memory,
+// with no goroutine and no file.
+type GeneratedReader struct {
+	g      *Generator
+	format Format
+	req    Request
+	line   []byte
+	off    int
+	done   bool
+}
+
+// NewGeneratedReader returns a reader of cfg's trace in format
+// (FormatMooncake or FormatNative).
+func NewGeneratedReader(cfg GenConfig, format Format) (*GeneratedReader, error) {
+	if format != FormatMooncake && format != FormatNative {
+		return nil, fmt.Errorf("trace: cannot write format %v: want mooncake or native", format)
+	}
+	if format == FormatMooncake && cfg.BlockTokens != MooncakeBlockTokens {
+		return nil, fmt.Errorf("trace: GenConfig.BlockTokens = %d: the mooncake format has %d; write native", cfg.BlockTokens, MooncakeBlockTokens)
+	}
+	g, err := NewGenerator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &GeneratedReader{g: g, format: format}, nil
+}
+
+// Read implements io.Reader.
+func (r *GeneratedReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if r.off == len(r.line) {
+			if r.done {
+				break
+			}
+			if err := r.g.Next(&r.req); err == io.EOF {
+				r.done = true
+				break
+			} else if err != nil {
+				return n, err
+			}
+			if r.format == FormatMooncake {
+				r.line = AppendMooncake(r.line[:0], &r.req)
+			} else {
+				r.line = AppendNative(r.line[:0], &r.req)
+			}
+			r.off = 0
+		}
+		c := copy(p[n:], r.line[r.off:])
+		r.off += c
+		n += c
+	}
+	if n == 0 && r.done {
+		return 0, io.EOF
+	}
+	return n, nil
 }

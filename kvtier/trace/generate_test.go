@@ -132,3 +132,64 @@ func TestGenConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneratedReaderMatchesGenerate: the streaming reader gives the bytes
+// Generate writes, read in odd-sized pieces; a mooncake trace with blocks
+// other than 512 tokens is refused.
+func TestGeneratedReaderMatchesGenerate(t *testing.T) {
+	for _, c := range []struct {
+		cfg    GenConfig
+		format Format
+	}{{DefaultGenConfig(), FormatMooncake}, {AgenticGenConfig(), FormatNative}} {
+		c.cfg.Requests = 300
+		var want bytes.Buffer
+		if err := Generate(&want, c.cfg, c.format); err != nil {
+			t.Fatal(err)
+		}
+		r, err := NewGeneratedReader(c.cfg, c.format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		buf := make([]byte, 777)
+		for {
+			n, err := r.Read(buf)
+			got.Write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Errorf("%v: the reader's %d bytes differ from Generate's %d", c.format, got.Len(), want.Len())
+		}
+	}
+	if _, err := NewGeneratedReader(AgenticGenConfig(), FormatMooncake); err == nil || !strings.Contains(err.Error(), "BlockTokens") {
+		t.Errorf("64-token blocks as mooncake: %v", err)
+	}
+}
+
+// TestAgenticShape: the agentic workload's sessions grow past 100K tokens
+// in 64-token blocks, and each turn shares all but its tail with the last.
+func TestAgenticShape(t *testing.T) {
+	g, err := NewGenerator(AgenticGenConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Request
+	longest, over100K := 0, 0
+	for g.Next(&r) != io.EOF {
+		if r.BlockTokens != 64 || len(r.Keys) != (r.InputTokens+63)/64 {
+			t.Fatalf("%d tokens in %d blocks of %d", r.InputTokens, len(r.Keys), r.BlockTokens)
+		}
+		longest = max(longest, r.InputTokens)
+		if r.InputTokens > 100_000 {
+			over100K++
+		}
+	}
+	if longest < 150_000 || over100K < 100 {
+		t.Errorf("longest session %d tokens, %d requests over 100K; want sessions past 100K", longest, over100K)
+	}
+}

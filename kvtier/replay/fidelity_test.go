@@ -1,0 +1,173 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/trace"
+)
+
+// TestReplayExecutesThePlan: one request, alone on an idle system, whose
+// cached blocks are seeded into the host and NVMe tiers, takes in the
+// replay the time kvtier/cost's Planner predicted for the plan it chose,
+// within 1%, for every shape of plan. The configurations are chosen so
+// that the planner picks the shape named: a GPU much faster than its link
+// recomputes, a fast link loads, and between them the plan mixes.
+func TestReplayExecutesThePlan(t *testing.T) {
+	const L, N, M = 'L', 'N', '-' // a block in the host tier, in NVMe, missing
+	cases := []struct {
+		name     string
+		gpu      string
+		hostLink string
+		nvmeLink string
+		// blocks is where each 512-token block is: L host, N NVMe, - not
+		// cached; partial cuts the last block to that many tokens.
+		blocks  string
+		partial int
+		// want is the plan's shape, as a pattern over its actions per
+		// block: l load, r recompute.
+		want string
+	}{
+		{"all load", "h200", "pcie5-pinned", "nvme-gen4", "LLLLLLLL", 0, "^l+$"},
+		{"all recompute", "b200", "pcie5-pageable", "nvme-gen4", "N", 0, "^r$"},
+		{"head recompute, tail load", "b200", "pcie5-pinned", "nvme-gen4", strings.Repeat("L", 32), 0, "^r+l+$"},
+		{"holes: NVMe blocks recomputed while later blocks load", "b200", "pcie5-pinned", "nvme-gen4",
+			"LLLLNNNNLLLLLLLLLLLL", 0, "^l+r+l+$"},
+		{"mixed host and NVMe, all loaded", "h200", "pcie5-pinned", "nvme-gen5-x4", "LLNNLN", 0, "^l+$"},
+		{"mixed host and NVMe, NVMe holes recomputed", "h200", "pcie5-pinned", "nvme-gen4", "LLNNLLNNLLNN", 0, "^l+r+l+r+l+$"},
+		{"cached prefix, missing tail, partial last block", "h200", "pcie5-pinned", "nvme-gen4", "LLLLNN----", 100, "l+r+$"},
+		{"nothing cached, partial block", "h200", "pcie5-pinned", "nvme-gen4", "---", 7, "^rrr$"},
+		{"one block cached: the pass floor", "h200", "pcie5-pinned", "nvme-gen4", "L", 0, "^l$"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.GPU, cfg.HostLink, cfg.NVMeLink = c.gpu, c.hostLink, c.nvmeLink
+			cfg.Baselines = false
+			e, err := newEngine(cfg, StrategyCost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.start(trace.MooncakeBlockTokens); err != nil {
+				t.Fatal(err)
+			}
+			var seeded [kvtier.NumTiers][]kvtier.Resident
+			ids := make([]string, len(c.blocks))
+			for i := range c.blocks {
+				ids[i] = fmt.Sprint(i + 1)
+				tier := kvtier.Host
+				switch c.blocks[i] {
+				case M:
+					continue
+				case N:
+					tier = kvtier.NVMe
+				}
+				seeded[tier] = append(seeded[tier], kvtier.Resident{Slot: kvtier.Slot(len(seeded[tier])),
+					Key: kvtier.Key(i + 1), Parent: kvtier.Key(i), Position: i})
+			}
+			for tier, blocks := range seeded {
+				if len(blocks) == 0 {
+					continue
+				}
+				if n, err := e.m.Adopt(kvtier.Tier(tier), blocks); err != nil || n != len(blocks) {
+					t.Fatalf("adopt %d blocks into %v: %d, %v", len(blocks), kvtier.Tier(tier), n, err)
+				}
+			}
+			tokens := len(c.blocks) * trace.MooncakeBlockTokens
+			if c.partial > 0 {
+				tokens -= trace.MooncakeBlockTokens - c.partial
+			}
+			line := fmt.Sprintf(`{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [%s]}`+"\n",
+				tokens, strings.Join(ids, ", "))
+			rd := trace.NewReader(strings.NewReader(line), trace.Options{Format: trace.FormatMooncake, Name: c.name})
+			if err := e.run(rd); err != nil {
+				t.Fatal(err)
+			}
+			plan := e.planner.last
+			var shape strings.Builder
+			for i := range c.blocks {
+				switch e.planner.out[i] {
+				case cost.ActionLoad:
+					shape.WriteByte('l')
+				case cost.ActionRecompute:
+					shape.WriteByte('r')
+				default:
+					shape.WriteByte('g')
+				}
+			}
+			got := shape.String()
+			if !regexp.MustCompile(c.want).MatchString(got) {
+				t.Errorf("plan %s, want the shape %s", got, c.want)
+			}
+			if len(e.ttfts) != 1 {
+				t.Fatalf("%d first tokens", len(e.ttfts))
+			}
+			ttft := e.ttfts[0]
+			t.Logf("blocks %s, plan %s: planned %v, replayed %v (load all %v, recompute all %v, floor %v)",
+				c.blocks, got, plan.Time, ttft, plan.LoadAllTime, plan.RecomputeAllTime, e.floor)
+			if plan.Time <= 0 || math.Abs(float64(ttft-plan.Time)) > 0.01*float64(plan.Time) {
+				t.Errorf("replayed TTFT %v, planned %v: more than 1%% apart", ttft, plan.Time)
+			}
+			if e.res.ForcedRecomputes != 0 || e.res.PlanErrors != 0 {
+				t.Errorf("%d forced recomputes, %d plan errors", e.res.ForcedRecomputes, e.res.PlanErrors)
+			}
+		})
+	}
+}
+
+// TestPassFloorOnEveryStrategy: a request whose every block is on the GPU
+// still takes one forward pass: no first token comes sooner than the
+// weights' read from HBM (8B on an H200: 3.3 ms).
+func TestPassFloorOnEveryStrategy(t *testing.T) {
+	line := `{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}` + "\n"
+	// The second request finds both blocks on the GPU.
+	lines := line + strings.ReplaceAll(line, `"timestamp": 0`, `"timestamp": 5000`)
+	rep := runOrFail(t, stringSource("two", lines), DefaultConfig())
+	floor := 16.06e9 / 4.8e12
+	for _, r := range rep.Results {
+		if r.TTFT.P50 < floor*0.999 || r.TTFT.Mean < floor*0.999 {
+			t.Errorf("%s: TTFT p50 %.6f s, mean %.6f s, below the pass floor %.6f s", r.Strategy, r.TTFT.P50, r.TTFT.Mean, floor)
+		}
+	}
+	if r := result(t, rep, StrategyCost); r.UsedBlocks != 2 {
+		t.Errorf("the second request used %d blocks on the GPU, want 2", r.UsedBlocks)
+	}
+}
+
+// TestReportSaysWhenOverloaded: a trace that offers more prefill than the
+// GPU has is flagged in the report; the bundled trace on the default
+// configuration is not.
+func TestReportSaysWhenOverloaded(t *testing.T) {
+	var lines strings.Builder
+	for i := range 8 { // 8 prompts of 8K tokens, 10 ms apart: ~0.25 s of prefill each
+		ids := make([]string, 16)
+		for j := range ids {
+			ids[j] = fmt.Sprint(i*100 + j + 1)
+		}
+		fmt.Fprintf(&lines, `{"timestamp": %d, "input_length": 8192, "output_length": 1, "hash_ids": [%s]}`+"\n", 10*i, strings.Join(ids, ","))
+	}
+	cfg := testConfig()
+	cfg.Baselines = false
+	rep := runOrFail(t, stringSource("burst", lines.String()), cfg)
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if load := rep.Results[0].OfferedPrefillLoad; load < 10 || !strings.Contains(out.String(), "MORE THAN THE GPU CAN PREFILL") {
+		t.Errorf("offered load %.2f; report:\n%s", load, out.String())
+	}
+	src, _ := bundled()
+	rep = runOrFail(t, src, testConfig())
+	out.Reset()
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if load := rep.Results[0].OfferedPrefillLoad; load <= 0 || load >= 1 || strings.Contains(out.String(), "MORE THAN") {
+		t.Errorf("bundled: offered load %.2f; report:\n%s", load, out.String())
+	}
+}
