@@ -1,0 +1,67 @@
+package cost
+
+import "time"
+
+// PrefillCost prices the prefills of one model on tp GPUs of one kind: a
+// cost every pass pays whatever it computes, plus marginal costs that grow
+// with the tokens computed (the linear layers) and with the query-key pairs
+// they attend (attention). Build it with (*Fit).PrefillCost, or
+// PresetPrefillCost for the presets alone. It is a small value: copy it.
+//
+//	prefill(n tokens after p present) = max(Floor, Pass + n·PerToken + pairs(n, p)·PerPair)
+//	pairs(n, p) = n·p + n(n+1)/2
+//
+// Recomputing cached tokens adds only the marginal cost to a pass the
+// request runs anyway, so the Planner charges blocks their marginal cost
+// and each plan its Pass once.
+type PrefillCost struct {
+	// PassSeconds is paid once per prefill: the fit's fixed cost plus its
+	// weight term (the ramp of a pass's efficiency with its tokens). 0 under
+	// the presets.
+	PassSeconds float64
+	// LinearSecondsPerToken is the linear layers' time per token computed.
+	LinearSecondsPerToken float64
+	// AttentionSecondsPerPair is attention's time per query-key pair.
+	AttentionSecondsPerPair float64
+	// FloorSeconds is the shortest pass: the weights (per rank) over the
+	// GPU's HBM bandwidth (Scenario.PassFloor).
+	FloorSeconds float64
+}
+
+// PresetPrefillCost is the presets' prefill cost: FLOPs over the GPU's
+// effective rate (peak × efficiency × tp), no pass cost, and the HBM floor.
+func PresetPrefillCost(m *Model, g *GPU, tp int) PrefillCost {
+	tp = max(1, tp)
+	f := g.EffectiveFLOPS() * float64(tp)
+	return PrefillCost{
+		LinearSecondsPerToken:   2 * m.ActiveParams / f,
+		AttentionSecondsPerPair: m.attentionFLOPsPerPair() / f,
+		FloorSeconds:            floorSeconds(m, g, tp),
+	}
+}
+
+func floorSeconds(m *Model, g *GPU, tp int) float64 {
+	if !(g.HBMBytesPerS > 0) {
+		return 0
+	}
+	return float64(m.WeightBytesPerRank(tp)) / g.HBMBytesPerS
+}
+
+// MarginalSeconds is the work n tokens after p present ones add to a pass:
+// linear and attention, no pass cost, no floor.
+func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
+	if tokens <= 0 {
+		return 0
+	}
+	n, p := float64(tokens), float64(prefix)
+	return n*c.LinearSecondsPerToken + (n*p+n*(n+1)/2)*c.AttentionSecondsPerPair
+}
+
+// Seconds is a whole prefill of n tokens after p present ones: the pass
+// cost plus the marginal work, no less than the floor.
+func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
+	return max(c.FloorSeconds, c.PassSeconds+c.MarginalSeconds(tokens, prefix))
+}
+
+// Time is Seconds as a Duration.
+func (c *PrefillCost) Time(tokens, prefix int) time.Duration { return seconds(c.Seconds(tokens, prefix)) }

@@ -1,0 +1,254 @@
+package cost
+
+import (
+	"math"
+	"sort"
+)
+
+// The robust fit behind Calibration: a linear model with at most
+// maxTerms non-negative coefficients, fitted to samples by relative error,
+// pulled toward a prior (the presets), and made robust to outliers by
+// iteratively reweighted least squares.
+//
+// Each sample is a row x (its features, each already divided by the
+// sample's measured time and by the term's scale), so that a perfect fit
+// gives x·θ = 1 for every row and the residual 1 - x·θ is the relative
+// error of the prediction. The scales make every θ about 1 under the
+// presets, so that one ridge weight fits every term.
+
+// maxTerms bounds the model's coefficients: every support of the
+// non-negative solve is tried, 2^maxTerms of them.
+const maxTerms = 4
+
+type fitRow struct {
+	x [maxTerms]float64
+}
+
+// robustFit is the result of fitRobust.
+type robustFit struct {
+	theta [maxTerms]float64
+	// width is the robust spread (1.4826 × the median absolute deviation)
+	// of the relative residuals of the samples the fit kept, widened for
+	// the coefficients it estimated: a prediction's typical relative error.
+	width float64
+	// used counts the samples with a non-zero weight at the end; an
+	// outlier has weight zero.
+	used int
+}
+
+// Tuning constants of the reweighting: Huber's 1.345 and Tukey's
+// biweight 4.685 (each 95% efficient on normal errors), in units of the
+// residuals' robust spread, which is never taken below minSpread so that
+// a handful of samples on an exact curve do not reject everything else.
+const (
+	huberK      = 1.345
+	bisquareC   = 4.685
+	minSpread   = 0.01
+	huberIters  = 6
+	tukeyIters  = 8
+	robustAfter = 2 // robust weights once there are robustAfter × terms samples
+)
+
+// fitRobust fits θ ≥ 0 to rows with k terms, minimising
+//
+//	Σ w_i (1 - x_i·θ)² + lambda Σ_j (θ_j - prior_j)²
+//
+// with weights w from Huber, then Tukey's biweight, on the residuals of the
+// previous iterate. scratch holds len(rows) floats of working space.
+func fitRobust(rows []fitRow, k int, prior [maxTerms]float64, lambda float64, scratch []float64) robustFit {
+	n := len(rows)
+	w := scratch[:n]
+	for i := range w {
+		w[i] = 1
+	}
+	theta := solveNNLS(rows, w, k, prior, lambda)
+	robust := n >= robustAfter*k
+	spread := math.Inf(1)
+	if robust {
+		for it := range huberIters + tukeyIters {
+			spread = residualSpread(rows, theta, w, scratch[n:2*n])
+			for i := range rows {
+				r := math.Abs(1 - dot(&rows[i].x, &theta))
+				if it < huberIters {
+					w[i] = 1
+					if r > huberK*spread {
+						w[i] = huberK * spread / r
+					}
+				} else {
+					u := r / (bisquareC * spread)
+					w[i] = 0
+					if u < 1 {
+						w[i] = (1 - u*u) * (1 - u*u)
+					}
+				}
+			}
+			theta = solveNNLS(rows, w, k, prior, lambda)
+		}
+	}
+	f := robustFit{theta: theta}
+	for i := range rows {
+		if w[i] > 0 {
+			f.used++
+		}
+	}
+	// The spread of the kept samples, widened by sqrt(n/(n-k)) for the k
+	// coefficients fitted from them; with no more samples than terms there
+	// is no spread to measure (the caller takes the prior's width).
+	if f.used > k {
+		for i := range w {
+			if w[i] > 0 {
+				w[i] = 1
+			}
+		}
+		s := residualSpread(rows, theta, w, scratch[n:2*n])
+		f.width = s * math.Sqrt(float64(f.used)/float64(f.used-k))
+	}
+	return f
+}
+
+func dot(x, theta *[maxTerms]float64) float64 {
+	var s float64
+	for j := range maxTerms {
+		s += x[j] * theta[j]
+	}
+	return s
+}
+
+// residualSpread is 1.4826 × the median absolute relative residual of the
+// rows with a non-zero weight (the MAD about zero: a fit's residuals
+// centre on zero), at least minSpread.
+func residualSpread(rows []fitRow, theta [maxTerms]float64, w, buf []float64) float64 {
+	buf = buf[:0]
+	for i := range rows {
+		if w[i] > 0 {
+			buf = append(buf, math.Abs(1-dot(&rows[i].x, &theta)))
+		}
+	}
+	if len(buf) == 0 {
+		return minSpread
+	}
+	sort.Float64s(buf)
+	m := buf[len(buf)/2]
+	if len(buf)%2 == 0 {
+		m = (m + buf[len(buf)/2-1]) / 2
+	}
+	return max(1.4826*m, minSpread)
+}
+
+// solveNNLS minimises Σ w_i (1 - x_i·θ)² + lambda Σ (θ_j - prior_j)² over
+// θ ≥ 0 with k terms, by solving the ridge normal equations on every
+// support and keeping the best feasible solution. k ≤ maxTerms, so that is
+// at most 15 solves of a system of at most 4 unknowns.
+func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambda float64) [maxTerms]float64 {
+	var g [maxTerms][maxTerms]float64
+	var b [maxTerms]float64
+	var wsum float64
+	for i := range rows {
+		x := &rows[i].x
+		wi := w[i]
+		if wi == 0 {
+			continue
+		}
+		wsum += wi
+		for a := range k {
+			b[a] += wi * x[a]
+			for c := a; c < k; c++ {
+				g[a][c] += wi * x[a] * x[c]
+			}
+		}
+	}
+	for a := range k {
+		for c := 0; c < a; c++ {
+			g[a][c] = g[c][a]
+		}
+	}
+	best, bestObj := prior, math.Inf(1)
+	if wsum == 0 {
+		return best
+	}
+	for mask := 1; mask < 1<<k; mask++ {
+		var idx [maxTerms]int
+		m := 0
+		for j := range k {
+			if mask&(1<<j) != 0 {
+				idx[m] = j
+				m++
+			}
+		}
+		// Terms off the support are held at 0: their ridge pull toward the
+		// prior is a constant of the objective, and their columns drop out.
+		var a [maxTerms][maxTerms + 1]float64
+		for r := range m {
+			for c := range m {
+				a[r][c] = g[idx[r]][idx[c]]
+			}
+			a[r][r] += lambda
+			a[r][m] = b[idx[r]] + lambda*prior[idx[r]]
+		}
+		sol, ok := gaussSolve(&a, m)
+		if !ok {
+			continue
+		}
+		var theta [maxTerms]float64
+		feasible := true
+		for r := range m {
+			if sol[r] < 0 {
+				feasible = false
+				break
+			}
+			theta[idx[r]] = sol[r]
+		}
+		if !feasible {
+			continue
+		}
+		// Σ w (1 - x·θ)² = Σw - 2 b·θ + θᵀ G θ: no pass over the rows.
+		obj := wsum
+		for a := range k {
+			obj -= 2 * b[a] * theta[a]
+			for c := range k {
+				obj += theta[a] * g[a][c] * theta[c]
+			}
+		}
+		for j := range k {
+			d := theta[j] - prior[j]
+			obj += lambda * d * d
+		}
+		if obj < bestObj {
+			best, bestObj = theta, obj
+		}
+	}
+	return best
+}
+
+// gaussSolve solves the m×m system in a's first m columns with right-hand
+// side in column m, by Gaussian elimination with partial pivoting. It
+// reports false for a (numerically) singular system.
+func gaussSolve(a *[maxTerms][maxTerms + 1]float64, m int) ([maxTerms]float64, bool) {
+	var x [maxTerms]float64
+	for col := range m {
+		p := col
+		for r := col + 1; r < m; r++ {
+			if math.Abs(a[r][col]) > math.Abs(a[p][col]) {
+				p = r
+			}
+		}
+		if math.Abs(a[p][col]) < 1e-12 {
+			return x, false
+		}
+		a[col], a[p] = a[p], a[col]
+		for r := col + 1; r < m; r++ {
+			f := a[r][col] / a[col][col]
+			for c := col; c <= m; c++ {
+				a[r][c] -= f * a[col][c]
+			}
+		}
+	}
+	for r := m - 1; r >= 0; r-- {
+		s := a[r][m]
+		for c := r + 1; c < m; c++ {
+			s -= a[r][c] * x[c]
+		}
+		x[r] = s / a[r][r]
+	}
+	return x, true
+}
