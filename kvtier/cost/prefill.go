@@ -64,4 +64,6 @@ func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
 }
 
 // Time is Seconds as a Duration.
-func (c *PrefillCost) Time(tokens, prefix int) time.Duration { return seconds(c.Seconds(tokens, prefix)) }
+func (c *PrefillCost) Time(tokens, prefix int) time.Duration {
+	return seconds(c.Seconds(tokens, prefix))
+}
