@@ -67,3 +67,8 @@ func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
 func (c *PrefillCost) Time(tokens, prefix int) time.Duration {
 	return seconds(c.Seconds(tokens, prefix))
 }
+
+// MarginalTime is MarginalSeconds as a Duration.
+func (c *PrefillCost) MarginalTime(tokens, prefix int) time.Duration {
+	return seconds(c.MarginalSeconds(tokens, prefix))
+}
