@@ -226,19 +226,31 @@ func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duratio
 	if err := c.registerLocked(m); err != nil {
 		return err
 	}
-	return c.addPrefillLocked(s, &m)
-}
-
-// AddPrefillSample records s; its model is one given to AddPrefill or
-// LoadCalibration before, or a preset.
-func (c *Calibration) AddPrefillSample(s PrefillSample) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, err := c.modelLocked(s.Model)
-	if err != nil {
+	if err := c.addPrefillLocked(s, &m); err != nil {
 		return err
 	}
-	return c.addPrefillLocked(s, &m)
+	c.publishLocked()
+	return nil
+}
+
+// AddPrefillSamples records samples and refits once. Each sample's model
+// is one given to AddPrefill or LoadCalibration before, or a preset. A bad
+// sample is an error that names its index; the samples before it are
+// kept.
+func (c *Calibration) AddPrefillSamples(samples ...PrefillSample) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.publishLocked()
+	for i, s := range samples {
+		m, err := c.modelLocked(s.Model)
+		if err != nil {
+			return fmt.Errorf("sample %d: %w", i+1, err)
+		}
+		if err := c.addPrefillLocked(s, &m); err != nil {
+			return fmt.Errorf("sample %d: %w", i+1, err)
+		}
+	}
+	return nil
 }
 
 func (c *Calibration) registerLocked(m Model) error {
@@ -292,7 +304,6 @@ func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 		e.row.x[j] = x[j] / s.Seconds
 	}
 	c.prefill.add(e)
-	c.publishLocked()
 	return nil
 }
 

@@ -322,13 +322,10 @@ func LeaveOneOut(g GPU, samples []PrefillSample, models ...Model) ([]time.Durati
 				return nil, err
 			}
 		}
-		for j, s := range samples {
-			if j == i {
-				continue
-			}
-			if err := c.AddPrefillSample(s); err != nil {
-				return nil, fmt.Errorf("sample %d: %w", j+1, err)
-			}
+		rest := make([]PrefillSample, 0, len(samples)-1)
+		rest = append(append(rest, samples[:i]...), samples[i+1:]...)
+		if err := c.AddPrefillSamples(rest...); err != nil {
+			return nil, err
 		}
 		if out[i], err = c.Current().Predict(samples[i], &g, models...); err != nil {
 			return nil, fmt.Errorf("sample %d: %w", i+1, err)
