@@ -115,7 +115,9 @@ const (
 const ridgeWeight = 1e-3
 
 // Scales of the prefill terms (see robust.go): the fixed cost in
-// milliseconds; the others relative to the GPU preset's rates, so that the
+// milliseconds (so the prior holds it near 0 and a pass cost the samples
+// ask for goes to the weight term, which carries across models: the
+// H200's leave-one-out is better for it); the others relative to the GPU preset's rates, so that the
 // presets are θ = (0, 0, 1, 1).
 const fixedScaleSeconds = 1e-3
 
@@ -145,7 +147,7 @@ type Calibration struct {
 
 type prefillEntry struct {
 	s   PrefillSample
-	row fitRow // its features over its seconds
+	row fitRow // its features and seconds
 }
 
 type linkState struct {
@@ -185,7 +187,7 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1}, priorWidth: PriorPrefillWidth}
 	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
 	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
-	c.scratch = make([]float64, 2*max(MaxPrefillSamples, MaxCopySamples))
+	c.scratch = make([]float64, 3*max(MaxPrefillSamples, MaxCopySamples))
 	c.publishLocked()
 	return c, nil
 }
@@ -220,6 +222,9 @@ func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duratio
 	s := PrefillSample{Model: m.Name, TP: tp, Prefix: prefix, Tokens: tokens, Seconds: d.Seconds()}
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("calibration: model %s: %w", m.Name, err)
+	}
+	if err := checkSample(s); err != nil {
+		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -299,10 +304,7 @@ func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
 	}
 	e := prefillEntry{s: s}
-	x := c.prefillFeatures(m, s.TP, s.Prefix, s.Tokens)
-	for j := range x {
-		e.row.x[j] = x[j] / s.Seconds
-	}
+	e.row = fitRow{x: c.prefillFeatures(m, s.TP, s.Prefix, s.Tokens), y: s.Seconds}
 	c.prefill.add(e)
 	return nil
 }
@@ -366,7 +368,7 @@ func (c *Calibration) fitLinkLocked(ls *linkState) {
 	scale := linkLatencyScale(ls.prior)
 	c.rows = c.rows[:0]
 	ls.samples.each(func(s *CopySample) {
-		c.rows = append(c.rows, fitRow{x: [maxTerms]float64{scale / s.Seconds, float64(s.Bytes) / ls.prior.BandwidthBytesPerS / s.Seconds}})
+		c.rows = append(c.rows, fitRow{x: [maxTerms]float64{scale, float64(s.Bytes) / ls.prior.BandwidthBytesPerS}, y: s.Seconds})
 	})
 	r := fitRobust(c.rows, 2, ls.priorTheta, ridgeWeight, c.scratch)
 	f := LinkFit{Name: ls.prior.Name, LatencySeconds: r.theta[0] * scale, Samples: len(c.rows),

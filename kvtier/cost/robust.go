@@ -10,11 +10,15 @@ import (
 // pulled toward a prior (the presets), and made robust to outliers by
 // iteratively reweighted least squares.
 //
-// Each sample is a row x (its features, each already divided by the
-// sample's measured time and by the term's scale), so that a perfect fit
-// gives x·θ = 1 for every row and the residual 1 - x·θ is the relative
-// error of the prediction. The scales make every θ about 1 under the
-// presets, so that one ridge weight fits every term.
+// Each sample is a row: its features x (each divided by its term's scale,
+// so that every θ is about 1 under the presets and one ridge weight fits
+// every term) and its measured seconds y; the model predicts x·θ. Errors are
+// relative (a prefill of 1 s is 10x noisier than one of 0.1 s), so each
+// row is weighted by 1/ŷ², ŷ the previous iterate's prediction: the
+// estimating equations of a model whose variance grows with the square of
+// its mean, which are unbiased for multiplicative noise (weighting by the
+// measurement, 1/y², would pull every prediction low by about twice the
+// noise's variance).
 
 // maxTerms bounds the model's coefficients: every support of the
 // non-negative solve is tried, 2^maxTerms of them.
@@ -22,6 +26,7 @@ const maxTerms = 4
 
 type fitRow struct {
 	x [maxTerms]float64
+	y float64
 }
 
 // robustFit is the result of fitRobust.
@@ -44,6 +49,7 @@ const (
 	huberK      = 1.345
 	bisquareC   = 4.685
 	minSpread   = 0.01
+	plainIters  = 3
 	huberIters  = 6
 	tukeyIters  = 8
 	robustAfter = 2 // robust weights once there are robustAfter × terms samples
@@ -51,43 +57,56 @@ const (
 
 // fitRobust fits θ ≥ 0 to rows with k terms, minimising
 //
-//	Σ w_i (1 - x_i·θ)² + lambda Σ_j (θ_j - prior_j)²
+//	Σ r_i (y_i - x_i·θ)² / ŷ_i² + lambda Σ_j (θ_j - prior_j)²
 //
-// with weights w from Huber, then Tukey's biweight, on the residuals of the
-// previous iterate. scratch holds len(rows) floats of working space.
+// with ŷ the previous iterate's predictions and robustness weights r from
+// Huber, then Tukey's biweight, on the relative residuals (y - ŷ)/ŷ.
+// scratch holds 3 × len(rows) floats of working space.
 func fitRobust(rows []fitRow, k int, prior [maxTerms]float64, lambda float64, scratch []float64) robustFit {
 	n := len(rows)
-	w := scratch[:n]
-	for i := range w {
-		w[i] = 1
+	rw, w, pred := scratch[:n], scratch[n:2*n], scratch[2*n:3*n]
+	for i := range rows {
+		rw[i], pred[i] = 1, rows[i].y
 	}
-	theta := solveNNLS(rows, w, k, prior, lambda)
+	theta := prior
 	robust := n >= robustAfter*k
-	spread := math.Inf(1)
+	iters := plainIters
 	if robust {
-		for it := range huberIters + tukeyIters {
-			spread = residualSpread(rows, theta, w, scratch[n:2*n])
+		iters += huberIters + tukeyIters
+	}
+	spread := math.Inf(1)
+	for it := range iters {
+		if it >= plainIters {
+			spread = residualSpread(rows, pred, rw, w)
 			for i := range rows {
-				r := math.Abs(1 - dot(&rows[i].x, &theta))
-				if it < huberIters {
-					w[i] = 1
+				r := math.Abs(rows[i].y/pred[i] - 1)
+				if it < plainIters+huberIters {
+					rw[i] = 1
 					if r > huberK*spread {
-						w[i] = huberK * spread / r
+						rw[i] = huberK * spread / r
 					}
 				} else {
 					u := r / (bisquareC * spread)
-					w[i] = 0
+					rw[i] = 0
 					if u < 1 {
-						w[i] = (1 - u*u) * (1 - u*u)
+						rw[i] = (1 - u*u) * (1 - u*u)
 					}
 				}
 			}
-			theta = solveNNLS(rows, w, k, prior, lambda)
+		}
+		for i := range rows {
+			w[i] = rw[i] / (pred[i] * pred[i])
+		}
+		theta = solveNNLS(rows, w, k, prior, lambda)
+		for i := range rows {
+			// A prediction of (almost) nothing would weigh its row without
+			// bound: keep it at a thousandth of the measurement at least.
+			pred[i] = max(dot(&rows[i].x, &theta), 1e-3*rows[i].y)
 		}
 	}
 	f := robustFit{theta: theta}
 	for i := range rows {
-		if w[i] > 0 {
+		if rw[i] > 0 {
 			f.used++
 		}
 	}
@@ -95,12 +114,12 @@ func fitRobust(rows []fitRow, k int, prior [maxTerms]float64, lambda float64, sc
 	// coefficients fitted from them; with no more samples than terms there
 	// is no spread to measure (the caller takes the prior's width).
 	if f.used > k {
-		for i := range w {
-			if w[i] > 0 {
-				w[i] = 1
+		for i := range rw {
+			if rw[i] > 0 {
+				rw[i] = 1
 			}
 		}
-		s := residualSpread(rows, theta, w, scratch[n:2*n])
+		s := residualSpread(rows, pred, rw, w)
 		f.width = s * math.Sqrt(float64(f.used)/float64(f.used-k))
 	}
 	return f
@@ -114,14 +133,14 @@ func dot(x, theta *[maxTerms]float64) float64 {
 	return s
 }
 
-// residualSpread is 1.4826 × the median absolute relative residual of the
-// rows with a non-zero weight (the MAD about zero: a fit's residuals
-// centre on zero), at least minSpread.
-func residualSpread(rows []fitRow, theta [maxTerms]float64, w, buf []float64) float64 {
+// residualSpread is 1.4826 × the median absolute relative residual
+// |y/ŷ - 1| of the rows with a non-zero weight (the MAD about zero: a fit's
+// residuals centre on zero), at least minSpread. buf is scratch.
+func residualSpread(rows []fitRow, pred, rw, buf []float64) float64 {
 	buf = buf[:0]
 	for i := range rows {
-		if w[i] > 0 {
-			buf = append(buf, math.Abs(1-dot(&rows[i].x, &theta)))
+		if rw[i] > 0 {
+			buf = append(buf, math.Abs(rows[i].y/pred[i]-1))
 		}
 	}
 	if len(buf) == 0 {
@@ -135,7 +154,7 @@ func residualSpread(rows []fitRow, theta [maxTerms]float64, w, buf []float64) fl
 	return max(1.4826*m, minSpread)
 }
 
-// solveNNLS minimises Σ w_i (1 - x_i·θ)² + lambda Σ (θ_j - prior_j)² over
+// solveNNLS minimises Σ w_i (y_i - x_i·θ)² + lambda Σ (θ_j - prior_j)² over
 // θ ≥ 0 with k terms, by solving the ridge normal equations on every
 // support and keeping the best feasible solution. k ≤ maxTerms, so that is
 // at most 15 solves of a system of at most 4 unknowns.
@@ -149,9 +168,9 @@ func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambd
 		if wi == 0 {
 			continue
 		}
-		wsum += wi
+		wsum += wi * rows[i].y * rows[i].y
 		for a := range k {
-			b[a] += wi * x[a]
+			b[a] += wi * x[a] * rows[i].y
 			for c := a; c < k; c++ {
 				g[a][c] += wi * x[a] * x[c]
 			}
@@ -201,7 +220,7 @@ func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambd
 		if !feasible {
 			continue
 		}
-		// Σ w (1 - x·θ)² = Σw - 2 b·θ + θᵀ G θ: no pass over the rows.
+		// Σ w (y - x·θ)² = Σwy² - 2 b·θ + θᵀ G θ: no pass over the rows.
 		obj := wsum
 		for a := range k {
 			obj -= 2 * b[a] * theta[a]
