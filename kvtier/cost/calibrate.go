@@ -229,10 +229,10 @@ func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duratio
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.registerLocked(m); err != nil {
-		return err
+		return fmt.Errorf("calibration: %w", err)
 	}
 	if err := c.addPrefillLocked(s, &m); err != nil {
-		return err
+		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
 	}
 	c.publishLocked()
 	return nil
@@ -249,10 +249,10 @@ func (c *Calibration) AddPrefillSamples(samples ...PrefillSample) error {
 	for i, s := range samples {
 		m, err := c.modelLocked(s.Model)
 		if err != nil {
-			return fmt.Errorf("sample %d: %w", i+1, err)
+			return fmt.Errorf("calibration: sample %d: %w", i+1, err)
 		}
 		if err := c.addPrefillLocked(s, &m); err != nil {
-			return fmt.Errorf("sample %d: %w", i+1, err)
+			return fmt.Errorf("calibration: sample %d (%s): %w", i+1, s.Model, err)
 		}
 	}
 	return nil
@@ -266,7 +266,7 @@ func (c *Calibration) registerLocked(m Model) error {
 		}
 	}
 	if len(c.models) == MaxModels {
-		return fmt.Errorf("calibration: model %q: already %d models (MaxModels)", m.Name, MaxModels)
+		return fmt.Errorf("model %q: already %d models (MaxModels)", m.Name, MaxModels)
 	}
 	c.models = append(c.models, m)
 	return nil
@@ -280,7 +280,7 @@ func (c *Calibration) modelLocked(name string) (Model, error) {
 	}
 	m, err := LookupModel(name)
 	if err != nil {
-		return Model{}, fmt.Errorf("calibration: %w", err)
+		return Model{}, err
 	}
 	return m, nil
 }
@@ -301,7 +301,7 @@ func checkSample(s PrefillSample) error {
 
 func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 	if err := checkSample(s); err != nil {
-		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
+		return err
 	}
 	e := prefillEntry{s: s}
 	e.row = fitRow{x: c.prefillFeatures(m, s.TP, s.Prefix, s.Tokens), y: s.Seconds}
@@ -315,7 +315,10 @@ func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 func (c *Calibration) AddCopy(l Link, bytes int64, d time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.addCopyLocked(l, CopySample{Link: l.Name, Bytes: bytes, Seconds: d.Seconds()})
+	if err := c.addCopyLocked(l, CopySample{Link: l.Name, Bytes: bytes, Seconds: d.Seconds()}); err != nil {
+		return fmt.Errorf("calibration: copy over %s: %w", l.Name, err)
+	}
+	return nil
 }
 
 // linkLocked finds or starts the state of the link named l.Name.
@@ -326,13 +329,13 @@ func (c *Calibration) linkLocked(l Link, width float64) (*linkState, error) {
 		}
 	}
 	if l.Name == "" {
-		return nil, errors.New("calibration: a link needs a name")
+		return nil, errors.New("a link needs a name")
 	}
 	if err := l.Validate(); err != nil {
-		return nil, fmt.Errorf("calibration: link %s: %w", l.Name, err)
+		return nil, fmt.Errorf("link %s: %w", l.Name, err)
 	}
 	if len(c.links) == MaxLinks {
-		return nil, fmt.Errorf("calibration: link %q: already %d links (MaxLinks)", l.Name, MaxLinks)
+		return nil, fmt.Errorf("link %q: already %d links (MaxLinks)", l.Name, MaxLinks)
 	}
 	ls := &linkState{prior: l, priorWidth: width}
 	ls.priorTheta = [maxTerms]float64{l.Latency.Seconds() / linkLatencyScale(l), 1}
@@ -349,10 +352,10 @@ func linkLatencyScale(l Link) float64 { return max(l.Latency.Seconds(), 1e-6) }
 
 func (c *Calibration) addCopyLocked(l Link, s CopySample) error {
 	if s.Bytes < 1 || s.Bytes > 1<<50 {
-		return fmt.Errorf("calibration: copy over %s: %w", l.Name, fieldErr("bytes", s.Bytes, "must be between 1 and 2^50"))
+		return fieldErr("bytes", s.Bytes, "must be between 1 and 2^50")
 	}
 	if !(s.Seconds > 0) || s.Seconds > 1e6 {
-		return fmt.Errorf("calibration: copy over %s: %w", l.Name, fieldErr("seconds", s.Seconds, "must be positive and at most 1e6"))
+		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
 	}
 	ls, err := c.linkLocked(l, PriorLinkWidth)
 	if err != nil {

@@ -25,9 +25,11 @@ import (
 //	 "prefill_samples": [{"model": "llama-3.1-8b", "prefix": 0, "tokens": 512, "seconds": 0.0222}],
 //	 "copy_samples": []}
 //
-// A file without samples is a prior: its terms replace the presets, with
-// its error_width. A file with samples is refitted from them (on the
-// presets), so that the terms it prints are what the samples say.
+// A file without prefill samples is a prior: its prefill terms replace the
+// presets, with its error_width. A file with prefill samples is refitted
+// from them (on the presets), so that its terms are what the samples say.
+// A link's figures are that link's prior, and its copy samples (if any)
+// are refitted on them.
 type calibrationFile struct {
 	Version int `json:"version"`
 	Fit
@@ -91,7 +93,7 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 	}
 	for _, m := range models {
 		if err := c.registerLocked(m); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("calibration: %w", err)
 		}
 	}
 	var keys map[string]json.RawMessage
@@ -141,10 +143,7 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 		if err := checkPrefillFit(f.Prefill); err != nil {
 			return nil, fmt.Errorf("calibration: prefill: %w", err)
 		}
-		c.prior = c.thetaOf(f.Prefill)
-		if f.Prefill.ErrorWidth > 0 {
-			c.priorWidth = f.Prefill.ErrorWidth
-		}
+		c.prior, c.priorWidth = c.thetaOf(f.Prefill), f.Prefill.ErrorWidth
 	}
 	for i, s := range f.PrefillSamples {
 		m, err := c.modelLocked(s.Model)
@@ -221,7 +220,7 @@ func (c *Calibration) loadProbe(data []byte) error {
 		l.Name = prefix + "-" + pl.kind
 		// A probe is a measurement of many copies, closer than a preset.
 		if _, err := c.linkLocked(l, probeLinkWidth); err != nil {
-			return err
+			return fmt.Errorf("calibration: %w", err)
 		}
 	}
 	c.publishLocked()
@@ -319,7 +318,7 @@ func LeaveOneOut(g GPU, samples []PrefillSample, models ...Model) ([]time.Durati
 		}
 		for _, m := range models {
 			if err := c.registerLocked(m); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("calibration: %w", err)
 			}
 		}
 		rest := make([]PrefillSample, 0, len(samples)-1)

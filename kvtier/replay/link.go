@@ -69,7 +69,7 @@ type server struct {
 	// serves onboard copies first, in order): what a new load waits
 	// behind. Exact on the GPU's ingress, which carries no offload.
 	onboardTail time.Duration
-	busy               bool
+	busy        bool
 	// busyTime is the total time spent copying.
 	busyTime time.Duration
 }
