@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // Tier is where one block of a prefix is now.
@@ -566,12 +568,12 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 		}
 		out[i] = a
 	}
-	if invariantsEnabled {
+	if invariants.Enabled {
 		// The closed form counts the GPU's backlog as a path even when
 		// nothing is recomputed; finish waits for it either way.
 		got := max(p.simulateCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ, true), gpuQ)
 		if planT = max(planT, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
-			panic(fmt.Sprintf("cost: planner's closed form %g s disagrees with simulation %g s", planT, got))
+			invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
 		}
 	}
 	return res, nil

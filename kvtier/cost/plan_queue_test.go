@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // longPrefix is n blocks as a long agentic context sees them: a head on
@@ -70,7 +72,7 @@ func TestPlanAnyLength(t *testing.T) {
 	}); allocs != 0 {
 		t.Errorf("a plan of 65,536 blocks allocates %v times", allocs)
 	}
-	if raceEnabled || invariantsEnabled {
+	if raceEnabled || invariants.Enabled {
 		return // timing under the race detector or invariant checks means nothing
 	}
 	best := time.Duration(math.MaxInt64)
