@@ -38,7 +38,8 @@ type CopySample struct {
 //
 //	prefill = FixedSeconds + weight bytes per rank / WeightBytesPerS
 //	        + linear FLOPs per rank / LinearFLOPS
-//	        + attention FLOPs per rank / AttentionFLOPS
+//	        + attention FLOPs among the new tokens per rank / AttentionFLOPS
+//	        + attention FLOPs with the prefix per rank / PrefixAttentionFLOPS
 //
 // (FLOPs as the package comment counts them). The first two terms are paid
 // once per pass: launch and scheduling overhead, and the weights' read,
@@ -48,16 +49,22 @@ type CopySample struct {
 // LinearFLOPS / (2 × active params). A rate of 0 means the fit found no such
 // term (it costs nothing).
 //
-// One attention rate serves pairs among the new tokens and pairs with a
-// cached prefix. On the H200 under PyTorch SDPA, 2,048 tokens after 32,768
-// cached ran at about half the per-pair rate of 512 after 8,192 (a prefix
-// whose keys and values no longer fit in the GPU's L2 cache, likely): a
-// fit needs samples at the long prefixes it will be asked about.
+// Pairs among the new tokens (n(n+1)/2 of them) and pairs with a cached
+// prefix (n·p) have rates of their own: a runtime attends a prefix through
+// another mask, often another kernel (PrefillCost). On the H200 under
+// PyTorch SDPA one rate could not fit both: the fit to the nine samples of
+// issue 15 put a prefill of 32,768 tokens from scratch 19% high and 2,048
+// after 32,768 cached 13% low. A fit needs samples with a prefix to learn
+// the prefix rate; without them it stays at the prior's.
 type PrefillFit struct {
 	FixedSeconds    float64 `json:"fixed_seconds"`
 	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
 	LinearFLOPS     float64 `json:"linear_flops"`
 	AttentionFLOPS  float64 `json:"attention_flops"`
+	// PrefixAttentionFLOPS is the rate of attention with a cached prefix.
+	// In a file without prefill samples, 0 (or no key) means
+	// AttentionFLOPS: files written before the term read as they did.
+	PrefixAttentionFLOPS float64 `json:"prefix_attention_flops"`
 	// Samples is how many samples back the fit (0: the presets alone);
 	// Outliers how many of them it gave no weight.
 	Samples  int `json:"samples"`
@@ -117,8 +124,8 @@ const ridgeWeight = 1e-3
 // Scales of the prefill terms (see robust.go): the fixed cost in
 // milliseconds (so the prior holds it near 0 and a pass cost the samples
 // ask for goes to the weight term, which carries across models: the
-// H200's leave-one-out is better for it); the others relative to the GPU preset's rates, so that the
-// presets are θ = (0, 0, 1, 1).
+// H200's leave-one-out is better for it); the others relative to the GPU
+// preset's rates, so that the presets are θ = (0, 0, 1, 1, 1).
 const fixedScaleSeconds = 1e-3
 
 // Calibration learns this server's prefill rate and link figures from
@@ -184,7 +191,7 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
-	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1}, priorWidth: PriorPrefillWidth}
+	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1}, priorWidth: PriorPrefillWidth}
 	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
 	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
 	c.scratch = make([]float64, 3*max(MaxPrefillSamples, MaxCopySamples))
@@ -211,9 +218,12 @@ func (c *Calibration) hbmScale() float64 {
 // predicted seconds = features · θ.
 func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerms]float64 {
 	tp = max(1, tp)
-	lin, att := m.RecomputeFLOPs(tokens, prefix)
+	lin, _ := m.RecomputeFLOPs(tokens, 0)
+	n, p := float64(tokens), float64(prefix)
 	f := c.gpu.EffectiveFLOPS() * float64(tp)
-	return [maxTerms]float64{fixedScaleSeconds, float64(m.WeightBytesPerRank(tp)) / c.hbmScale(), lin / f, att / f}
+	perPair := m.attentionFLOPsPerPair() / f
+	return [maxTerms]float64{fixedScaleSeconds, float64(m.WeightBytesPerRank(tp)) / c.hbmScale(), lin / f,
+		n * (n + 1) / 2 * perPair, n * p * perPair}
 }
 
 // AddPrefill records one prefill of m on tp GPUs: tokens computed after
@@ -373,7 +383,8 @@ func (c *Calibration) fitLinkLocked(ls *linkState) {
 	ls.samples.each(func(s *CopySample) {
 		c.rows = append(c.rows, fitRow{x: [maxTerms]float64{scale, float64(s.Bytes) / ls.prior.BandwidthBytesPerS}, y: s.Seconds})
 	})
-	r := fitRobust(c.rows, 2, ls.priorTheta, ridgeWeight, c.scratch)
+	pl := newPull(ls.priorTheta, ridgeWeight)
+	r := fitRobust(c.rows, 2, &pl, c.scratch)
 	f := LinkFit{Name: ls.prior.Name, LatencySeconds: r.theta[0] * scale, Samples: len(c.rows),
 		Outliers: len(c.rows) - r.used, ErrorWidth: widthOr(r, 2, ls.priorWidth)}
 	if r.theta[1] > 0 {
@@ -400,7 +411,14 @@ func (c *Calibration) publishLocked() {
 	c.prefill.each(func(e *prefillEntry) { c.rows = append(c.rows, e.row) })
 	theta, width, used := c.prior, c.priorWidth, 0
 	if len(c.rows) > 0 {
-		r := fitRobust(c.rows, maxTerms, c.prior, ridgeWeight, c.scratch)
+		pl := newPull(c.prior, ridgeWeight)
+		// The prefix attention rate is pulled toward the attention rate,
+		// not toward its prior: with no prefill on a prefix among the
+		// samples, pairs with a prefix cost what pairs among new tokens
+		// do (one rate, as the presets have it); samples with a prefix
+		// set it apart.
+		pl.tied[4] = 3
+		r := fitRobust(c.rows, maxTerms, &pl, c.scratch)
 		theta, width, used = r.theta, widthOr(r, maxTerms, c.priorWidth), r.used
 	}
 	f.Prefill = c.termsOf(theta)
@@ -424,6 +442,9 @@ func (c *Calibration) termsOf(theta [maxTerms]float64) PrefillFit {
 	if theta[3] > 0 {
 		p.AttentionFLOPS = eff / theta[3]
 	}
+	if theta[4] > 0 {
+		p.PrefixAttentionFLOPS = eff / theta[4]
+	}
 	return p
 }
 
@@ -440,6 +461,9 @@ func (c *Calibration) thetaOf(p PrefillFit) [maxTerms]float64 {
 	}
 	if p.AttentionFLOPS > 0 {
 		t[3] = eff / p.AttentionFLOPS
+	}
+	if p.PrefixAttentionFLOPS > 0 {
+		t[4] = eff / p.PrefixAttentionFLOPS
 	}
 	return t
 }
@@ -458,12 +482,15 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	if p.WeightBytesPerS > 0 {
 		c.PassSeconds += float64(m.WeightBytesPerRank(tp)) / p.WeightBytesPerS
 	}
-	c.LinearSecondsPerToken, c.AttentionSecondsPerPair = 0, 0
+	c.LinearSecondsPerToken, c.AttentionSecondsPerPair, c.PrefixSecondsPerPair = 0, 0, 0
 	if p.LinearFLOPS > 0 {
 		c.LinearSecondsPerToken = 2 * m.ActiveParams / (p.LinearFLOPS * float64(tp))
 	}
 	if p.AttentionFLOPS > 0 {
 		c.AttentionSecondsPerPair = m.attentionFLOPsPerPair() / (p.AttentionFLOPS * float64(tp))
+	}
+	if p.PrefixAttentionFLOPS > 0 {
+		c.PrefixSecondsPerPair = m.attentionFLOPsPerPair() / (p.PrefixAttentionFLOPS * float64(tp))
 	}
 	return c
 }
@@ -507,6 +534,7 @@ func (f *Fit) Describe(m *Model, tp int) string {
 	}
 	fmt.Fprintf(&b, "  linear layers            %s per GPU\n", rateText(p.LinearFLOPS))
 	fmt.Fprintf(&b, "  attention                %s per GPU\n", rateText(p.AttentionFLOPS))
+	fmt.Fprintf(&b, "  attention with a prefix  %s per GPU\n", rateText(p.PrefixAttentionFLOPS))
 	for _, l := range f.Links {
 		fmt.Fprintf(&b, "link %s, from %d copies (%d outliers), typical error %.1f%%: %.2f GB/s, latency %.2f us\n",
 			l.Name, l.Samples, l.Outliers, 100*l.ErrorWidth, l.BandwidthBytesPerS/1e9, l.LatencySeconds*1e6)

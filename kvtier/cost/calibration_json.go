@@ -18,7 +18,7 @@ import (
 //
 //	{"version": 1, "gpu": "h200",
 //	 "prefill": {"fixed_seconds": 0.0061, "weight_bytes_per_s": 0,
-//	             "linear_flops": 5.6e14, "attention_flops": 3.2e14,
+//	             "linear_flops": 5.6e14, "attention_flops": 3.2e14, "prefix_attention_flops": 1.9e14,
 //	             "samples": 9, "outliers": 0, "error_width": 0.04},
 //	 "links": [{"name": "pcie5-pinned", "bandwidth_bytes_per_s": 5.53e10,
 //	            "latency_seconds": 2.1e-6, "samples": 0, "error_width": 0.2}],
@@ -143,6 +143,9 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 		if err := checkPrefillFit(f.Prefill); err != nil {
 			return nil, fmt.Errorf("calibration: prefill: %w", err)
 		}
+		if f.Prefill.PrefixAttentionFLOPS == 0 {
+			f.Prefill.PrefixAttentionFLOPS = f.Prefill.AttentionFLOPS
+		}
 		c.prior, c.priorWidth = c.thetaOf(f.Prefill), f.Prefill.ErrorWidth
 	}
 	for i, s := range f.PrefillSamples {
@@ -191,6 +194,8 @@ func checkPrefillFit(p PrefillFit) error {
 		return fieldErr("linear_flops", p.LinearFLOPS, "must be positive and at most %g", maxFLOPS*1e3)
 	case !(p.AttentionFLOPS > 0) || p.AttentionFLOPS > maxFLOPS*1e3:
 		return fieldErr("attention_flops", p.AttentionFLOPS, "must be positive and at most %g", maxFLOPS*1e3)
+	case !(p.PrefixAttentionFLOPS >= 0) || p.PrefixAttentionFLOPS > maxFLOPS*1e3:
+		return fieldErr("prefix_attention_flops", p.PrefixAttentionFLOPS, "must be between 0 (as attention_flops) and %g", maxFLOPS*1e3)
 	case !(p.ErrorWidth >= 0) || p.ErrorWidth > 10:
 		return fieldErr("error_width", p.ErrorWidth, "must be between 0 and 10")
 	}

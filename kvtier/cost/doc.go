@@ -50,11 +50,14 @@
 // every server differs. A Calibration fits, from measurements,
 //
 //	prefill = fixed + weights/WeightBytesPerS + linear FLOPs/LinearFLOPS
-//	        + attention FLOPs/AttentionFLOPS           (PrefillFit)
-//	copy    = latency + bytes/bandwidth, per link      (LinkFit)
+//	        + attention FLOPs among the new tokens/AttentionFLOPS
+//	        + attention FLOPs with the prefix/PrefixAttentionFLOPS  (PrefillFit)
+//	copy    = latency + bytes/bandwidth, per link                (LinkFit)
 //
 // by relative least squares with non-negative terms, pulled toward the
-// presets (so that a handful of samples cannot run away), and robust to
+// presets (so that a handful of samples cannot run away; the prefix rate
+// is pulled toward the attention rate instead, so that it takes a rate of
+// its own only from samples with a prefix), and robust to
 // outliers (Huber, then Tukey's biweight: one prefill that waited behind
 // something else carries no weight). It keeps the newest samples in a
 // bounded window, refits on each sample (tens of microseconds), and

@@ -284,7 +284,7 @@ func (p *Planner) setCosts(fit *Fit) {
 	c := &plannerCosts{prefill: fit.PrefillCost(&cfg.Model, &cfg.GPU, cfg.TP), chargeC: 1}
 	bt := float64(cfg.BlockTokens)
 	c.blockS0 = c.prefill.MarginalSeconds(cfg.BlockTokens, 0)
-	c.blockS1 = bt * bt * c.prefill.AttentionSecondsPerPair
+	c.blockS1 = bt * bt * c.prefill.PrefixSecondsPerPair
 	if fit != nil && fit.Prefill.ErrorWidth > 0 {
 		c.chargeC = 1 + fit.Prefill.ErrorWidth
 		c.uncertain = true

@@ -5,11 +5,19 @@ import "time"
 // PrefillCost prices the prefills of one model on tp GPUs of one kind: a
 // cost every pass pays whatever it computes, plus marginal costs that grow
 // with the tokens computed (the linear layers) and with the query-key pairs
-// they attend (attention). Build it with (*Fit).PrefillCost, or
+// they attend (attention: pairs among the tokens computed, and pairs with
+// the tokens present before them, each at its own rate). Build it with (*Fit).PrefillCost, or
 // PresetPrefillCost for the presets alone. It is a small value: copy it.
 //
-//	prefill(n tokens after p present) = max(Floor, Pass + n·PerToken + pairs(n, p)·PerPair)
-//	pairs(n, p) = n·p + n(n+1)/2
+//	prefill(n tokens after p present) = max(Floor, Pass + n·PerToken + n(n+1)/2·PerPair + n·p·PerPrefixPair)
+//
+// Two attention rates, because runtimes run the two kinds of pairs
+// differently: a prefill from scratch is one square causal attention,
+// while one on top of a cached prefix attends a longer key range than its
+// queries under a shifted mask, often through another kernel. Under
+// PyTorch SDPA on the H200, pairs with a 32,768-token prefix ran at about
+// half the rate of pairs within a prefill from scratch; under the presets
+// the two rates are equal.
 //
 // Recomputing cached tokens adds only the marginal cost to a pass the
 // request runs anyway, so the Planner charges blocks their marginal cost
@@ -21,8 +29,12 @@ type PrefillCost struct {
 	PassSeconds float64
 	// LinearSecondsPerToken is the linear layers' time per token computed.
 	LinearSecondsPerToken float64
-	// AttentionSecondsPerPair is attention's time per query-key pair.
+	// AttentionSecondsPerPair is attention's time per query-key pair
+	// among the tokens computed.
 	AttentionSecondsPerPair float64
+	// PrefixSecondsPerPair is attention's time per pair of a token
+	// computed with a token present before it.
+	PrefixSecondsPerPair float64
 	// FloorSeconds is the shortest pass: the weights (per rank) over the
 	// GPU's HBM bandwidth (Scenario.PassFloor).
 	FloorSeconds float64
@@ -36,6 +48,7 @@ func PresetPrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	return PrefillCost{
 		LinearSecondsPerToken:   2 * m.ActiveParams / f,
 		AttentionSecondsPerPair: m.attentionFLOPsPerPair() / f,
+		PrefixSecondsPerPair:    m.attentionFLOPsPerPair() / f,
 		FloorSeconds:            floorSeconds(m, g, tp),
 	}
 }
@@ -54,7 +67,7 @@ func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
 		return 0
 	}
 	n, p := float64(tokens), float64(prefix)
-	return n*c.LinearSecondsPerToken + (n*p+n*(n+1)/2)*c.AttentionSecondsPerPair
+	return n*c.LinearSecondsPerToken + n*(n+1)/2*c.AttentionSecondsPerPair + n*p*c.PrefixSecondsPerPair
 }
 
 // Seconds is a whole prefill of n tokens after p present ones: the pass

@@ -22,7 +22,7 @@ import (
 
 // maxTerms bounds the model's coefficients: every support of the
 // non-negative solve is tried, 2^maxTerms of them.
-const maxTerms = 4
+const maxTerms = 5
 
 type fitRow struct {
 	x [maxTerms]float64
@@ -55,20 +55,55 @@ const (
 	robustAfter = 2 // robust weights once there are robustAfter × terms samples
 )
 
+// pull is what the fit is pulled toward where the samples leave it free:
+// each term toward its prior, with weight lambda, except that a term tied
+// to another (tied[j] = i, i < j) is pulled toward that term's value
+// instead, with the same weight. tied[j] = j (the zero value for j = 0,
+// set by newPull for the others) means no tie.
+type pull struct {
+	prior  [maxTerms]float64
+	lambda float64
+	tied   [maxTerms]int
+}
+
+func newPull(prior [maxTerms]float64, lambda float64) pull {
+	p := pull{prior: prior, lambda: lambda}
+	for j := range p.tied {
+		p.tied[j] = j
+	}
+	return p
+}
+
+// quadratic returns the penalty as θᵀQθ - 2qᵀθ + constant over k terms.
+func (p *pull) quadratic(k int) (q [maxTerms][maxTerms]float64, lin [maxTerms]float64) {
+	for j := range k {
+		if i := p.tied[j]; i != j {
+			q[j][j] += p.lambda
+			q[i][i] += p.lambda
+			q[i][j] -= p.lambda
+			q[j][i] -= p.lambda
+			continue
+		}
+		q[j][j] += p.lambda
+		lin[j] += p.lambda * p.prior[j]
+	}
+	return q, lin
+}
+
 // fitRobust fits θ ≥ 0 to rows with k terms, minimising
 //
-//	Σ r_i (y_i - x_i·θ)² / ŷ_i² + lambda Σ_j (θ_j - prior_j)²
+//	Σ r_i (y_i - x_i·θ)² / ŷ_i² + the pull's penalty
 //
 // with ŷ the previous iterate's predictions and robustness weights r from
 // Huber, then Tukey's biweight, on the relative residuals (y - ŷ)/ŷ.
 // scratch holds 3 × len(rows) floats of working space.
-func fitRobust(rows []fitRow, k int, prior [maxTerms]float64, lambda float64, scratch []float64) robustFit {
+func fitRobust(rows []fitRow, k int, pl *pull, scratch []float64) robustFit {
 	n := len(rows)
 	rw, w, pred := scratch[:n], scratch[n:2*n], scratch[2*n:3*n]
 	for i := range rows {
 		rw[i], pred[i] = 1, rows[i].y
 	}
-	theta := prior
+	theta := pl.prior
 	robust := n >= robustAfter*k
 	iters := plainIters
 	if robust {
@@ -97,7 +132,7 @@ func fitRobust(rows []fitRow, k int, prior [maxTerms]float64, lambda float64, sc
 		for i := range rows {
 			w[i] = rw[i] / (pred[i] * pred[i])
 		}
-		theta = solveNNLS(rows, w, k, prior, lambda)
+		theta = solveNNLS(rows, w, k, pl)
 		for i := range rows {
 			// A prediction of (almost) nothing would weigh its row without
 			// bound: keep it at a thousandth of the measurement at least.
@@ -154,11 +189,11 @@ func residualSpread(rows []fitRow, pred, rw, buf []float64) float64 {
 	return max(1.4826*m, minSpread)
 }
 
-// solveNNLS minimises Σ w_i (y_i - x_i·θ)² + lambda Σ (θ_j - prior_j)² over
+// solveNNLS minimises Σ w_i (y_i - x_i·θ)² + the pull's penalty over
 // θ ≥ 0 with k terms, by solving the ridge normal equations on every
 // support and keeping the best feasible solution. k ≤ maxTerms, so that is
-// at most 15 solves of a system of at most 4 unknowns.
-func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambda float64) [maxTerms]float64 {
+// at most 31 solves of a system of at most 5 unknowns.
+func solveNNLS(rows []fitRow, w []float64, k int, pl *pull) [maxTerms]float64 {
 	var g [maxTerms][maxTerms]float64
 	var b [maxTerms]float64
 	var wsum float64
@@ -181,7 +216,8 @@ func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambd
 			g[a][c] = g[c][a]
 		}
 	}
-	best, bestObj := prior, math.Inf(1)
+	q, qlin := pl.quadratic(k)
+	best, bestObj := pl.prior, math.Inf(1)
 	if wsum == 0 {
 		return best
 	}
@@ -194,15 +230,14 @@ func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambd
 				m++
 			}
 		}
-		// Terms off the support are held at 0: their ridge pull toward the
-		// prior is a constant of the objective, and their columns drop out.
+		// Terms off the support are held at 0: their pull is a constant
+		// of the objective, and their columns drop out.
 		var a [maxTerms][maxTerms + 1]float64
 		for r := range m {
 			for c := range m {
-				a[r][c] = g[idx[r]][idx[c]]
+				a[r][c] = g[idx[r]][idx[c]] + q[idx[r]][idx[c]]
 			}
-			a[r][r] += lambda
-			a[r][m] = b[idx[r]] + lambda*prior[idx[r]]
+			a[r][m] = b[idx[r]] + qlin[idx[r]]
 		}
 		sol, ok := gaussSolve(&a, m)
 		if !ok {
@@ -220,17 +255,15 @@ func solveNNLS(rows []fitRow, w []float64, k int, prior [maxTerms]float64, lambd
 		if !feasible {
 			continue
 		}
-		// Σ w (y - x·θ)² = Σwy² - 2 b·θ + θᵀ G θ: no pass over the rows.
+		// Σ w (y - x·θ)² = Σwy² - 2 b·θ + θᵀ G θ: no pass over the rows;
+		// the pull adds θᵀ Q θ - 2 q·θ (its constant is the same for
+		// every support).
 		obj := wsum
 		for a := range k {
-			obj -= 2 * b[a] * theta[a]
+			obj -= 2 * (b[a] + qlin[a]) * theta[a]
 			for c := range k {
-				obj += theta[a] * g[a][c] * theta[c]
+				obj += theta[a] * (g[a][c] + q[a][c]) * theta[c]
 			}
-		}
-		for j := range k {
-			d := theta[j] - prior[j]
-			obj += lambda * d * d
 		}
 		if obj < bestObj {
 			best, bestObj = theta, obj

@@ -108,7 +108,7 @@ func (s *Scenario) recomputeSeconds(tokens, prefix int, withAttention bool) floa
 	}
 	c := s.prefillCost()
 	if !withAttention {
-		c.AttentionSecondsPerPair = 0
+		c.AttentionSecondsPerPair, c.PrefixSecondsPerPair = 0, 0
 	}
 	return c.MarginalSeconds(tokens, prefix)
 }
