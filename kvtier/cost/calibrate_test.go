@@ -482,3 +482,43 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 		t.Errorf("plans alike from sample %d on, want by %d", converged, want)
 	}
 }
+
+// TestPrefixRatePricesPairsWithThePrefix: a fit whose prefix rate is half
+// its attention rate doubles what the pairs with a prefix add, and only
+// those; the Planner's block costs follow it.
+func TestPrefixRatePricesPairsWithThePrefix(t *testing.T) {
+	g, _ := LookupGPU("h200")
+	m, _ := LookupModel("llama-3.1-8b")
+	one := &Fit{Prefill: PrefillFit{LinearFLOPS: 600e12, AttentionFLOPS: 400e12, PrefixAttentionFLOPS: 400e12}}
+	two := &Fit{Prefill: PrefillFit{LinearFLOPS: 600e12, AttentionFLOPS: 400e12, PrefixAttentionFLOPS: 200e12}}
+	a, b := one.PrefillCost(&m, &g, 1), two.PrefillCost(&m, &g, 1)
+	if a.MarginalSeconds(2048, 0) != b.MarginalSeconds(2048, 0) {
+		t.Errorf("from scratch: %g s and %g s, want equal", a.MarginalSeconds(2048, 0), b.MarginalSeconds(2048, 0))
+	}
+	da := a.MarginalSeconds(2048, 32768) - a.MarginalSeconds(2048, 0)
+	db := b.MarginalSeconds(2048, 32768) - b.MarginalSeconds(2048, 0)
+	if math.Abs(db/da-2) > 1e-9 {
+		t.Errorf("a 32K prefix adds %g s at one rate, %g s at half of it; want twice", da, db)
+	}
+	for _, f := range []*Fit{one, two} {
+		cal, err := LoadCalibration(strings.NewReader(fmt.Sprintf(`{"version": 1, "gpu": "h200", "prefill": {"linear_flops": %g,
+			"attention_flops": %g, "prefix_attention_flops": %g}}`, f.Prefill.LinearFLOPS, f.Prefill.AttentionFLOPS, f.Prefill.PrefixAttentionFLOPS)), g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := NewPlannerConfig("llama-3.1-8b", "h200", "pcie4-pinned", "nvme-gen4", 1, 64, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Calibration = cal
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := f.PrefillCost(&m, &g, 1)
+		c := p.costs.Load()
+		if got, want := c.blockCost(100, 0, 64), pc.MarginalSeconds(64, 100*64); math.Abs(got/want-1) > 1e-9 {
+			t.Errorf("prefix rate %g: block 100 costs %g s in the planner, %g s by PrefillCost", f.Prefill.PrefixAttentionFLOPS, got, want)
+		}
+	}
+}

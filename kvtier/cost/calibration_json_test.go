@@ -61,8 +61,17 @@ func TestCalibrationRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := prior.Current().Prefill; math.Abs(p.LinearFLOPS/6e14-1) > 1e-9 || p.ErrorWidth != 0.08 || math.Abs(p.FixedSeconds-0.002) > 1e-12 {
+	// Written before the prefix term: pairs with a prefix at the attention rate.
+	if p := prior.Current().Prefill; math.Abs(p.LinearFLOPS/6e14-1) > 1e-9 || p.ErrorWidth != 0.08 || math.Abs(p.FixedSeconds-0.002) > 1e-12 ||
+		math.Abs(p.PrefixAttentionFLOPS/3e14-1) > 1e-9 {
 		t.Errorf("prior file read as %+v", p)
+	}
+	buf.WriteString(`{"version": 1, "gpu": "h200", "prefill": {"linear_flops": 6e14, "attention_flops": 3e14, "prefix_attention_flops": 1.5e14}}`)
+	if prior, err = LoadCalibration(&buf, g); err != nil {
+		t.Fatal(err)
+	}
+	if p := prior.Current().Prefill; math.Abs(p.PrefixAttentionFLOPS/1.5e14-1) > 1e-9 || math.Abs(p.AttentionFLOPS/3e14-1) > 1e-9 {
+		t.Errorf("prior file with a prefix rate read as %+v", p)
 	}
 }
 
@@ -113,6 +122,7 @@ func TestLoadCalibrationRejects(t *testing.T) {
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 0}}`, "attention_flops"},
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "weight_bytes_per_s": -1}}`, "weight_bytes_per_s"},
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "error_width": 11}}`, "error_width"},
+		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "prefix_attention_flops": -1}}`, "prefix_attention_flops"},
 		{strings.Repeat(" ", maxCalibrationFileBytes+1), "larger than"},
 	} {
 		_, err := LoadCalibration(strings.NewReader(c.file), h200)
