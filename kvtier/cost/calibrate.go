@@ -40,6 +40,7 @@ type CopySample struct {
 //	        + linear FLOPs per rank / LinearFLOPS
 //	        + attention FLOPs among the new tokens per rank / AttentionFLOPS
 //	        + attention FLOPs with the prefix per rank / PrefixAttentionFLOPS
+//	        + the prefix's KV bytes per rank / PrefixReadBytesPerS
 //
 // (FLOPs as the package comment counts them). The first two terms are paid
 // once per pass: launch and scheduling overhead, and the weights' read,
@@ -55,7 +56,14 @@ type CopySample struct {
 // PyTorch SDPA one rate could not fit both: the fit to the nine samples of
 // issue 15 put a prefill of 32,768 tokens from scratch 19% high and 2,048
 // after 32,768 cached 13% low. A fit needs samples with a prefix to learn
-// the prefix rate; without them it stays at the prior's.
+// the prefix rate; without them it is the attention rate.
+//
+// The last term is paid once a pass for the tokens present, whatever it
+// computes: the pass goes through the prefix's keys and values (a paged
+// runtime gathers them, PyTorch expands them to the query heads when its
+// fused kernels refuse grouped-query attention). On the H200 under PyTorch
+// SDPA with K and V expanded, 512 tokens after 65,536 cached took 115 ms
+// where the pair terms alone explain 80.
 type PrefillFit struct {
 	FixedSeconds    float64 `json:"fixed_seconds"`
 	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
@@ -65,6 +73,10 @@ type PrefillFit struct {
 	// In a file without prefill samples, 0 (or no key) means
 	// AttentionFLOPS: files written before the term read as they did.
 	PrefixAttentionFLOPS float64 `json:"prefix_attention_flops"`
+	// PrefixReadBytesPerS is the rate at which a pass goes through the
+	// cached prefix's KV (per rank) whatever it computes: a cost of the
+	// tokens present, not of the pairs. 0: no such term.
+	PrefixReadBytesPerS float64 `json:"prefix_read_bytes_per_s"`
 	// Samples is how many samples back the fit (0: the presets alone);
 	// Outliers how many of them it gave no weight.
 	Samples  int `json:"samples"`
@@ -127,6 +139,10 @@ const ridgeWeight = 1e-3
 // H200's leave-one-out is better for it); the others relative to the GPU
 // preset's rates, so that the presets are θ = (0, 0, 1, 1, 1).
 const fixedScaleSeconds = 1e-3
+
+// prefixReadScale is the prefix-read term's scale: θ = 1 is the prefix's
+// KV read at a tenth of the GPU's HBM bandwidth (ten reads a pass).
+const prefixReadScale = 0.1
 
 // Calibration learns this server's prefill rate and link figures from
 // measurements, starting from the presets as its prior. A server feeds it
@@ -191,7 +207,7 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
-	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1}, priorWidth: PriorPrefillWidth}
+	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1, 0}, priorWidth: PriorPrefillWidth}
 	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
 	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
 	c.scratch = make([]float64, 3*max(MaxPrefillSamples, MaxCopySamples))
@@ -223,7 +239,7 @@ func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerm
 	f := c.gpu.EffectiveFLOPS() * float64(tp)
 	perPair := m.attentionFLOPsPerPair() / f
 	return [maxTerms]float64{fixedScaleSeconds, float64(m.WeightBytesPerRank(tp)) / c.hbmScale(), lin / f,
-		n * (n + 1) / 2 * perPair, n * p * perPair}
+		n * (n + 1) / 2 * perPair, n * p * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
 }
 
 // AddPrefill records one prefill of m on tp GPUs: tokens computed after
@@ -445,6 +461,9 @@ func (c *Calibration) termsOf(theta [maxTerms]float64) PrefillFit {
 	if theta[4] > 0 {
 		p.PrefixAttentionFLOPS = eff / theta[4]
 	}
+	if theta[5] > 0 {
+		p.PrefixReadBytesPerS = prefixReadScale * c.hbmScale() / theta[5]
+	}
 	return p
 }
 
@@ -464,6 +483,9 @@ func (c *Calibration) thetaOf(p PrefillFit) [maxTerms]float64 {
 	}
 	if p.PrefixAttentionFLOPS > 0 {
 		t[4] = eff / p.PrefixAttentionFLOPS
+	}
+	if p.PrefixReadBytesPerS > 0 {
+		t[5] = prefixReadScale * c.hbmScale() / p.PrefixReadBytesPerS
 	}
 	return t
 }
@@ -491,6 +513,9 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	}
 	if p.PrefixAttentionFLOPS > 0 {
 		c.PrefixSecondsPerPair = m.attentionFLOPsPerPair() / (p.PrefixAttentionFLOPS * float64(tp))
+	}
+	if p.PrefixReadBytesPerS > 0 {
+		c.PrefixReadSecondsPerToken = float64(m.KVBytesPerTokenPerRank(tp)) / p.PrefixReadBytesPerS
 	}
 	return c
 }
@@ -535,6 +560,12 @@ func (f *Fit) Describe(m *Model, tp int) string {
 	fmt.Fprintf(&b, "  linear layers            %s per GPU\n", rateText(p.LinearFLOPS))
 	fmt.Fprintf(&b, "  attention                %s per GPU\n", rateText(p.AttentionFLOPS))
 	fmt.Fprintf(&b, "  attention with a prefix  %s per GPU\n", rateText(p.PrefixAttentionFLOPS))
+	if p.PrefixReadBytesPerS > 0 {
+		fmt.Fprintf(&b, "  prefix KV read per pass  at %.0f GB/s (%s at tp %d: %.2f ms per 32K tokens present)\n", p.PrefixReadBytesPerS/1e9,
+			m.Name, max(1, tp), 32768*float64(m.KVBytesPerTokenPerRank(tp))/p.PrefixReadBytesPerS*1e3)
+	} else {
+		fmt.Fprintf(&b, "  prefix KV read per pass  no term\n")
+	}
 	for _, l := range f.Links {
 		fmt.Fprintf(&b, "link %s, from %d copies (%d outliers), typical error %.1f%%: %.2f GB/s, latency %.2f us\n",
 			l.Name, l.Samples, l.Outliers, 100*l.ErrorWidth, l.BandwidthBytesPerS/1e9, l.LatencySeconds*1e6)

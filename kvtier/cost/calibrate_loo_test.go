@@ -19,19 +19,21 @@ func loadSamples(t *testing.T, path string) []PrefillSample {
 	return s
 }
 
-// TestLeaveOneOutH200: each H200 prefill measured (issue 15's table and
-// benchmarks/results/prefill-h200.json; PyTorch SDPA and kvtier's own Go
-// runtime are two calibrations, two servers) is predicted by the fit to
-// the others within 15%, where the presets are off by up to 45%, except
-// two, which the test pins so that a change that moves them is seen. Both
-// are the only sample of their kind in the PyTorch set: the only prefill
-// on a long prefix (2,048 tokens after 32,768 cached, whose pairs with the
-// prefix run at about half the rate of those after 8,192: the rest cannot
-// tell), and the only short prefill of the 8B from scratch (512 tokens,
-// whose pass cost the rest leave to the prior).
+// TestLeaveOneOutH200: each H200 prefill measured is predicted by the fit
+// to the others of its set within 15%, where the presets are off by up to
+// 62%. The sets: issue 15's table with the PyTorch runs of
+// benchmarks/results/prefill-h200.json; a grid of 19 PyTorch prefills of
+// Llama-3.1-8B (512 to 32K tokens after 0 to 64K, one run,
+// benchmarks/results/calibration-h200-loo.md); kvtier's own Go runtime's
+// runs. Two samples of the first set miss, and the test pins them so that
+// a change that moves them is seen: each is the only one of its kind in
+// that set. One is its only prefill on a long prefix (2,048 tokens after
+// 32,768 cached), whose pairs with the prefix run slower than those after
+// 8,192; the other its only short prefill of the 8B from scratch (512
+// tokens), whose pass cost the rest leave to the prior.
 func TestLeaveOneOutH200(t *testing.T) {
 	g, _ := LookupGPU("h200")
-	for _, set := range []string{"testdata/prefill-h200-pytorch.jsonl", "testdata/prefill-h200-go.jsonl"} {
+	for _, set := range []string{"testdata/prefill-h200-pytorch.jsonl", "testdata/prefill-h200-pytorch-grid.jsonl", "testdata/prefill-h200-go.jsonl"} {
 		samples := loadSamples(t, set)
 		loo, err := LeaveOneOut(g, samples)
 		if err != nil {

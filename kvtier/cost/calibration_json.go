@@ -194,6 +194,8 @@ func checkPrefillFit(p PrefillFit) error {
 		return fieldErr("linear_flops", p.LinearFLOPS, "must be positive and at most %g", maxFLOPS*1e3)
 	case !(p.AttentionFLOPS > 0) || p.AttentionFLOPS > maxFLOPS*1e3:
 		return fieldErr("attention_flops", p.AttentionFLOPS, "must be positive and at most %g", maxFLOPS*1e3)
+	case !(p.PrefixReadBytesPerS >= 0) || p.PrefixReadBytesPerS > maxHBMBytesS*1e3:
+		return fieldErr("prefix_read_bytes_per_s", p.PrefixReadBytesPerS, "must be between 0 (no term) and %g", maxHBMBytesS*1e3)
 	case !(p.PrefixAttentionFLOPS >= 0) || p.PrefixAttentionFLOPS > maxFLOPS*1e3:
 		return fieldErr("prefix_attention_flops", p.PrefixAttentionFLOPS, "must be between 0 (as attention_flops) and %g", maxFLOPS*1e3)
 	case !(p.ErrorWidth >= 0) || p.ErrorWidth > 10:

@@ -38,6 +38,7 @@ func TestCalibrationRoundTrip(t *testing.T) {
 	}
 	for _, pair := range [][2]float64{
 		{a.Prefill.LinearFLOPS, b.Prefill.LinearFLOPS}, {a.Prefill.AttentionFLOPS, b.Prefill.AttentionFLOPS},
+		{a.Prefill.PrefixAttentionFLOPS, b.Prefill.PrefixAttentionFLOPS}, {a.Prefill.PrefixReadBytesPerS, b.Prefill.PrefixReadBytesPerS},
 		{a.Prefill.WeightBytesPerS, b.Prefill.WeightBytesPerS}, {a.Prefill.FixedSeconds, b.Prefill.FixedSeconds},
 	} {
 		if math.Abs(pair[0]-pair[1]) > 1e-9*math.Abs(pair[0]) {
@@ -123,6 +124,7 @@ func TestLoadCalibrationRejects(t *testing.T) {
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "weight_bytes_per_s": -1}}`, "weight_bytes_per_s"},
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "error_width": 11}}`, "error_width"},
 		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "prefix_attention_flops": -1}}`, "prefix_attention_flops"},
+		{`{"version": 1, "prefill": {"linear_flops": 1e14, "attention_flops": 1e14, "prefix_read_bytes_per_s": -1}}`, "prefix_read_bytes_per_s"},
 		{strings.Repeat(" ", maxCalibrationFileBytes+1), "larger than"},
 	} {
 		_, err := LoadCalibration(strings.NewReader(c.file), h200)

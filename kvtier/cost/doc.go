@@ -51,7 +51,8 @@
 //
 //	prefill = fixed + weights/WeightBytesPerS + linear FLOPs/LinearFLOPS
 //	        + attention FLOPs among the new tokens/AttentionFLOPS
-//	        + attention FLOPs with the prefix/PrefixAttentionFLOPS  (PrefillFit)
+//	        + attention FLOPs with the prefix/PrefixAttentionFLOPS
+//	        + the prefix's KV bytes/PrefixReadBytesPerS             (PrefillFit)
 //	copy    = latency + bytes/bandwidth, per link                (LinkFit)
 //
 // by relative least squares with non-negative terms, pulled toward the

@@ -35,6 +35,12 @@ type PrefillCost struct {
 	// PrefixSecondsPerPair is attention's time per pair of a token
 	// computed with a token present before it.
 	PrefixSecondsPerPair float64
+	// PrefixReadSecondsPerToken is paid once per prefill for each token
+	// present before it: the pass going through the prefix's KV. It is
+	// the same whatever a plan loads or recomputes, so MarginalSeconds
+	// leaves it out (and with it the Planner and the replay, whose
+	// decisions it cannot move); Seconds has it. 0 under the presets.
+	PrefixReadSecondsPerToken float64
 	// FloorSeconds is the shortest pass: the weights (per rank) over the
 	// GPU's HBM bandwidth (Scenario.PassFloor).
 	FloorSeconds float64
@@ -73,7 +79,7 @@ func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
 // Seconds is a whole prefill of n tokens after p present ones: the pass
 // cost plus the marginal work, no less than the floor.
 func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
-	return max(c.FloorSeconds, c.PassSeconds+c.MarginalSeconds(tokens, prefix))
+	return max(c.FloorSeconds, c.PassSeconds+float64(max(0, prefix))*c.PrefixReadSecondsPerToken+c.MarginalSeconds(tokens, prefix))
 }
 
 // Time is Seconds as a Duration.

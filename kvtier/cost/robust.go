@@ -22,7 +22,7 @@ import (
 
 // maxTerms bounds the model's coefficients: every support of the
 // non-negative solve is tried, 2^maxTerms of them.
-const maxTerms = 5
+const maxTerms = 6
 
 type fitRow struct {
 	x [maxTerms]float64
@@ -192,7 +192,7 @@ func residualSpread(rows []fitRow, pred, rw, buf []float64) float64 {
 // solveNNLS minimises Σ w_i (y_i - x_i·θ)² + the pull's penalty over
 // θ ≥ 0 with k terms, by solving the ridge normal equations on every
 // support and keeping the best feasible solution. k ≤ maxTerms, so that is
-// at most 31 solves of a system of at most 5 unknowns.
+// at most 63 solves of a system of at most 6 unknowns.
 func solveNNLS(rows []fitRow, w []float64, k int, pl *pull) [maxTerms]float64 {
 	var g [maxTerms][maxTerms]float64
 	var b [maxTerms]float64
