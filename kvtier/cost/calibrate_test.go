@@ -332,7 +332,7 @@ func TestCalibrationConcurrent(t *testing.T) {
 // (TestWrongPriorConvergesOnMeasuredPrefills).
 const (
 	wrongPriorSamples = 4
-	measuredSamples   = 9
+	measuredSamples   = 4
 )
 
 // TestWrongPriorConverges: two calibrations fed the same prefills of the
@@ -448,7 +448,7 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 		t.Fatalf("the wrong prior plans %d of %d blocks unlike the right one before any sample: the test shows nothing", d, total)
 	}
 	converged, exact := -1, -1
-	for n := 1; n <= 32*want; n++ {
+	for n := 1; n <= 16*want; n++ {
 		s := next(n)
 		if err := wrong.AddPrefillSamples(s); err != nil {
 			t.Fatal(err)
@@ -477,7 +477,7 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 	lw, rw, _ = decisions(pw)
 	lr, rr, _ = decisions(pr)
 	t.Logf("after %d samples: wrong prior loads %d, recomputes %d; right prior loads %d, recomputes %d; within 1%% of the blocks from sample %d on, every block alike from sample %d on (-1: not yet)",
-		32*want, lw, rw, lr, rr, converged, exact)
+		16*want, lw, rw, lr, rr, converged, exact)
 	if converged < 0 || converged > want {
 		t.Errorf("plans alike from sample %d on, want by %d", converged, want)
 	}
