@@ -60,12 +60,19 @@ func requestLines(requests, blocks int) string {
 // benchmarks/results/prefill-h200.json) and writes the calibration file.
 func writeCalibration(t *testing.T) string {
 	t.Helper()
+	return writeCalibrationFrom(t, "../cost/testdata/prefill-h200-pytorch.jsonl")
+}
+
+// writeCalibrationFrom fits the H200 prefill samples in the file and
+// writes the calibration file.
+func writeCalibrationFrom(t *testing.T, samplesPath string) string {
+	t.Helper()
 	g, _ := cost.LookupGPU("h200")
 	cal, err := cost.NewCalibration(g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open("../cost/testdata/prefill-h200-pytorch.jsonl")
+	f, err := os.Open(samplesPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,9 @@ type ttftRow struct {
 // on one H200, Llama-3.1-70B and DeepSeek-V3 at tp 8, each over pageable
 // PCIe 4.0, pinned PCIe 5.0, and NVMe gen4 with no host tier, on the
 // bundled trace and on a generated chat trace of another seed (multi-turn
-// conversations), under the presets and under the H200 calibration: the
+// conversations), under the presets and under two H200 calibrations (issue
+// 15's table with the PyTorch runs of prefill-h200.json, and the PyTorch
+// grid of calibration-h200-loo.md): the
 // cost plan's TTFT mean, p50 and p90 are each within 1% of the better of
 // always-reload and always-recompute, or below it, and no request goes
 // unplanned. Under the invariants tag (CI) it replays one case, the
@@ -71,8 +73,11 @@ func TestCostPlanAcrossModelsAndLinks(t *testing.T) {
 	chat := trace.DefaultGenConfig()
 	chat.Seed = 2
 	srcs := []src{{"bundled", BundledSource()}, {"chat seed 2", GeneratedSource("generated:chat-seed-2", chat)}}
-	cals := []string{"presets", "h200 pytorch"}
-	calPath := writeCalibration(t)
+	cals := []string{"presets", "h200 pytorch", "h200 pytorch grid"}
+	calPaths := map[string]string{
+		"h200 pytorch":      writeCalibration(t),
+		"h200 pytorch grid": writeCalibrationFrom(t, "../cost/testdata/prefill-h200-pytorch-grid.jsonl"),
+	}
 	if quick {
 		chat.Requests = 300
 		models, links, cals = models[2:], links[:1], cals[:1]
@@ -86,9 +91,7 @@ func TestCostPlanAcrossModelsAndLinks(t *testing.T) {
 					cfg := DefaultConfig()
 					cfg.Model, cfg.TP = m.name, m.tp
 					l.edit(&cfg)
-					if cal != "presets" {
-						cfg.Calibration = calPath
-					}
+					cfg.Calibration = calPaths[cal]
 					rep := runOrFail(t, s.src, cfg)
 					row := matrixRow{Model: m.name, TP: m.tp, Link: l.name, Trace: s.name, Calibration: cal,
 						TTFT: map[string]ttftRow{}, Excess: map[string]float64{}}
@@ -145,8 +148,10 @@ func writeCostTable(path string, rows []matrixRow) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Cost plan against always-reload and always-recompute (issue 15)\n\n")
 	fmt.Fprintf(&b, "Command (from the repository root): `%s`  \n", cmd)
-	fmt.Fprintf(&b, "Date: %s. The replay's virtual clock and link/compute model (kvtier/cost presets, or the H200 "+
-		"calibration fitted from kvtier/cost/testdata/prefill-h200-pytorch.jsonl), not a GPU; the figures do not depend on the machine.\n\n",
+	fmt.Fprintf(&b, "Date: %s. The replay's virtual clock and link/compute model, not a GPU; the figures do not depend on the machine. "+
+		"Prefill rates: the kvtier/cost presets, or an H200 calibration fitted from kvtier/cost/testdata/prefill-h200-pytorch.jsonl "+
+		"(\"h200 pytorch\": issue 15's table and the PyTorch runs of prefill-h200.json) or prefill-h200-pytorch-grid.jsonl "+
+		"(\"h200 pytorch grid\": calibration-h200-loo.md).\n\n",
 		time.Now().UTC().Format(time.DateOnly))
 	b.WriteString("Every case is the replay's default configuration (one H200 per tp rank, 40 GiB of KV per GPU, 256 GiB host, " +
 		"2 TiB NVMe, LRU, write-through, prefills queue for one GPU) with the model, tp and links changed; \"nvme-gen4 alone\" " +
