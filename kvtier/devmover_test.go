@@ -111,6 +111,16 @@ func pinnedBytes(t *testing.T, dev cudastream.Device, n int) []byte {
 
 func newDevFixture(t *testing.T, o devOpts) *devFixture {
 	t.Helper()
+	f, cfg := newDevShard(t, o)
+	f.m = mustNew(t, cfg)
+	return f
+}
+
+// newDevShard builds the fixture's device, memory, engines, store and
+// mover, and returns them with the manager's Config (Mover set), so that a
+// tensor-parallel test can build one per GPU and one manager over them.
+func newDevShard(t *testing.T, o devOpts) (*devFixture, Config) {
+	t.Helper()
 	dev := openDevice(t, o)
 	var err error
 	f := &devFixture{dev: dev, want: map[Key][]byte{}, rng: rand.New(rand.NewPCG(uint64(o.gpu), uint64(o.host)))}
@@ -184,8 +194,7 @@ func newDevFixture(t *testing.T, o devOpts) *devFixture {
 			}
 		}
 	})
-	f.m = mustNew(t, cfg)
-	return f
+	return f, cfg
 }
 
 // request returns the tokens of a new request of n blocks.
@@ -918,7 +927,7 @@ func TestDeviceMoverGPU(t *testing.T) {
 	for name, fn := range map[string]func(*testing.T, bool){
 		"RoundTrip": testDeviceMoverRoundTrip, "CorruptNVMe": testDeviceMoverCorruptNVMe,
 		"Concurrent": testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
-		"Restart": testDeviceMoverRestart,
+		"Restart": testDeviceMoverRestart, "Sharded": testShardedDeviceMover,
 	} {
 		t.Run(name, func(t *testing.T) { fn(t, true) })
 	}
