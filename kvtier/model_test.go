@@ -68,20 +68,11 @@ func (w *modelWorld) read(t Tier, s Slot) (Key, string) {
 // checkAllOrNone checks that every block ready in a tier is there on every
 // GPU: all shards hold the same content in its slot.
 func (w *modelWorld) checkAllOrNone() {
-	m := w.m
-	m.readLock()
-	defer m.readUnlock()
-	for ref := BlockRef(0); ref < BlockRef(m.recs.n); ref++ {
-		r := m.recs.at(ref)
-		for tier := range NumTiers {
-			if r.state[tier] != stateReady {
-				continue
-			}
-			if _, bad := w.read(tier, r.slot[tier]); bad != "" {
-				w.t.Errorf("block %#x is ready in %v slot %d, but not on every GPU: %s", uint64(r.key), tier, r.slot[tier], bad)
-			}
+	w.m.eachReady(func(k Key, tier Tier, s Slot) {
+		if _, bad := w.read(tier, s); bad != "" {
+			w.t.Errorf("block %#x is ready in %v slot %d, but not on every GPU: %s", uint64(k), tier, s, bad)
 		}
-	}
+	})
 }
 
 type heldLease struct {

@@ -46,20 +46,7 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
 	} {
-		o := good
-		tc.edit(&o)
-		c, err := Open(context.Background(), o)
-		if err == nil {
-			c.Close()
-			t.Errorf("%s: Open succeeded", tc.want)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open: %v, want an error naming %s", err, tc.want)
-		}
-		if strings.HasPrefix(tc.want, "Options.") && !errors.Is(err, ErrConfig) {
-			t.Errorf("Open: %v does not wrap ErrConfig", err)
-		}
+		openRefuses(t, good, tc.edit, tc.want)
 	}
 	c, err := Open(context.Background(), good)
 	if err != nil {
@@ -70,6 +57,27 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// openRefuses checks that Open refuses good changed by edit, with an error
+// naming want (wrapping ErrConfig when want names an option), and leaves
+// nothing open.
+func openRefuses(t *testing.T, good Options, edit func(*Options), want string) {
+	t.Helper()
+	o := good
+	edit(&o)
+	c, err := Open(context.Background(), o)
+	if err == nil {
+		c.Close()
+		t.Errorf("%s: Open succeeded", want)
+		return
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("Open: %v, want an error naming %s", err, want)
+	}
+	if strings.HasPrefix(want, "Options.") && !errors.Is(err, ErrConfig) {
+		t.Errorf("Open: %v does not wrap ErrConfig", err)
 	}
 }
 
@@ -128,7 +136,9 @@ func TestOpenShards(t *testing.T) {
 	}
 	blockBytes := shards[0].GPU.BlockBytes()
 	kv := func(r int, k Key) []byte { return bytes.Repeat([]byte{byte(k) + byte(r)*64}, int(blockBytes)) }
-	at := func(r int, s Slot) cudastream.DevicePtr { return regions[r] + cudastream.DevicePtr(int64(s)*blockBytes) }
+	at := func(r int, s Slot) cudastream.DevicePtr {
+		return regions[r] + cudastream.DevicePtr(int64(s)*blockBytes)
+	}
 	streams := make([]cudastream.Stream, tp)
 	for r, sh := range shards {
 		if streams[r], err = sh.Device.NewStream(0); err != nil {
@@ -225,20 +235,10 @@ func TestOpenShardsErrors(t *testing.T) {
 		{func(o *Options) { o.Shards = []Shard{a, {GPU: b.GPU}} }, "Options.Shards[1].Device"},
 		{func(o *Options) { o.Shards = []Shard{a, {Device: b.Device}} }, "Options.Shards[1].GPU"},
 		{func(o *Options) { o.Shards = []Shard{a, small} }, "Options.Shards[1].GPU: 4 blocks"},
-		{func(o *Options) { o.KeepNVMe, o.NVMeDirs, o.NVMeBytes = true, []string{t.TempDir()}, 32 << 12 }, "Options.KeepNVMe"},
-		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 32 << 12 }, "rank 0"},
+		{func(o *Options) { o.KeepNVMe, o.NVMeDirs, o.NVMeBytes = true, []string{t.TempDir()}, 32<<12 }, "Options.KeepNVMe"},
+		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 32<<12 }, "rank 0"},
 	} {
-		o := good
-		tc.edit(&o)
-		c, err := Open(context.Background(), o)
-		if err == nil {
-			c.Close()
-			t.Errorf("%s: Open succeeded", tc.want)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open: %v, want an error naming %s", err, tc.want)
-		}
+		openRefuses(t, good, tc.edit, tc.want)
 	}
 	c, err := Open(context.Background(), good)
 	if err != nil {

@@ -53,29 +53,11 @@ func newShardedFixture(t *testing.T, tp int, o devOpts) *shardedFixture {
 // blocks on its own GPU and commits. The caller releases w.
 func (sf *shardedFixture) prefill(t *testing.T, tokens []int32, w *Lease) {
 	t.Helper()
-	for {
-		err := sf.m.Insert(1, tokens, GPU, w)
-		if err == nil {
-			break
+	prefillOn(t, sf.m, tokens, w, func(b Block) {
+		for _, f := range sf.shards {
+			f.writeGPU(t, b.Key, b.Slot)
 		}
-		if !errors.Is(err, ErrNoSpace) {
-			t.Fatal(err)
-		}
-		sf.m.Release(w)
-		if err := sf.m.Drain(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, b := range w.Blocks {
-		if b.Write {
-			for _, f := range sf.shards {
-				f.writeGPU(t, b.Key, b.Slot)
-			}
-		}
-	}
-	if err := sf.m.Commit(w, nil); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // offload moves w's blocks down to tier `to` and waits.
@@ -157,19 +139,7 @@ func shardedRoundTrip(t *testing.T, tp int, real bool) {
 		if err := sf.m.Lookup(1, reqs[i], &l); err != nil {
 			t.Fatal(err)
 		}
-		if err := sf.m.Plan(&l); err != nil {
-			t.Fatal(err)
-		}
-		if err := sf.m.Onboard(&l); err != nil {
-			t.Fatal(err)
-		}
-		loading := 0
-		for _, b := range l.Blocks {
-			if b.Loading {
-				loading++
-				loaded[b.Tier]++
-			}
-		}
+		loading := planOnboard(t, sf.m, &l, &loaded)
 		// Each GPU's stream waits for its own layers only; together they
 		// are every event the lease has.
 		var all, evs []Event
@@ -198,13 +168,8 @@ func shardedRoundTrip(t *testing.T, tp int, real bool) {
 			}
 		}
 		for j, b := range l.Blocks {
-			var s Slot
-			switch {
-			case b.Loading:
-				s = b.GPUSlot
-			case b.Tier == GPU:
-				s = b.Slot
-			default:
+			s, ok := gpuSlot(b)
+			if !ok {
 				continue
 			}
 			for r, f := range sf.shards {
