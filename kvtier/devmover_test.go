@@ -523,20 +523,31 @@ func (f *devFixture) hostToNVMe(t *testing.T, tokens []int32) Key {
 func (f *devFixture) promote(t *testing.T, ref BlockRef) {
 	t.Helper()
 	m := f.m
-	m.lock()
-	if m.recs.at(ref).state[Host] != stateNone {
-		m.unlock()
-		return
+	for attempt := 1; ; attempt++ {
+		m.lock()
+		if m.recs.at(ref).state[Host] != stateNone {
+			m.unlock()
+			return
+		}
+		slot, ok := m.alloc(Host, 1)
+		if ok {
+			tr := m.newTransfer(nil)
+			m.startCopy(tr, ref, NVMe, Host, slot)
+			m.unlockAndSubmit(tr)
+			f.mover.Wait()
+			return
+		}
+		// Every host slot is being written or evicted (write-back: the
+		// alloc started a victim's demotion, submitted here): wait for
+		// the copies.
+		m.unlockAndSubmit(nil)
+		if attempt == 3 {
+			t.Fatal("no host slot to promote into")
+		}
+		if err := m.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	slot, ok := m.alloc(Host, 1)
-	if !ok {
-		m.unlock()
-		t.Fatal("no host slot to promote into")
-	}
-	tr := m.newTransfer(nil)
-	m.startCopy(tr, ref, NVMe, Host, slot)
-	m.unlockAndSubmit(tr)
-	f.mover.Wait()
 }
 
 // corrupt flips one payload byte of the block in the manager's NVMe slot s,
