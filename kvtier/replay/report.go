@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -198,8 +199,11 @@ type ManagerCounts struct {
 	Lookups      uint64 `json:"lookups"`
 	LookupBlocks uint64 `json:"lookup_blocks"`
 	HitBlocks    uint64 `json:"hit_blocks"`
-	NoSpace      uint64 `json:"no_space"`
-	Records      int64  `json:"records"`
+	// HoleBlocks are missing blocks a lookup went past (MaxHoleBlocks):
+	// each was recomputed, and the cached blocks after it served.
+	HoleBlocks uint64 `json:"hole_blocks"`
+	NoSpace    uint64 `json:"no_space"`
+	Records    int64  `json:"records"`
 }
 
 // SweepPoint is one host capacity of a --sweep-host run.
@@ -303,7 +307,7 @@ func (e *engine) result() StrategyResult {
 		r.Evictions = TierCounts{int64(mt.Tiers[kvtier.GPU].Evictions), int64(mt.Tiers[kvtier.Host].Evictions), int64(mt.Tiers[kvtier.NVMe].Evictions)}
 		r.Demotions = TierCounts{int64(mt.Tiers[kvtier.GPU].Demotions), int64(mt.Tiers[kvtier.Host].Demotions), int64(mt.Tiers[kvtier.NVMe].Demotions)}
 		r.Manager = &ManagerCounts{Lookups: mt.Lookups, LookupBlocks: mt.LookupBlocks, HitBlocks: mt.HitBlocks,
-			NoSpace: mt.NoSpace, Records: mt.Records}
+			HoleBlocks: mt.HoleBlocks, NoSpace: mt.NoSpace, Records: mt.Records}
 	}
 	return r
 }
@@ -374,6 +378,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw.Flush()
 	if len(r.Results) > 0 {
 		b.WriteString(linksNote(&r.Results[0], c.TP))
+	}
+	if c.MaxHoleBlocks > 0 {
+		b.WriteString("\nholes (lookups went on past up to " + strconv.Itoa(c.MaxHoleBlocks) + " missing blocks; recomputed, the cached blocks after them served):")
+		for i := range r.Results {
+			if s := &r.Results[i]; s.Manager != nil {
+				fmt.Fprintf(&b, " %s %d", s.Strategy, s.Manager.HoleBlocks)
+			}
+		}
+		b.WriteString("\n")
 	}
 	for i := range r.Results {
 		if p := r.Results[i].Plan; p != nil {
