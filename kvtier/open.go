@@ -59,6 +59,9 @@ type Options struct {
 	KeepNVMe bool
 	// WriteThrough: see Config.WriteThrough.
 	WriteThrough bool
+	// MaxHoleBlocks: see Config.MaxHoleBlocks (0: a lookup stops at the
+	// first missing block).
+	MaxHoleBlocks int
 	// Policy makes tier t's eviction policy for its slot count. Nil means
 	// policy.NewDenseLRU for every tier.
 	Policy func(t Tier, slots int) (policy.Policy[BlockRef], error)
@@ -187,6 +190,8 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		return bad("NVMeBytes", "%d with %d NVMeDirs: give both or neither", o.NVMeBytes, len(o.NVMeDirs))
 	case o.NVMeBytes < 0:
 		return bad("NVMeBytes", "%d is negative", o.NVMeBytes)
+	case o.MaxHoleBlocks < 0:
+		return bad("MaxHoleBlocks", "%d is negative", o.MaxHoleBlocks)
 	}
 	if len(shards) == 0 {
 		shards = []Shard{{Device: o.Device, GPU: o.GPU}}
@@ -261,7 +266,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		}
 	}
 
-	cfg := Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, Mover: c.Mover, Planner: o.Planner}
+	cfg := Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, MaxHoleBlocks: o.MaxHoleBlocks, Mover: c.Mover, Planner: o.Planner}
 	if len(shards) > 1 {
 		movers := make([]Mover, len(c.Ranks))
 		for r, p := range c.Ranks {

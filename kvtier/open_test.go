@@ -44,6 +44,7 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{t.TempDir()}, 100 }, "Options.NVMeBytes"},
 		{func(o *Options) { o.GPU.NumBlocks = 0 }, "Options.GPU"},
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
+		{func(o *Options) { o.MaxHoleBlocks = -1 }, "Options.MaxHoleBlocks"},
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
 	} {
 		openRefuses(t, good, tc.edit, tc.want)
