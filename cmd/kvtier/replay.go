@@ -147,6 +147,8 @@ flags:
 	fs.IntVar(&c.MaxHoleBlocks, "max-hole-blocks", def.MaxHoleBlocks, "a lookup goes on past up to this many missing blocks, recomputed while the cached blocks after them load (0: it stops at the first)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
+	fs.StringVar(&c.Calibration, "calibration", def.Calibration, "a calibration file (`kvtier calc --write-calibration`, a server's, or `kvtier probe --json`): measured prefill and links replace the presets")
+	seed := fs.Uint64("seed", 0, "with --generate: the generator's seed (default: the workload's, 1; the bundled trace is chat with seed 1)")
 	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
 	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
@@ -216,6 +218,9 @@ flags:
 		} else if *requests > 0 {
 			gen.Requests = *requests
 		}
+		if *seed != 0 {
+			gen.Seed = *seed
+		}
 		if *rate < 0 {
 			return a, fmt.Errorf("--sessions-per-second %g: negative", *rate)
 		} else if *rate > 0 {
@@ -224,10 +229,14 @@ flags:
 		if err := gen.Validate(); err != nil {
 			return a, fmt.Errorf("--generate: %w", err)
 		}
-		a.src = replay.GeneratedSource(fmt.Sprintf("generated:%s-%d", *generate, gen.Requests), gen)
+		name := fmt.Sprintf("generated:%s-%d", *generate, gen.Requests)
+		if *seed != 0 {
+			name += fmt.Sprintf("-seed%d", gen.Seed)
+		}
+		a.src = replay.GeneratedSource(name, gen)
 	case *tracePath == "":
-		if *requests != 0 || *rate != 0 {
-			return a, errors.New("--requests and --sessions-per-second need --generate")
+		if *requests != 0 || *rate != 0 || *seed != 0 {
+			return a, errors.New("--requests, --sessions-per-second and --seed need --generate")
 		}
 		a.src = replay.BundledSource()
 	default:
@@ -270,6 +279,7 @@ var replayOverrides = []struct {
 }{
 	{"model", func(d, s *replay.Config) { d.Model = s.Model }},
 	{"gpu", func(d, s *replay.Config) { d.GPU = s.GPU }},
+	{"calibration", func(d, s *replay.Config) { d.Calibration = s.Calibration }},
 	{"tp", func(d, s *replay.Config) { d.TP = s.TP }},
 	{"block-tokens", func(d, s *replay.Config) { d.BlockTokens = s.BlockTokens }},
 	{"gpu-kv", func(d, s *replay.Config) { d.GPUBytes = s.GPUBytes }},

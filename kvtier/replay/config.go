@@ -80,6 +80,13 @@ type Config struct {
 	// Baselines also replays the trace under the other strategies.
 	Baselines bool `json:"baselines"`
 
+	// Calibration is a calibration file (kvtier/cost: `kvtier calc
+	// --write-calibration`, a server's, or `kvtier probe --json`), e.g.
+	// "h200.json": its fitted prefill terms and links replace the presets,
+	// for the planner and for the replay's own timing alike, so that the
+	// replay runs at the measured rates. "" uses the presets.
+	Calibration string `json:"calibration"`
+
 	// MemoryBudget bounds the memory of the requests in flight (arrived
 	// and not done), e.g. "4GiB", by an estimate from above: about 2.2 KiB
 	// for a request of 16 blocks. The trace is read lazily, so this is what
