@@ -87,14 +87,9 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 	if len(data) > maxCalibrationFileBytes {
 		return nil, fmt.Errorf("calibration: larger than %d bytes", maxCalibrationFileBytes)
 	}
-	c, err := NewCalibration(g)
+	c, err := newCalibrationOf(g, models)
 	if err != nil {
 		return nil, err
-	}
-	for _, m := range models {
-		if err := c.registerLocked(m); err != nil {
-			return nil, fmt.Errorf("calibration: %w", err)
-		}
 	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(data, &keys); err != nil {
@@ -319,14 +314,9 @@ func resolveModel(name string, models []Model) (Model, error) {
 func LeaveOneOut(g GPU, samples []PrefillSample, models ...Model) ([]time.Duration, error) {
 	out := make([]time.Duration, len(samples))
 	for i := range samples {
-		c, err := NewCalibration(g)
+		c, err := newCalibrationOf(g, models)
 		if err != nil {
 			return nil, err
-		}
-		for _, m := range models {
-			if err := c.registerLocked(m); err != nil {
-				return nil, fmt.Errorf("calibration: %w", err)
-			}
 		}
 		rest := make([]PrefillSample, 0, len(samples)-1)
 		rest = append(append(rest, samples[:i]...), samples[i+1:]...)
@@ -338,4 +328,19 @@ func LeaveOneOut(g GPU, samples []PrefillSample, models ...Model) ([]time.Durati
 		}
 	}
 	return out, nil
+}
+
+// newCalibrationOf is NewCalibration with models registered beside the
+// presets (custom models a file or a sample set names).
+func newCalibrationOf(g GPU, models []Model) (*Calibration, error) {
+	c, err := NewCalibration(g)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range models {
+		if err := c.registerLocked(m); err != nil {
+			return nil, fmt.Errorf("calibration: %w", err)
+		}
+	}
+	return c, nil
 }
