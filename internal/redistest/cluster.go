@@ -103,7 +103,7 @@ func startNode(bin, dir string, port int, o *Options) (*Node, error) {
 	args := []string{"--port", p, "--bind", "127.0.0.1", "--protected-mode", "no",
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes-" + p + ".conf",
 		"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
-		"--dir", dir, "--dbfilename", "dump-" + p + ".rdb", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--dbfilename", "dump-" + p + ".rdb", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
 		"--logfile", filepath.Join(dir, "redis-"+p+".log")}
 	if o.MaxMemory != "" {
 		pol := o.MaxMemoryPolicy
@@ -349,4 +349,35 @@ func envAddrs() []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// WaitReplicated waits until every live master's replicas have
+// acknowledged all its writes so far, so that a failover loses none.
+func (c *Cluster) WaitReplicated(timeout time.Duration) error {
+	pw := c.opts.Password
+	return c.waitFor(timeout, "replicas caught up", func(n *Node) (bool, error) {
+		repl, err := Do(n.Addr, pw, "INFO", "replication")
+		if err != nil || !strings.Contains(repl, "role:master") {
+			return err == nil, err
+		}
+		var offset string
+		var acked []string
+		for _, line := range strings.Split(repl, "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				offset = v
+			}
+			if strings.HasPrefix(line, "slave") && strings.Contains(line, "offset=") {
+				_, rest, _ := strings.Cut(line, "offset=")
+				v, _, _ := strings.Cut(rest, ",")
+				acked = append(acked, v)
+			}
+		}
+		for _, a := range acked {
+			if a != offset {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
