@@ -28,7 +28,9 @@ type Options struct {
 	// Masters and ReplicasPerMaster: 3 and 1.
 	Masters, ReplicasPerMaster int
 	// NodeTimeout is cluster-node-timeout: how long a silent master is
-	// waited for before its replica takes over. 0 means 1 s.
+	// waited for before its replica takes over. 0 means 5 s, long enough
+	// that a loaded machine does not fail nodes over by itself; fault
+	// tests that kill a master set 1 s.
 	NodeTimeout time.Duration
 	// MaxMemory, when set, caps each node's memory ("maxmemory"), with
 	// MaxMemoryPolicy ("noeviction" if empty).
@@ -68,7 +70,7 @@ func Start(dir string, o Options) (*Cluster, error) {
 		o.ReplicasPerMaster = 1
 	}
 	if o.NodeTimeout == 0 {
-		o.NodeTimeout = time.Second
+		o.NodeTimeout = 5 * time.Second
 	}
 	if o.RedisServer == "" {
 		o.RedisServer = "redis-server"

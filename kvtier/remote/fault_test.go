@@ -42,7 +42,7 @@ func readAll(t *testing.T, c *Cache, metas []BlockMeta, payloads [][]byte) int {
 }
 
 func TestMasterKilledDuringReadsAndWrites(t *testing.T) {
-	cl := redistest.Private(t, redistest.Options{})
+	cl := redistest.Private(t, redistest.Options{NodeTimeout: time.Second})
 	st := newRedis(t, cl.Addrs())
 	const size, n = 32 << 10, 24
 	c := newCache(t, Config{Store: st, Prefix: "kill:", BlockBytes: size, PartBytes: 8 << 10,
