@@ -383,3 +383,12 @@ func (c *Cluster) WaitReplicated(timeout time.Duration) error {
 		return true, nil
 	})
 }
+
+// Pids are the nodes' process ids.
+func (c *Cluster) Pids() []int {
+	p := make([]int, len(c.Nodes))
+	for i, n := range c.Nodes {
+		p[i] = n.cmd.Process.Pid
+	}
+	return p
+}
