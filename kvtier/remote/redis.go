@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ type RedisConfig struct {
 	// Username and Password are the ACL user's (Redis 6+). A deployment
 	// SHOULD have a user of its own limited to its key prefix, for example
 	// "ACL SETUSER kvt-prod on >secret ~kvt:prod:* +get +set +exists +del
-	// +ping +cluster|slots +cluster|shards +hello +client|setinfo".
+	// +ping +cluster|slots +cluster|shards +hello" (the client does not send
+	// CLIENT SETINFO, so the list is the same on every Redis version).
 	// Empty: the default user.
 	Username, Password string
 	// TLS, when set, encrypts the connections (and, with client
@@ -79,11 +81,15 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 		mux = 2
 	}
 	opt := rueidis.ClientOption{
-		InitAddress:       cfg.Addrs,
+		// A copy: ShuffleInit shuffles it in place, and the client reads
+		// it again on every topology refresh, while the caller may share
+		// the slice with another client.
+		InitAddress:       slices.Clone(cfg.Addrs),
 		Username:          cfg.Username,
 		Password:          cfg.Password,
 		TLSConfig:         cfg.TLS,
 		DisableCache:      true,
+		ClientSetInfo:     rueidis.DisableClientSetInfo,
 		ShuffleInit:       true,
 		PipelineMultiplex: mux,
 		ConnWriteTimeout:  orDefault(cfg.ConnWriteTimeout, 2*time.Second),
