@@ -10,7 +10,10 @@
 //     (the bytes are not copied or checked);
 //   - tier read: Cache.Get of one block per call from --depth goroutines
 //     (header and parts in one round trip, copied into the caller's
-//     buffer, header and payload checksums verified).
+//     buffer, header and payload checksums verified);
+//   - raw GET and tier read latency: one 4 KiB value or block at a time,
+//     the time of one call: the round trip a fetch pays besides its bytes
+//     (the replay's remote link latency).
 //
 // Rates are payload GiB/s per pass of --blocks blocks; each round runs
 // every case once, raw first on even rounds and tier first on odd ones. The
@@ -97,7 +100,12 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 		return err
 	}
 	defer c.Close()
-	b := &bench{st: st, c: c, size: int(size), blocks: blocks, depth: depth}
+	small, err := remote.New(remote.Config{Store: st, Prefix: "bench:small:", BlockBytes: smallBytes, OpTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer small.Close()
+	b := &bench{st: st, c: c, small: small, size: int(size), blocks: blocks, depth: depth}
 	b.payloads = make([][]byte, blocks)
 	for i := range b.payloads {
 		b.payloads[i] = make([]byte, size)
@@ -110,15 +118,22 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 		}
 	}
 
-	cases := [2][2]struct {
-		name string
-		fn   func(round int) (time.Duration, error)
-	}{
-		{{"raw SET", b.rawSet}, {"tier write", b.tierWrite}},
-		{{"raw GET", b.rawGet}, {"tier read", b.tierRead}},
+	if err := b.writeSmall(); err != nil {
+		return err
 	}
+	defer b.deleteSmall()
+	// Each case returns its sample: GiB/s for the rates, microseconds per
+	// call for the latencies.
+	cases := [3][2]struct {
+		name string
+		fn   func(round int) (float64, error)
+	}{
+		{{"raw SET", b.rate(b.rawSet)}, {"tier write", b.rate(b.tierWrite)}},
+		{{"raw GET", b.rate(b.rawGet)}, {"tier read", b.rate(b.tierRead)}},
+		{{"raw GET latency", b.rawGetSmall}, {"tier read latency", b.tierReadSmall}},
+	}
+	loadStart := loadAvg()
 	samples := map[string][]float64{}
-	gib := float64(blocks) * float64(size) / (1 << 30)
 	// A warm-up round, not recorded.
 	for round := -1; round < rounds; round++ {
 		for _, pair := range cases {
@@ -127,12 +142,12 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 				order = []int{1, 0}
 			}
 			for _, k := range order {
-				d, err := pair[k].fn(round + 1)
+				v, err := pair[k].fn(round + 1)
 				if err != nil {
 					return fmt.Errorf("%s, round %d: %w", pair[k].name, round, err)
 				}
 				if round >= 0 {
-					samples[pair[k].name] = append(samples[pair[k].name], gib/d.Seconds())
+					samples[pair[k].name] = append(samples[pair[k].name], v)
 				}
 			}
 		}
@@ -145,6 +160,8 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 	f.Add("tier write", "GiB/s", samples["tier write"], "raw SET")
 	f.Add("raw GET", "GiB/s", samples["raw GET"], "")
 	f.Add("tier read", "GiB/s", samples["tier read"], "raw GET")
+	f.Add("raw GET latency", "us", samples["raw GET latency"], "")
+	f.Add("tier read latency", "us", samples["tier read latency"], "raw GET latency")
 	// The machine's load moves both sides of a pair together; the ratio
 	// within each round shows the tier's cost with less of that noise.
 	perRound := func(tier, raw string) []float64 {
@@ -159,8 +176,9 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 	s := c.Stats()
 	f.Notes = append(f.Notes,
 		fmt.Sprintf("%d blocks of %s per pass, tier parts of %s, %d in flight, %d rounds after a warm-up round; raw and tier alternate which goes first", blocks, blockFlag, partFlag, depth, rounds),
+		fmt.Sprintf("latency: the median of %d calls of one %d-byte value (raw GET) or block (tier read), one at a time", smallCalls, smallBytes),
 		fmt.Sprintf("one rueidis client (%d nodes given) for both; cluster: %s", len(nodes), clusterNote(addrList)),
-		fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s/%s", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
+		fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, loadStart, loadAvg()),
 		fmt.Sprintf("tier stats: %d hits, %d misses, %d written, %d deduplicated, %d dropped (queue full), %d write errors", s.Hits, s.Misses, s.Written, s.Deduplicated, s.DroppedFull, s.WriteErrors),
 	)
 	if err := f.Markdown(os.Stdout); err != nil {
@@ -179,6 +197,7 @@ func clusterNote(addrs string) string {
 type bench struct {
 	st       *remote.Redis
 	c        *remote.Cache
+	small    *remote.Cache // smallBytes blocks, for the latency
 	size     int
 	blocks   int
 	depth    int
@@ -287,4 +306,100 @@ func (b *bench) cleanup(round int) error {
 		}
 	}
 	return nil
+}
+
+// rate turns a pass's time into GiB/s of payload.
+func (b *bench) rate(pass func(round int) (time.Duration, error)) func(int) (float64, error) {
+	return func(round int) (float64, error) {
+		d, err := pass(round)
+		if err != nil {
+			return 0, err
+		}
+		return float64(b.blocks) * float64(b.size) / (1 << 30) / d.Seconds(), nil
+	}
+}
+
+// The latency cases: smallCalls calls of one smallBytes value each, one at
+// a time, on values written once before the rounds.
+const (
+	smallBytes = 4096
+	smallCalls = 200
+)
+
+func smallKey(i int) string { return fmt.Sprintf("bench:rawsmall:%d", i) }
+
+func (b *bench) smallMeta(i int) remote.BlockMeta {
+	return remote.BlockMeta{Key: 1<<62 | uint64(i), Parent: uint64(i), Salt: 1, Position: i}
+}
+
+func (b *bench) writeSmall() error {
+	cl := b.st.Client()
+	for i := range smallCalls {
+		v := b.payloads[0][:smallBytes]
+		if err := cl.Do(context.Background(), cl.B().Set().Key(smallKey(i)).Value(rueidis.BinaryString(v)).Build()).Error(); err != nil {
+			return err
+		}
+		if ok, err := b.small.Put(b.smallMeta(i), v); err != nil || !ok {
+			return fmt.Errorf("small block %d: queued %v, %v", i, ok, err)
+		}
+		if i%32 == 31 {
+			if err := b.small.Flush(context.Background()); err != nil {
+				return err
+			}
+		}
+	}
+	return b.small.Flush(context.Background())
+}
+
+// deleteSmall deletes what writeSmall wrote (best effort, at exit).
+func (b *bench) deleteSmall() {
+	keys := make([]string, smallCalls)
+	for i := range keys {
+		keys[i] = smallKey(i)
+		b.small.Delete(context.Background(), b.smallMeta(i).Key)
+	}
+	b.st.Delete(context.Background(), keys)
+}
+
+// medianMicros times each call and returns the median in microseconds.
+func medianMicros(call func(i int) error) (float64, error) {
+	t := make([]float64, smallCalls)
+	for i := range t {
+		start := time.Now()
+		if err := call(i); err != nil {
+			return 0, err
+		}
+		t[i] = float64(time.Since(start).Nanoseconds()) / 1e3
+	}
+	return results.Median(t), nil
+}
+
+func (b *bench) rawGetSmall(int) (float64, error) {
+	cl := b.st.Client()
+	return medianMicros(func(i int) error {
+		v, err := cl.Do(context.Background(), cl.B().Get().Key(smallKey(i)).Build()).AsBytes()
+		if err == nil && len(v) != smallBytes {
+			err = fmt.Errorf("GET %s: %d bytes, want %d", smallKey(i), len(v), smallBytes)
+		}
+		return err
+	})
+}
+
+func (b *bench) tierReadSmall(int) (float64, error) {
+	dst := make([]byte, smallBytes)
+	return medianMicros(func(i int) error {
+		ops := []remote.ReadOp{{Meta: b.smallMeta(i), Dst: dst}}
+		b.small.Get(context.Background(), ops)
+		return ops[0].Err
+	})
+}
+
+// loadAvg is /proc/loadavg's first three fields: how busy the machine was
+// besides the benchmark, or "unknown".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }

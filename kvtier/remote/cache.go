@@ -19,9 +19,13 @@ type Cache struct {
 	br    *breaker
 	stats counters
 
-	q       chan *job
-	slots   chan struct{} // one token per queue buffer in use
-	bufs    sync.Pool     // of *[]byte, BlockBytes each
+	q     chan *job
+	slots chan struct{} // one token per queue buffer in use
+	// free holds the queue's buffers (BlockBytes each) between writes.
+	// They are allocated as the queue first fills, at most QueueBlocks,
+	// and kept: a sync.Pool would drop them at every garbage collection
+	// and Put would fault in fresh 2 MiB buffers.
+	free    chan *[]byte
 	wg      sync.WaitGroup
 	closing atomic.Bool
 
@@ -48,9 +52,9 @@ func New(cfg Config) (*Cache, error) {
 		br:      newBreaker(d.BreakerFailures, d.BreakerCooldown, d.Now),
 		q:       make(chan *job, d.QueueBlocks),
 		slots:   make(chan struct{}, d.QueueBlocks),
+		free:    make(chan *[]byte, d.QueueBlocks),
 		pending: make(map[uint64]struct{}),
 	}
-	c.bufs.New = func() any { b := make([]byte, d.BlockBytes); return &b }
 	c.wg.Add(d.Writers)
 	for range d.Writers {
 		go c.writer()

@@ -46,7 +46,15 @@ func (c *Cache) Put(meta BlockMeta, payload []byte) (bool, error) {
 	}
 	c.mu.Unlock()
 
-	buf := c.bufs.Get().(*[]byte)
+	var buf *[]byte
+	select {
+	case buf = <-c.free:
+	default:
+		// Fewer than QueueBlocks buffers exist (or a failed write kept
+		// one): the slot taken above bounds them.
+		b := make([]byte, c.cfg.BlockBytes)
+		buf = &b
+	}
 	copy(*buf, payload)
 	meta.Tokens = append([]int32(nil), meta.Tokens...)
 	c.mu.Lock()
@@ -77,7 +85,10 @@ func (c *Cache) writer() {
 	for j := range c.q {
 		reuse := c.write(j, &scratch)
 		if reuse {
-			c.bufs.Put(j.buf)
+			select {
+			case c.free <- j.buf:
+			default: // never: at most QueueBlocks buffers are kept
+			}
 		}
 		c.mu.Lock()
 		c.unqueueLocked(j.meta.Key)
