@@ -34,7 +34,7 @@ func newRemoteFixture(t *testing.T, addrs []string, prefix string, adm policy.Ad
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: dmBlockBytes, PartBytes: 1024, OpTimeout: 2 * time.Second}); err != nil {
+	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: dmBlockBytes, PartBytes: 1024, OpTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.cache.Close() })

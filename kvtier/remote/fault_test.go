@@ -143,7 +143,7 @@ func TestPausedNodeOpensBreakerAndNothingHangs(t *testing.T) {
 	const size = 16 << 10
 	op := 300 * time.Millisecond
 	c := newCache(t, Config{Store: st, Prefix: "pause:", BlockBytes: size, OpTimeout: op,
-		BreakerFailures: 2, BreakerCooldown: 200 * time.Millisecond})
+		BreakerFailures: 2, BreakerCooldown: time.Second}) // a stall of the loaded machine between two reads must not reach it
 	m, p := block(0, size, 13)
 	c.Put(m, p)
 	flush(t, c)
