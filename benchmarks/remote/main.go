@@ -16,7 +16,10 @@
 //     (the replay's remote link latency).
 //
 // Rates are payload GiB/s per pass of --blocks blocks; each round runs
-// every case once, raw first on even rounds and tier first on odd ones. The
+// every case once, raw first on even rounds and tier first on odd ones.
+// Passes are short (16 blocks, 32 MiB) and rounds many (61) so that the
+// load of a shared machine, which comes in bursts, falls on both sides of
+// a pair alike; the ratio within each round is the figure to read. The
 // tier's keys are new each round (a block it has stored already is not
 // written again) and every written key is deleted after its pass, outside
 // the timing. Without --addrs it starts a local six-node cluster (three
@@ -49,10 +52,10 @@ func main() {
 	machine := flag.String("machine", "local", "machine name for the results files")
 	addrs := flag.String("addrs", "", "cluster nodes, comma separated; empty starts a local six-node cluster")
 	blockFlag := flag.String("block", "2MiB", "block (value) size")
-	blocks := flag.Int("blocks", 64, "blocks per pass")
+	blocks := flag.Int("blocks", 16, "blocks per pass")
 	depth := flag.Int("depth", 8, "operations in flight: goroutines for raw and tier reads and raw writes, the tier's writers")
 	part := flag.String("part", "1MiB", "the tier's PartBytes")
-	rounds := flag.Int("rounds", 7, "timed rounds of every case")
+	rounds := flag.Int("rounds", 61, "timed rounds of every case")
 	out := flag.String("out", "benchmarks/results", "directory for remote-<machine>.json and .md")
 	flag.Parse()
 	if err := run(*machine, *addrs, *blockFlag, *part, *blocks, *depth, *rounds, *out); err != nil {
