@@ -57,14 +57,15 @@ func main() {
 	part := flag.String("part", "1MiB", "the tier's PartBytes")
 	rounds := flag.Int("rounds", 61, "timed rounds of every case")
 	out := flag.String("out", "benchmarks/results", "directory for remote-<machine>.json and .md")
+	commit := flag.String("commit", "", "the commit measured, for the results (empty: the one the binary records, if any)")
 	flag.Parse()
-	if err := run(*machine, *addrs, *blockFlag, *part, *blocks, *depth, *rounds, *out); err != nil {
+	if err := run(*machine, *addrs, *blockFlag, *part, *commit, *blocks, *depth, *rounds, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "remote:", err)
 		os.Exit(1)
 	}
 }
 
-func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds int, out string) error {
+func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, rounds int, out string) error {
 	size, err := bytesize.Parse(blockFlag)
 	if err != nil {
 		return fmt.Errorf("--block: %w", err)
@@ -158,7 +159,7 @@ func run(machine, addrList, blockFlag, partFlag string, blocks, depth, rounds in
 			return err
 		}
 	}
-	f := results.New("remote", machine, "")
+	f := results.New("remote", machine, commit)
 	f.Add("raw SET", "GiB/s", samples["raw SET"], "")
 	f.Add("tier write", "GiB/s", samples["tier write"], "raw SET")
 	f.Add("raw GET", "GiB/s", samples["raw GET"], "")
