@@ -3,7 +3,8 @@
 // chosen strategy once per remote tier size, the remote link being what
 // benchmarks/remote measured (the "tier read" rate and the "tier read
 // latency" of its results file), and writes the report (text and JSON)
-// and its plots.
+// and its plots. --bandwidth replaces the measured bandwidth with a given
+// one (say, a data-centre network's share per GPU), and the report says so.
 //
 //	go run ./benchmarks/remotereplay --config benchmarks/remotereplay/small-local.json \
 //	    --measured benchmarks/results/remote-local.json --out benchmarks/results/remote-replay
@@ -28,14 +29,15 @@ func main() {
 	measured := flag.String("measured", "benchmarks/results/remote-local.json", "benchmarks/remote's results file: the remote link's figures")
 	sizes := flag.String("sizes", "0,16GiB,32GiB,64GiB,128GiB", "remote tier sizes, comma separated (0: none)")
 	out := flag.String("out", "benchmarks/results/remote-replay", "directory for report.txt, report.json and the plots")
+	bandwidth := flag.Float64("bandwidth", 0, "the remote link's bandwidth per GPU in GB/s, instead of the measured one (0: measured)")
 	flag.Parse()
-	if err := run(*config, *measured, *sizes, *out); err != nil {
+	if err := run(*config, *measured, *sizes, *out, *bandwidth); err != nil {
 		fmt.Fprintln(os.Stderr, "remotereplay:", err)
 		os.Exit(1)
 	}
 }
 
-func run(configPath, measuredPath, sizeList, out string) error {
+func run(configPath, measuredPath, sizeList, out string, gbps float64) error {
 	cfg := replay.DefaultConfig()
 	if configPath != "" {
 		f, err := os.Open(configPath)
@@ -51,6 +53,14 @@ func run(configPath, measuredPath, sizeList, out string) error {
 	link, err := measuredLink(measuredPath)
 	if err != nil {
 		return err
+	}
+	if gbps != 0 {
+		link.Name = "remote-given"
+		link.BandwidthBytesPerS = gbps * 1e9
+		link.Source = fmt.Sprintf("bandwidth %g GB/s given on the command line (not measured); latency from %s", gbps, link.Source)
+		if err := link.Validate(); err != nil {
+			return fmt.Errorf("--bandwidth: %w", err)
+		}
 	}
 	var sizes []replay.Bytes
 	for _, s := range strings.Split(sizeList, ",") {
