@@ -28,7 +28,9 @@ import (
 //     RemoteTier.Publish does once their host copies are made; a block goes
 //     out the second time it is published (seen-twice admission, the
 //     RemoteTier's default). The write is behind the request: it costs the
-//     request nothing, and the block is in the remote tier at once.
+//     request nothing, and the block is in the remote tier at once (the
+//     replay does not wait for the host copy, nor model the write's
+//     traffic).
 //   - A request that starts looks its prefix up locally, then asks the
 //     remote tier for the blocks that follow it, as RemoteTier.Fetch does:
 //     the run of blocks the remote holds, plus any block of the local prefix
