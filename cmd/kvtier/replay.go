@@ -144,6 +144,7 @@ flags:
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
 	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once, each with the GPU's full rate to itself (1: one GPU, prefills queue); 0: no limit")
+	fs.IntVar(&c.MaxHoleBlocks, "max-hole-blocks", def.MaxHoleBlocks, "a lookup goes on past up to this many missing blocks, recomputed while the cached blocks after them load (0: it stops at the first)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
 	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
@@ -282,6 +283,7 @@ var replayOverrides = []struct {
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
 	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
+	{"max-hole-blocks", func(d, s *replay.Config) { d.MaxHoleBlocks = s.MaxHoleBlocks }},
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
 	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},

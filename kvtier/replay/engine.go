@@ -160,7 +160,8 @@ func (e *engine) start(blockTokens int) error {
 		RecomputeCost: func(pos int) float64 {
 			return cp.BlockRecomputeCost(min(pos, maxPlanBlocks-1)).Seconds()
 		},
-		WriteThrough: cfg.WriteThrough,
+		WriteThrough:  cfg.WriteThrough,
+		MaxHoleBlocks: cfg.MaxHoleBlocks,
 	}
 	switch e.strategy {
 	case StrategyCost:

@@ -206,7 +206,8 @@ func (e *engine) planAndLoad(r *request) {
 			panic(fmt.Sprintf("replay: Onboard: %v", err)) // the GPU tier is always present
 		}
 	}
-	for i, b := range r.l1.Blocks {
+	for _, b := range r.l1.Blocks {
+		i := b.Position // past holes (MaxHoleBlocks), not the index
 		e.res.HitBlocks[b.Tier]++
 		switch {
 		case b.Action == kvtier.Use:
@@ -230,14 +231,15 @@ func (e *engine) planAndLoad(r *request) {
 }
 
 // plan cuts the request's prefill into segments, as kvtier/cost's Planner
-// models it: a recomputed block (chosen, forced, or not cached) runs after
-// the recomputed blocks before it and after every load before it has
-// landed. Blocks used on the GPU or loaded cost no compute.
+// models it: a recomputed block (chosen, forced, not cached, or a hole)
+// runs after the recomputed blocks before it and after every load before
+// it has landed. Blocks used on the GPU or loaded cost no compute.
 func (e *engine) plan(r *request) {
-	loads := 0
+	loads, j := 0, 0 // j: the next looked-up block, in position order
 	for i := range r.keys {
-		if i < r.l1.Len() {
-			b := r.l1.Blocks[i]
+		if j < r.l1.Len() && r.l1.Blocks[j].Position == i {
+			b := r.l1.Blocks[j]
+			j++
 			if b.Loading {
 				loads++
 				continue
