@@ -33,8 +33,9 @@ import (
 //     traffic).
 //   - A request that starts looks its prefix up locally, then asks the
 //     remote tier for the blocks that follow it, as RemoteTier.Fetch does:
-//     the run of blocks the remote holds, plus any block of the local prefix
-//     without a host copy (the host tier needs the whole prefix). It fetches
+//     the run of blocks the remote holds (blocks past a hole that the host
+//     tier holds stay local), plus any block of the local prefix without a
+//     host copy (the host tier needs the whole prefix). It fetches
 //     them only when fetching them and loading them from the host tier is
 //     faster than recomputing them (kvtier/cost's times), into the host
 //     tier, and its lookup, plan and loads go on after the fetch.
@@ -81,6 +82,8 @@ type remoteLevel struct {
 
 	fetches, fetched, notWorth, published int64
 	fetchTime                             time.Duration
+
+	found, inHost []bool // fetch's scratch, by position
 }
 
 // maxRemoteFetchBlocks bounds one fetch, as RemoteTierConfig.MaxFetchBlocks
@@ -126,44 +129,81 @@ func (rl *remoteLevel) publish(r *request) {
 // start) and reports true.
 func (e *engine) fetch(r *request) bool {
 	rl := e.remote
-	local := r.l1.Len()
-	end := local
-	for end < len(r.keys) && end-local < maxRemoteFetchBlocks && rl.keys.Contains(r.keys[end]) {
+	// Where each block is locally: l1 holds blocks by position, past
+	// holes too (Config.MaxHoleBlocks).
+	n := len(r.keys)
+	rl.found, rl.inHost = resize(rl.found, n), resize(rl.inHost, n)
+	for i, b := range r.l1.Blocks {
+		rl.found[b.Position] = true
+		_, rl.inHost[b.Position] = e.m.ReadySlot(&r.l1, i, kvtier.Host)
+	}
+	first := 0 // the local prefix: [0, first)
+	for first < n && rl.found[first] {
+		first++
+	}
+	// The run the fetch extends the prefix by: blocks held in the host
+	// tier, or that the remote tier holds.
+	end, reads := first, 0
+	for end < n && reads < maxRemoteFetchBlocks {
+		p := end
+		if !(rl.found[p] && rl.inHost[p]) {
+			if !rl.keys.Contains(r.keys[p]) {
+				break
+			}
+			reads++
+		}
 		end++
 	}
-	if end == local {
+	var recompute time.Duration // what the fetch saves: the new blocks' prefill
+	for p := first; p < end; p++ {
+		if !rl.found[p] {
+			recompute += e.blockCost(r, p)
+		}
+	}
+	if recompute == 0 {
 		return false
 	}
-	n := end - local
-	for i := range local { // the host tier needs every block of the prefix
-		if _, ok := e.m.ReadySlot(&r.l1, i, kvtier.Host); ok {
+	// The host tier needs every block of the prefix it is given.
+	for p := range first {
+		if rl.inHost[p] {
 			continue
 		}
-		if !rl.keys.Contains(r.keys[i]) {
+		if !rl.keys.Contains(r.keys[p]) {
 			return false
 		}
-		n++
+		reads++
 	}
-	var recompute time.Duration
-	for i := local; i < end; i++ {
-		recompute += e.blockCost(r, i)
+	get := rl.latency + time.Duration(reads)*rl.stream
+	for p := first; p < end; p++ {
+		if !rl.found[p] {
+			get += e.copyStream[kvtier.Host][kvtier.GPU] // and the load into the GPU
+		}
 	}
-	get := rl.latency + time.Duration(n)*rl.stream + time.Duration(end-local)*e.copyStream[kvtier.Host][kvtier.GPU]
 	if get >= recompute {
 		rl.notWorth++
 		return false
 	}
-	for i := range end {
-		rl.keys.Get(r.keys[i]) // a read makes a block recent
+	for p := range end {
+		rl.keys.Get(r.keys[p]) // a read makes a block recent
 	}
 	start := max(e.now, rl.busyUntil)
-	rl.busyUntil = start + time.Duration(n)*rl.stream
+	rl.busyUntil = start + time.Duration(reads)*rl.stream
 	done := max(rl.busyUntil, e.now+rl.latency)
 	rl.fetches++
 	rl.fetchTime += done - e.now
 	r.fetchEnd = end
 	e.schedule(event{at: done, kind: evRemoteDone, r: r})
 	return true
+}
+
+// resize returns s with n elements, all false, reusing its memory.
+func resize(s []bool, n int) []bool {
+	if cap(s) < n {
+		return make([]bool, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // fetchDone puts r's fetched blocks into the host tier, looks r up again

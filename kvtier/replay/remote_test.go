@@ -134,3 +134,19 @@ func TestRemoteSweepReportAndPlot(t *testing.T) {
 		t.Errorf("wrote %v, want remote-sweep.svg and .png", files)
 	}
 }
+
+// TestRemoteTierPastHoles: with lookups past holes, a fetch fills the
+// holes from the remote tier (and the blocks after them stay local).
+func TestRemoteTierPastHoles(t *testing.T) {
+	cfg := remoteTestConfig()
+	cfg.MaxHoleBlocks = 4
+	src, _ := bundled()
+	rep, err := Run(src, cfg, Options{SweepRemote: []Bytes{0, 64 << 30}, RemoteLink: fastRemote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, some := rep.RemoteSweep.Points[0], rep.RemoteSweep.Points[1]
+	if some.FetchedBlocks == 0 || !(some.TTFT.Mean < none.TTFT.Mean) {
+		t.Errorf("past holes, 64 GiB remote: %+v; without: %+v", some, none)
+	}
+}
