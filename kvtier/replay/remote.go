@@ -55,9 +55,11 @@ type RemoteSpec struct {
 	// Bytes is its capacity, e.g. 512 GiB (of the cluster's memory given
 	// to this deployment).
 	Bytes Bytes `json:"bytes"`
-	// Link is what a server reads it at: bandwidth and the latency of one
+	// Link is what a GPU reads it at: bandwidth and the latency of one
 	// fetch, for example those benchmarks/remote measured ("tier read" and
-	// "tier read latency").
+	// "tier read latency"). Like the replay's other links it is per GPU:
+	// at tp N each GPU fetches its 1/N of every block, all at once, so a
+	// server whose N GPUs share one network link gets 1/N of it each.
 	Link cost.Link `json:"link"`
 }
 
