@@ -208,13 +208,13 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			case stateReady:
 				m.policyTouch(tier, ref)
 				m.ref(ref)
-				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: r.slot[tier]})
+				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Position: i, Tier: tier, Slot: r.slot[tier]})
 				parent = k
 				continue
 			case stateWriting:
 				// Another lease writes it; lease it without Write.
 				m.ref(ref)
-				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: r.slot[tier]})
+				l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Position: i, Tier: tier, Slot: r.slot[tier]})
 				parent = k
 				continue
 			}
@@ -235,7 +235,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 		r.slot[tier] = slot
 		m.setState(ref, tier, stateWriting)
 		m.policyInsert(tier, ref)
-		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Tier: tier, Slot: slot, Write: true})
+		l.Blocks = append(l.Blocks, Block{Key: k, Ref: ref, Position: i, Tier: tier, Slot: slot, Write: true})
 		parent = k
 	}
 	m.unlockAndSubmit(nil)

@@ -108,9 +108,9 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 	switch f := le.Uint16(src[18:]); {
 	case f&^flagKeyed != 0:
 		return fmt.Errorf("%w: unknown header flags %#x", ErrCorrupt, f)
-	case f == flagKeyed && !cs.keyed:
+	case f == flagKeyed && !cs.s.Keyed():
 		return fmt.Errorf("%w: header summed with a key, and Config.ChecksumKey is empty", ErrCorrupt)
-	case f == 0 && cs.keyed:
+	case f == 0 && cs.s.Keyed():
 		return fmt.Errorf("%w: header summed without the key of Config.ChecksumKey (written by a store without it, or planted)", ErrCorrupt)
 	}
 	if sum := cs.sum(src[16:n]); sum != le.Uint64(src[8:]) {

@@ -42,6 +42,8 @@ type engine struct {
 	fullBlockCost           []time.Duration // prefill time of a full block i, by i
 
 	m       *kvtier.Manager
+	remote  *remoteLevel // nil: no remote tier
+	rspec   *RemoteSpec  // the remote tier start builds, if any
 	planner *costPlanner
 	current *request // the request whose Onboard is being submitted
 
@@ -217,6 +219,11 @@ func (e *engine) start(blockTokens int) error {
 	if e.m, err = kvtier.New(mc); err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
+	if e.rspec != nil && capacity[kvtier.Host] > 0 {
+		if e.remote, err = newRemoteLevel(e.rspec, e.blockBytes); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -259,6 +266,8 @@ func (e *engine) run(src *trace.Reader) error {
 			e.computeDone(ev.r, ev.phase)
 		case evDecodeDone:
 			e.decodeDone(ev.r)
+		case evRemoteDone:
+			e.fetchDone(ev.r)
 		}
 		if len(e.waiting) > 0 {
 			e.retryWaiting()

@@ -12,6 +12,7 @@ const (
 	evCopyDone
 	evComputeDone
 	evDecodeDone
+	evRemoteDone // a fetch from the remote tier (remote.go)
 )
 
 type event struct {

@@ -30,7 +30,8 @@ func quantiles(sorted []time.Duration) []float64 {
 // Plot draws the report's pictures into dir, each as SVG and PNG:
 // ttft.{svg,png}, the TTFT distribution of each strategy, and, after a host
 // sweep, host-sweep.{svg,png}, the hit ratio per tier against host
-// capacity. It returns the files written.
+// capacity, and after a remote sweep, remote-sweep.{svg,png}, TTFT against
+// the remote tier's size. It returns the files written.
 func (r *Report) Plot(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("replay: plot: %w", err)
@@ -47,19 +48,31 @@ func (r *Report) Plot(dir string) ([]string, error) {
 		}
 		files = append(files, f)
 	}
-	if len(r.HostSweep) == 0 {
-		return files, nil
-	}
-	p, err = r.sweepPlot()
-	if err != nil {
-		return nil, err
-	}
-	for _, ext := range []string{"svg", "png"} {
-		f := filepath.Join(dir, "host-sweep."+ext)
-		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
-			return files, fmt.Errorf("replay: plot: %w", err)
+	if len(r.HostSweep) > 0 {
+		p, err = r.sweepPlot()
+		if err != nil {
+			return nil, err
 		}
-		files = append(files, f)
+		for _, ext := range []string{"svg", "png"} {
+			f := filepath.Join(dir, "host-sweep."+ext)
+			if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
+				return files, fmt.Errorf("replay: plot: %w", err)
+			}
+			files = append(files, f)
+		}
+	}
+	if r.RemoteSweep != nil && len(r.RemoteSweep.Points) > 0 {
+		p, err = r.remotePlot()
+		if err != nil {
+			return nil, err
+		}
+		for _, ext := range []string{"svg", "png"} {
+			f := filepath.Join(dir, "remote-sweep."+ext)
+			if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
+				return files, fmt.Errorf("replay: plot: %w", err)
+			}
+			files = append(files, f)
+		}
 	}
 	return files, nil
 }

@@ -56,6 +56,9 @@ type Report struct {
 	// HostSweep is the chosen strategy's hit ratio against host capacity
 	// (--sweep-host), in increasing capacity.
 	HostSweep []SweepPoint `json:"host_sweep,omitempty"`
+	// RemoteSweep is the chosen strategy against the size of a remote
+	// tier behind the local ones (--sweep-remote).
+	RemoteSweep *RemoteSweep `json:"remote_sweep,omitempty"`
 	// PeakInFlightRequests and PeakInFlightBytes are the most requests in
 	// flight at once (arrived, not done) over every strategy replayed, and
 	// their estimated memory: what the replay's memory grew to, bounded by
@@ -403,6 +406,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				p.HitRatio.NVMe, p.HitRatio.Overall, fmtSeconds(p.TTFT.P50), fmtSeconds(p.TTFT.Mean))
 		}
 		tw.Flush()
+	}
+	if r.RemoteSweep != nil {
+		r.RemoteSweep.writeText(&b, r.Results[0].Strategy)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

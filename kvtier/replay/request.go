@@ -36,6 +36,7 @@ type request struct {
 	computing bool // a segment is running
 	floorAt   time.Duration
 	inserted  bool // its GPU blocks are reserved (InsertKeys)
+	fetchEnd  int  // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 }
 
 // segment is a run of recomputed blocks that wait for the same loads: it
@@ -172,6 +173,15 @@ func (e *engine) begin(r *request) {
 	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
 		panic(fmt.Sprintf("replay: LookupKeys: %v", err)) // the lease is always released
 	}
+	if e.remote != nil && e.fetch(r) {
+		return // fetchDone goes on
+	}
+	e.planAndLoad(r)
+}
+
+// planAndLoad plans the looked-up request, submits its loads and reserves
+// its GPU blocks.
+func (e *engine) planAndLoad(r *request) {
 	if e.planner != nil {
 		e.planner.blocks, e.planner.lastTokens = len(r.keys), e.blockTokensAt(r, len(r.keys)-1)
 		e.planner.backlog = cost.Backlog{Link: max(0, e.servers[chanHostToGPU].onboardTail-e.now)}
@@ -373,6 +383,9 @@ func (e *engine) decodeDone(r *request) {
 			if err := e.m.Offload(&r.l2, kvtier.Host); err != nil {
 				panic(fmt.Sprintf("replay: Offload: %v", err))
 			}
+		}
+		if e.remote != nil {
+			e.remote.publish(r)
 		}
 		e.m.Release(&r.l2)
 	}

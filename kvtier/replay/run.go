@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -57,6 +58,11 @@ type Options struct {
 	Progress func(s Strategy, requests int)
 	// SweepHost replays the chosen strategy again at each host capacity.
 	SweepHost []Bytes
+	// SweepRemote replays the chosen strategy again with a remote tier of
+	// each size behind the local tiers (remote.go), read over RemoteLink;
+	// a size of 0 is the replay without one. It needs a host tier.
+	SweepRemote []Bytes
+	RemoteLink  cost.Link
 }
 
 // Run replays src under cfg's strategy and, with cfg.Baselines, under every
@@ -76,7 +82,7 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	}
 	rep := &Report{Trace: src.Name, Config: cfg}
 	for _, s := range order {
-		res, info, err := runOne(src, cfg, s, opts.Progress)
+		res, info, err := runOne(src, cfg, s, opts.Progress, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -88,11 +94,18 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	for _, host := range opts.SweepHost {
 		c := cfg
 		c.HostBytes = host
-		res, _, err := runOne(src, c, chosen, opts.Progress)
+		res, _, err := runOne(src, c, chosen, opts.Progress, nil)
 		if err != nil {
 			return nil, fmt.Errorf("replay: sweep at host %v: %w", host, err)
 		}
 		rep.HostSweep = append(rep.HostSweep, SweepPoint{HostBytes: host, HitRatio: res.HitRatio, TTFT: res.TTFT})
+	}
+	if len(opts.SweepRemote) > 0 {
+		sw, err := sweepRemote(src, cfg, chosen, opts)
+		if err != nil {
+			return nil, err
+		}
+		rep.RemoteSweep = sw
 	}
 	return rep, nil
 }
@@ -102,8 +115,9 @@ type runInfo struct {
 	skipped      int
 	blockTokens  int
 	blockBytes   int64
-	peakRequests int64 // requests in flight at once, at most
-	peakBytes    int64 // their estimated memory, at most
+	peakRequests int64        // requests in flight at once, at most
+	peakBytes    int64        // their estimated memory, at most
+	remote       *remoteLevel // the remote tier and its counts, if any
 }
 
 // noRequestErr explains a trace that gave no request: empty, or every line
@@ -122,11 +136,14 @@ func noRequestErr(name string, rd *trace.Reader) error {
 }
 
 // runOne replays src under one strategy.
-func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int)) (StrategyResult, runInfo, error) {
+// With rs, a remote tier of rs's size sits behind the local tiers; the
+// runInfo.remote then holds its counts.
+func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int), rs *RemoteSpec) (StrategyResult, runInfo, error) {
 	e, err := newEngine(cfg, s)
 	if err != nil {
 		return StrategyResult{}, runInfo{}, err
 	}
+	e.rspec = rs
 	e.name = src.Name
 	if progress != nil {
 		e.progress = func(n int) { progress(s, n) }
@@ -148,5 +165,6 @@ func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int)) (S
 	}
 	info := runInfo{format: rd.Format().String(), skipped: rd.Skipped(), blockTokens: e.bt, blockBytes: e.blockBytes,
 		peakRequests: e.flight.peakRequests, peakBytes: e.flight.peakBytes}
+	info.remote = e.remote
 	return e.result(), info, nil
 }

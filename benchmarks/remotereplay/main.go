@@ -1,0 +1,136 @@
+// Command remotereplay shows what a remote tier buys in TTFT on the trace
+// bundled with kvtier/trace: it replays it (kvtier/replay) under the
+// chosen strategy once per remote tier size, the remote link being what
+// benchmarks/remote measured (the "tier read" rate and the "tier read
+// latency" of its results file), and writes the report (text and JSON)
+// and its plots. --bandwidth replaces the measured bandwidth with a given
+// one (say, a data-centre network's share per GPU), and the report says so.
+//
+//	go run ./benchmarks/remotereplay --config benchmarks/remotereplay/small-local.json \
+//	    --measured benchmarks/results/remote-local.json --out benchmarks/results/remote-replay
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"kvtier.dev/internal/results"
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/replay"
+)
+
+func main() {
+	config := flag.String("config", "", "replay config (JSON, over replay.DefaultConfig); empty: the default")
+	measured := flag.String("measured", "benchmarks/results/remote-local.json", "benchmarks/remote's results file: the remote link's figures")
+	sizes := flag.String("sizes", "0,16GiB,32GiB,64GiB,128GiB", "remote tier sizes, comma separated (0: none)")
+	out := flag.String("out", "benchmarks/results/remote-replay", "directory for report.txt, report.json and the plots")
+	bandwidth := flag.Float64("bandwidth", 0, "the remote link's bandwidth per GPU in GB/s, instead of the measured one (0: measured)")
+	flag.Parse()
+	if err := run(*config, *measured, *sizes, *out, *bandwidth); err != nil {
+		fmt.Fprintln(os.Stderr, "remotereplay:", err)
+		os.Exit(1)
+	}
+}
+
+func run(configPath, measuredPath, sizeList, out string, gbps float64) error {
+	cfg := replay.DefaultConfig()
+	if configPath != "" {
+		f, err := os.Open(configPath)
+		if err != nil {
+			return err
+		}
+		cfg, err = replay.LoadConfig(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", configPath, err)
+		}
+	}
+	link, err := measuredLink(measuredPath)
+	if err != nil {
+		return err
+	}
+	if gbps != 0 {
+		link.Name = "remote-given"
+		link.BandwidthBytesPerS = gbps * 1e9
+		link.Source = fmt.Sprintf("bandwidth %g GB/s given on the command line (not measured); latency from %s", gbps, link.Source)
+		if err := link.Validate(); err != nil {
+			return fmt.Errorf("--bandwidth: %w", err)
+		}
+	}
+	var sizes []replay.Bytes
+	for _, s := range strings.Split(sizeList, ",") {
+		b, err := replay.ParseBytes(s)
+		if err != nil {
+			return fmt.Errorf("--sizes: %w", err)
+		}
+		sizes = append(sizes, b)
+	}
+	rep, err := replay.Run(replay.BundledSource(), cfg, replay.Options{SweepRemote: sizes, RemoteLink: link})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	var text strings.Builder
+	fmt.Fprintf(&text, "command: %s\n", strings.Join(os.Args, " "))
+	fmt.Fprintf(&text, "remote link: %s\n\n", link.Source)
+	if err := rep.WriteText(&text); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "report.txt"), []byte(text.String()), 0o644); err != nil {
+		return err
+	}
+	jf, err := os.Create(filepath.Join(out, "report.json"))
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteJSON(jf); err != nil {
+		jf.Close()
+		return err
+	}
+	if err := jf.Close(); err != nil {
+		return err
+	}
+	if _, err := rep.Plot(out); err != nil {
+		return err
+	}
+	fmt.Print(text.String())
+	return nil
+}
+
+// measuredLink reads the tier's read rate (GiB/s) and latency (us) from
+// benchmarks/remote's results file.
+func measuredLink(path string) (cost.Link, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cost.Link{}, err
+	}
+	var f results.File
+	if err := json.Unmarshal(data, &f); err != nil {
+		return cost.Link{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var gibps, us float64
+	for _, r := range f.Rows {
+		switch {
+		case r.Name == "tier read" && r.Unit == "GiB/s":
+			gibps = r.Median
+		case r.Name == "tier read latency" && r.Unit == "us":
+			us = r.Median
+		}
+	}
+	if gibps <= 0 || us <= 0 {
+		return cost.Link{}, fmt.Errorf("%s: no \"tier read\" (GiB/s) and \"tier read latency\" (us) rows", path)
+	}
+	l := cost.Link{Name: "remote-" + f.Machine, BandwidthBytesPerS: gibps * (1 << 30), Latency: time.Duration(us * 1e3),
+		Source: fmt.Sprintf("%s: tier read %.3g GiB/s, tier read latency %.3g us (machine %s, %s, commit %s)", path, gibps, us, f.Machine, f.Date, f.Commit)}
+	if err := l.Validate(); err != nil {
+		return cost.Link{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
