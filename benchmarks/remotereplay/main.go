@@ -11,16 +11,12 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"kvtier.dev/internal/results"
-	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/replay"
 )
 
@@ -50,7 +46,7 @@ func run(configPath, measuredPath, sizeList, out string, gbps float64) error {
 			return fmt.Errorf("%s: %w", configPath, err)
 		}
 	}
-	link, err := measuredLink(measuredPath)
+	link, err := replay.RemoteLinkFromResults(measuredPath)
 	if err != nil {
 		return err
 	}
@@ -102,35 +98,4 @@ func run(configPath, measuredPath, sizeList, out string, gbps float64) error {
 	}
 	fmt.Print(text.String())
 	return nil
-}
-
-// measuredLink reads the tier's read rate (GiB/s) and latency (us) from
-// benchmarks/remote's results file.
-func measuredLink(path string) (cost.Link, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return cost.Link{}, err
-	}
-	var f results.File
-	if err := json.Unmarshal(data, &f); err != nil {
-		return cost.Link{}, fmt.Errorf("%s: %w", path, err)
-	}
-	var gibps, us float64
-	for _, r := range f.Rows {
-		switch {
-		case r.Name == "tier read" && r.Unit == "GiB/s":
-			gibps = r.Median
-		case r.Name == "tier read latency" && r.Unit == "us":
-			us = r.Median
-		}
-	}
-	if gibps <= 0 || us <= 0 {
-		return cost.Link{}, fmt.Errorf("%s: no \"tier read\" (GiB/s) and \"tier read latency\" (us) rows", path)
-	}
-	l := cost.Link{Name: "remote-" + f.Machine, BandwidthBytesPerS: gibps * (1 << 30), Latency: time.Duration(us * 1e3),
-		Source: fmt.Sprintf("%s: tier read %.3g GiB/s, tier read latency %.3g us (machine %s, %s, commit %s)", path, gibps, us, f.Machine, f.Date, f.Commit)}
-	if err := l.Validate(); err != nil {
-		return cost.Link{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return l, nil
 }

@@ -27,7 +27,11 @@ type replayArgs struct {
 	json      bool
 	plotDir   string
 	sweepHost []replay.Bytes
-	progress  string
+	// sweepRemote and remoteLink: --remote's sizes, read over the link
+	// --remote-link measured.
+	sweepRemote []replay.Bytes
+	remoteLink  cost.Link
+	progress    string
 	// cpuProfile is a file for a CPU profile of the replay ("" for none).
 	cpuProfile string
 }
@@ -53,7 +57,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
-	opts := replay.Options{SweepHost: a.sweepHost}
+	opts := replay.Options{SweepHost: a.sweepHost, SweepRemote: a.sweepRemote, RemoteLink: a.remoteLink}
 	var bar *progressbar.ProgressBar
 	if showProgress(a.progress, stderr) {
 		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("replaying"),
@@ -153,6 +157,8 @@ flags:
 	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
 	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
 	sweep := fs.String("sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
+	remoteSizes := fs.String("remote", "", "comma-separated remote tier (kvtier/remote) sizes to replay the chosen strategy with, e.g. 0,64GiB,512GiB (per GPU; needs --remote-link)")
+	remoteLink := fs.String("remote-link", "", "the remote tier's link: a results file that measured it (`kvtier probe --remote ADDRS --json FILE`, or benchmarks/remote's)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay (go tool pprof) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -244,16 +250,39 @@ flags:
 		a.src.Format = f
 	}
 	a.src.SkipBad = *skipBad
-	if *sweep != "" {
-		for _, s := range strings.Split(*sweep, ",") {
-			b, err := replay.ParseBytes(s)
-			if err != nil {
-				return a, fmt.Errorf("--sweep-host: %w", err)
-			}
-			a.sweepHost = append(a.sweepHost, b)
+	if a.sweepHost, err = parseSizes("--sweep-host", *sweep); err != nil {
+		return a, err
+	}
+	if a.sweepRemote, err = parseSizes("--remote", *remoteSizes); err != nil {
+		return a, err
+	}
+	switch {
+	case *remoteSizes != "" && *remoteLink == "":
+		return a, errors.New("--remote needs --remote-link: the remote tier's measured link")
+	case *remoteSizes == "" && *remoteLink != "":
+		return a, errors.New("--remote-link without --remote: give the remote tier sizes to replay")
+	case *remoteLink != "":
+		if a.remoteLink, err = replay.RemoteLinkFromResults(*remoteLink); err != nil {
+			return a, fmt.Errorf("--remote-link: %w", err)
 		}
 	}
 	return a, nil
+}
+
+// parseSizes parses a comma-separated list of sizes ("" is none).
+func parseSizes(flagName, list string) ([]replay.Bytes, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []replay.Bytes
+	for _, s := range strings.Split(list, ",") {
+		b, err := replay.ParseBytes(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flagName, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 // checkPlotDir makes sure, before a replay that may take minutes, that the

@@ -176,6 +176,10 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"--decode-token-time", "2540400h"}, "decode_token_time"},
 		{[]string{"--plot", bad}, "--plot " + bad},
 		{[]string{"--trace", allBad, "--skip-bad"}, "all 2 lines were malformed and skipped"},
+		{[]string{"--remote", "16GiB"}, "--remote needs --remote-link"},
+		{[]string{"--remote-link", remoteLinkFile}, "--remote-link without --remote"},
+		{[]string{"--remote", "16GiB,x", "--remote-link", remoteLinkFile}, "--remote: "},
+		{[]string{"--remote", "16GiB", "--remote-link", bad}, "--remote-link: " + bad},
 	}
 	for _, c := range cases {
 		code, _, errs := runReplayArgs(t, c.args...)
@@ -186,6 +190,23 @@ func TestReplayBadInput(t *testing.T) {
 	code, out, errs := runReplayArgs(t, "--trace", bad, "--skip-bad", "--baselines=false")
 	if code != 0 || !strings.Contains(out, "1 bad lines skipped") {
 		t.Errorf("--skip-bad: exit %d, %q, %q", code, out, errs)
+	}
+}
+
+// remoteLinkFile is what benchmarks/remote measured on the dev VM.
+const remoteLinkFile = "../../benchmarks/results/remote-local.json"
+
+// TestReplayRemote: --remote replays the chosen strategy with a remote tier
+// of each size, read over the link --remote-link measured, and the report
+// has a row per size.
+func TestReplayRemote(t *testing.T) {
+	args := append(quickArgs(t), "--baselines=false", "--remote", "0,16GiB", "--remote-link", remoteLinkFile)
+	code, out, errs := runReplayArgs(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "TTFT against the remote tier's size") || !strings.Contains(out, "16GiB") {
+		t.Errorf("no remote sweep in the report:\n%s", out)
 	}
 }
 
