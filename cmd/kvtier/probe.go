@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,6 +38,8 @@ type probeConfig struct {
 	machine  string
 	commit   string
 	command  string
+	// remote, when set, measures the remote tier instead of the GPU.
+	remote *probeRemoteConfig
 }
 
 // probeResult is the JSON that --json writes. "measured" is what the cost
@@ -83,6 +86,22 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
 		return 2
 	}
+	if cfg.remote != nil {
+		f, err := probeRemote(context.Background(), *cfg.remote, cfg, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvtier probe: --remote: %v\n", err)
+			return 1
+		}
+		probePrintRows(stdout, f.Rows)
+		if cfg.jsonPath != "" {
+			if err := probeWriteJSON(cfg.jsonPath, f); err != nil {
+				fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "wrote %s (kvtier replay --remote-link reads it)\n", cfg.jsonPath)
+		}
+		return 0
+	}
 	d, err := cudastream.Open(cfg.device)
 	if errors.Is(err, cudastream.ErrNoDriver) {
 		fmt.Fprintf(stderr, "kvtier probe: no CUDA driver/GPU found: %v\n", err)
@@ -124,8 +143,33 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 	fs.IntVar(&cfg.runs, "runs", 5, "measured runs per figure, after one warm-up")
 	fs.StringVar(&cfg.machine, "machine", "", "machine name for the JSON (default: the host name)")
 	fs.StringVar(&cfg.commit, "commit", "", "commit for the JSON (default: the build's VCS revision)")
+	remoteAddrs := fs.String("remote", "", "measure the remote tier instead of the GPU: Redis Cluster nodes, comma separated (host:port)")
+	remoteBlock := fs.String("remote-block", "2MiB", "with --remote: the block size")
+	remoteBlocks := fs.Int("remote-blocks", 16, "with --remote: blocks per pass")
+	remoteDepth := fs.Int("remote-depth", 8, "with --remote: fetches in flight")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case *remoteAddrs != "":
+		rb, err := bytesize.Parse(*remoteBlock)
+		if err != nil {
+			return cfg, fmt.Errorf("--remote-block: %w", err)
+		}
+		if rb < 1 || rb > 1<<30 {
+			return cfg, fmt.Errorf("--remote-block: %d bytes, want 1 B to 1 GiB", rb)
+		}
+		if *remoteBlocks < 1 || *remoteDepth < 1 {
+			return cfg, fmt.Errorf("--remote-blocks %d and --remote-depth %d: want at least 1", *remoteBlocks, *remoteDepth)
+		}
+		if set["device"] || set["size"] {
+			return cfg, errors.New("--remote measures the remote tier, not a GPU: --device and --size do not apply")
+		}
+		cfg.remote = &probeRemoteConfig{addrs: strings.Split(*remoteAddrs, ","), blockBytes: rb, blocks: *remoteBlocks, depth: *remoteDepth}
+	case set["remote-block"] || set["remote-blocks"] || set["remote-depth"]:
+		return cfg, errors.New("--remote-block, --remote-blocks and --remote-depth need --remote")
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -208,7 +252,7 @@ func probePrintRows(w io.Writer, rows []results.Row) {
 	}
 }
 
-func probeWriteJSON(path string, res *probeResult) error {
+func probeWriteJSON(path string, res any) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode JSON: %w", err)
