@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"kvtier.dev/examples/server/internal/engine"
@@ -112,9 +113,6 @@ func (c *config) validate() error {
 	default:
 		return fmt.Errorf("-policy %q: want lru, s3fifo or 2q", c.policy)
 	}
-	if _, err := model.Lookup(c.modelName, c.blockTokens); err != nil {
-		return fmt.Errorf("-model: %w", err)
-	}
 	switch {
 	case c.blockTokens < 0:
 		return fmt.Errorf("-block-tokens %d is negative", c.blockTokens)
@@ -129,7 +127,22 @@ func (c *config) validate() error {
 	case c.drainTimeout <= 0:
 		return errors.New("-drain-timeout must be positive")
 	}
-	return nil
+	_, err := c.modelConfig()
+	return err
+}
+
+// modelConfig is the -model's shape with -block-tokens, 16 by default for
+// the presets (tiny keeps its 4).
+func (c *config) modelConfig() (model.Config, error) {
+	bt := c.blockTokens
+	if bt == 0 && !strings.EqualFold(c.modelName, "tiny") {
+		bt = 16
+	}
+	m, err := model.Lookup(c.modelName, bt)
+	if err != nil {
+		return m, fmt.Errorf("-model: %w", err)
+	}
+	return m, nil
 }
 
 // shape is the model and the sizes the flags imply, with defaults filled.
@@ -142,9 +155,9 @@ type shape struct {
 }
 
 func (c *config) shape() (shape, error) {
-	m, err := model.Lookup(c.modelName, c.blockTokens)
+	m, err := c.modelConfig()
 	if err != nil {
-		return shape{}, fmt.Errorf("-model: %w", err)
+		return shape{}, err
 	}
 	s := shape{model: m, context: c.context, blockBytes: m.BlockBytes()}
 	if s.context == 0 {

@@ -397,7 +397,15 @@ func TestArgs(t *testing.T) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
 		}
 	}
-	c, err := parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
+	c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.shape()
+	if err != nil || sh.model.BlockTokens != 16 || sh.cacheSlots != 1024 || sh.context != 16384 || sh.scratch != 2048 {
+		t.Fatalf("llama-3.1-8b with -gpu-kv 2GiB: %+v, %v; want blocks of 16 tokens, 1024 cache slots, context 16384, 2048 scratch slots", sh, err)
+	}
+	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
