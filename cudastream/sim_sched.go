@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // The sim's scheduler: a discrete-event simulation of streams and copy
@@ -120,7 +122,7 @@ func (s *Sim) newMarker() *simMarker {
 func (s *Sim) releaseMarker(m *simMarker) {
 	m.refs--
 	if m.refs < 0 {
-		simPanic("marker released more often than held")
+		invariants.Failf("marker released more often than held")
 	}
 	if m.refs == 0 {
 		s.markerPool = append(s.markerPool, m)
@@ -218,7 +220,7 @@ func (s *Sim) scheduleNext(limit time.Duration) bool {
 func (s *Sim) scheduleOp(op *simOp) {
 	for !op.scheduled {
 		if !s.scheduleNext(simForever) {
-			simPanic("no operation can be scheduled while op %d waits", op.seq)
+			invariants.Failf("no operation can be scheduled while op %d waits", op.seq)
 		}
 	}
 }
@@ -227,7 +229,7 @@ func (s *Sim) scheduleOp(op *simOp) {
 func (s *Sim) scheduleMarker(m *simMarker) {
 	for !m.known {
 		if !s.scheduleNext(simForever) {
-			simPanic("no operation can be scheduled while a marker waits")
+			invariants.Failf("no operation can be scheduled while a marker waits")
 		}
 	}
 }
@@ -265,7 +267,7 @@ func (s *Sim) advanceLocked(h time.Duration) {
 		s.dropDestroyedStreams()
 		s.cond.Broadcast()
 	}
-	if simInvariants {
+	if invariants.Enabled {
 		s.checkInvariants()
 	}
 }
@@ -351,16 +353,16 @@ func (s *Sim) dropDestroyedStreams() {
 func (s *Sim) checkInvariants() {
 	for _, st := range s.streams {
 		if st.nsched > st.pending() {
-			simPanic("stream %d: %d scheduled of %d pending", st.id, st.nsched, st.pending())
+			invariants.Failf("stream %d: %d scheduled of %d pending", st.id, st.nsched, st.pending())
 		}
 		prev := time.Duration(math.MinInt64)
 		for i, op := range st.q[st.head:] {
 			if op.scheduled != (i < st.nsched) {
-				simPanic("stream %d: op %d scheduled=%v at queue position %d (nsched %d)", st.id, op.seq, op.scheduled, i, st.nsched)
+				invariants.Failf("stream %d: op %d scheduled=%v at queue position %d (nsched %d)", st.id, op.seq, op.scheduled, i, st.nsched)
 			}
 			if op.scheduled {
 				if op.start < op.enq || op.end < op.start || op.start < prev {
-					simPanic("stream %d: op %d times enq %v start %v end %v after %v", st.id, op.seq, op.enq, op.start, op.end, prev)
+					invariants.Failf("stream %d: op %d times enq %v start %v end %v after %v", st.id, op.seq, op.enq, op.start, op.end, prev)
 				}
 				prev = op.end
 			}
@@ -373,12 +375,6 @@ func (s *Sim) checkInvariants() {
 		}
 	}
 	if used != s.mem.used {
-		simPanic("device memory in use %d, accounted %d", used, s.mem.used)
+		invariants.Failf("device memory in use %d, accounted %d", used, s.mem.used)
 	}
-}
-
-// simPanic reports a broken invariant of the sim: a bug in the sim, never
-// bad input.
-func simPanic(format string, args ...any) {
-	panic("cudastream: sim invariant broken: " + fmt.Sprintf(format, args...))
 }

@@ -1,21 +1,21 @@
 package cudastream
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"kvtier.dev/internal/scripttest"
 )
 
 // Data-driven timeline tests: testdata/sim_timeline.txt holds cases of
-// commands and the output they must produce on the virtual clock. Run with
-// -sim-rewrite to rewrite the expected output after a deliberate change, and
-// read the diff.
+// commands and the output they must produce on the virtual clock, read by
+// internal/scripttest. Run with -rewrite to rewrite the expected output
+// after a deliberate change, and read the diff.
 //
 //	case NAME
 //	sim [timing-only] [mem=SIZE] [h200] [htod=BW dtoh=BW dtod=BW phtod=BW pdtoh=BW
@@ -32,104 +32,26 @@ import (
 //
 // SIZE takes KiB, MiB, GiB suffixes; BW is bytes per second with the same
 // suffixes (49.4GiB).
-var simRewrite = flag.Bool("sim-rewrite", false, "rewrite testdata/sim_timeline.txt with the output the sim produces")
-
 var simHostAddrRE = regexp.MustCompile(`host range \[0x[0-9a-f]+`)
 
 const simScriptFile = "testdata/sim_timeline.txt"
 
-type simScriptCase struct {
-	name     string
-	commands []string
-	want     []string
-}
-
-func parseSimScript(t *testing.T, text string) []simScriptCase {
-	var cases []simScriptCase
-	var cur *simScriptCase
-	inWant := false
-	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimRight(line, " \t")
-		switch {
-		case strings.HasPrefix(line, "case "):
-			cases = append(cases, simScriptCase{name: strings.TrimPrefix(line, "case ")})
-			cur, inWant = &cases[len(cases)-1], false
-		case cur == nil:
-			if line != "" && !strings.HasPrefix(line, "#") {
-				t.Fatalf("%s:%d: %q before the first case", simScriptFile, i+1, line)
-			}
-		case line == "----":
-			inWant = true
-		case inWant:
-			if line != "" {
-				cur.want = append(cur.want, line)
-			}
-		case line != "" && !strings.HasPrefix(line, "#"):
-			cur.commands = append(cur.commands, line)
-		}
-	}
-	return cases
-}
-
 func TestSimTimelineScripts(t *testing.T) {
-	raw, err := os.ReadFile(simScriptFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := parseSimScript(t, string(raw))
-	if len(cases) == 0 {
-		t.Fatalf("%s has no cases", simScriptFile)
-	}
-	for i := range cases {
-		c := &cases[i]
-		t.Run(c.name, func(t *testing.T) {
-			got := runSimScript(t, c.commands)
-			if *simRewrite {
-				c.want = got
-				return
+	scripttest.Run(t, simScriptFile, func(t *testing.T, c *scripttest.Case) string {
+		name, ok := strings.CutPrefix(c.Commands[0].Text, "case ")
+		if !ok {
+			t.Fatalf("%s:%d: a case starts with \"case NAME\", not %q", c.File, c.Line(), c.Commands[0].Text)
+		}
+		var out []string
+		t.Run(name, func(t *testing.T) {
+			var commands []string
+			for _, cmd := range c.Commands[1:] {
+				commands = append(commands, cmd.Text)
 			}
-			if !slices.Equal(got, c.want) {
-				t.Errorf("output:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(c.want, "\n"))
-			}
+			out = runSimScript(t, commands)
 		})
-	}
-	if *simRewrite {
-		rewriteSimScript(t, string(raw), cases)
-	}
-}
-
-// rewriteSimScript keeps the file's comments and commands and replaces each
-// expected block.
-func rewriteSimScript(t *testing.T, text string, cases []simScriptCase) {
-	var b strings.Builder
-	n, inWant := -1, false
-	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
-		if strings.HasPrefix(line, "case ") {
-			if inWant {
-				b.WriteString("\n")
-			}
-			n++
-			inWant = false
-		}
-		if inWant {
-			if strings.HasPrefix(line, "#") {
-				b.WriteString("\n")
-				inWant = false
-			} else {
-				continue
-			}
-		}
-		b.WriteString(line + "\n")
-		if line == "----" {
-			for _, w := range cases[n].want {
-				b.WriteString(w + "\n")
-			}
-			inWant = true
-		}
-	}
-	if err := os.WriteFile(simScriptFile, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		return strings.Join(out, "\n")
+	})
 }
 
 type simScriptState struct {

@@ -1,6 +1,6 @@
 package kvtier
 
-import "fmt"
+import "kvtier.dev/internal/invariants"
 
 // checkInvariants walks all metadata and panics on any inconsistency: a tier
 // over capacity, a slot held twice or both held and free, a record not in the
@@ -8,9 +8,7 @@ import "fmt"
 // O(records); called under the write lock, only with the invariants build tag (sampled)
 // and from tests.
 func (m *Manager) checkInvariants() {
-	fail := func(format string, args ...any) {
-		panic("kvtier: invariant broken: " + fmt.Sprintf(format, args...))
-	}
+	fail := invariants.Failf
 	var owner [NumTiers]map[Slot]BlockRef
 	var tracked [NumTiers]int
 	for t := range NumTiers {

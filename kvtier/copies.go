@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // propagate copies a block that just became ready in tier t on to the next
@@ -137,7 +139,7 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 	t.remaining--
 	r := m.recs.at(op.Ref)
 	if r.state[op.To] != stateWriting || r.slot[op.To] != op.ToSlot {
-		panic(fmt.Sprintf("kvtier: completion of block %#x into %v slot %d finds it %v in slot %d", uint64(op.Key), op.To, op.ToSlot, r.state[op.To], r.slot[op.To]))
+		invariants.Failf("completion of block %#x into %v slot %d finds it %v in slot %d", uint64(op.Key), op.To, op.ToSlot, r.state[op.To], r.slot[op.To])
 	}
 	demotion := r.state[op.From] == stateEvicting
 	if err == nil {
@@ -199,7 +201,7 @@ func (m *Manager) idle() {
 }
 
 func (m *Manager) checkSampled() {
-	if !invariantsEnabled {
+	if !invariants.Enabled {
 		return
 	}
 	m.ops++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/policy"
 )
 
@@ -234,7 +235,7 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 		m.ops++
 		r := m.recs.at(v)
 		if r.state[t] != stateReady || r.refs != 0 {
-			panic(fmt.Sprintf("kvtier: policy of %v evicted block %#x that is %v with %d references", t, uint64(r.key), r.state[t], r.refs))
+			invariants.Failf("policy of %v evicted block %#x that is %v with %d references", t, uint64(r.key), r.state[t], r.refs)
 		}
 		m.metrics.tier(t).evicted()
 		next := ts.below

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"kvtier.dev/internal/invariants"
 )
 
 func oneTier(t testing.TB, tier Tier, slots, bt int) *Manager {
@@ -103,7 +105,7 @@ func TestInsertLookupPrefix(t *testing.T) {
 		}
 	}
 	if allocs := testing.AllocsPerRun(100, func() {
-		if invariantsEnabled {
+		if invariants.Enabled {
 			return // the invariant walk allocates
 		}
 		m.Release(&l)

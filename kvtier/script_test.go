@@ -2,17 +2,15 @@ package kvtier
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the output the scripts produce now")
+	"kvtier.dev/internal/scripttest"
+)
 
 // TestScripts runs the block state machine scripts in testdata/. Each case
 // is a command, a "----" line, and the output expected, then a blank line.
@@ -26,8 +24,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite testdata/*.txt with the outpu
 //	complete I [fail]   (the I-th pending copy, in submission order)
 //	state               (every block's state per tier, and pending copies)
 //
-// Run with -rewrite to regenerate the expected output after a deliberate
-// change, and read the diff.
+// The files are read by internal/scripttest: run with -rewrite to
+// regenerate the expected output after a deliberate change, and read the
+// diff.
 func TestScripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -47,42 +46,18 @@ type scriptEnv struct {
 }
 
 func runScript(t *testing.T, file string) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
 	env := &scriptEnv{t: t, leases: map[string]*Lease{}, names: map[Key]string{}}
-	cases := strings.Split(strings.TrimSpace(string(data)), "\n\n")
-	for _, c := range cases {
-		cmd, want, ok := strings.Cut(c, "\n----\n")
-		if !ok {
-			cmd, want, _ = strings.Cut(c, "\n----")
+	scripttest.Run(t, file, func(t *testing.T, c *scripttest.Case) string {
+		var words []string
+		for _, cmd := range c.Commands {
+			words = append(words, strings.Fields(cmd.Text)...)
 		}
-		// Comment lines start with #.
-		var lines []string
-		for _, line := range strings.Split(cmd, "\n") {
-			if !strings.HasPrefix(line, "#") {
-				lines = append(lines, line)
-			}
-		}
-		got := env.run(strings.Fields(strings.Join(lines, " ")))
-		if *rewrite {
-			fmt.Fprintf(&out, "%s\n----\n%s\n\n", cmd, got)
-			continue
-		}
-		if strings.TrimSpace(got) != strings.TrimSpace(want) {
-			t.Errorf("%s:\n%s\ngot:\n%s\nwant:\n%s", file, cmd, got, want)
-		}
+		got := env.run(words)
 		if env.m != nil {
 			env.m.check(t)
 		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(file, []byte(strings.TrimSpace(out.String())+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return got
+	})
 }
 
 func parseTier(s string) Tier {

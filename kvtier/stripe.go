@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // The manager's lock and the state that lookups write are split into
@@ -230,7 +232,7 @@ func (m *Manager) unpin(st *stripe, l *Lease) {
 	last := len(st.active) - 1
 	if l.activeAt > last || st.active[l.activeAt] != l {
 		st.bufMu.Unlock()
-		panic("kvtier: a pinned lease is not in its stripe's list")
+		invariants.Failf("a pinned lease is not in its stripe's list")
 	}
 	moved := st.active[last]
 	st.active[l.activeAt] = moved

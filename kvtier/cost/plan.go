@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // Tier is where one block of a prefix is now.
@@ -421,9 +423,9 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 		}
 		out[i] = a
 	}
-	if invariantsEnabled {
+	if invariants.Enabled {
 		if got := p.simulateSeconds(blocks, out, false); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
-			panic(fmt.Sprintf("cost: planner's closed form %g s disagrees with simulation %g s", planT, got))
+			invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
 		}
 	}
 	return res, nil

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // maxRunSlots caps the slots in one vectored I/O (two or three iovecs each,
@@ -136,7 +138,7 @@ func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
 func (s *Store) finishWriteLocked(o *op) {
 	si := &s.slots[o.slot]
 	if !(si.busy == -1) {
-		broken("slot %d finished a write with busy = %d", o.slot, si.busy)
+		invariants.Failf("slot %d finished a write with busy = %d", o.slot, si.busy)
 	}
 	si.busy = 0
 	if o.err != nil {
@@ -199,7 +201,7 @@ func (s *Store) ReadBatch(ctx context.Context, ops []ReadOp) error {
 	for i := range ops {
 		o := &in[i]
 		if o.err == nil && o.hashPending {
-			broken("slot %d: read would succeed with its payload unchecked", o.slot)
+			invariants.Failf("slot %d: read would succeed with its payload unchecked", o.slot)
 		}
 		if o.prepared {
 			s.finishReadLocked(o)
@@ -248,7 +250,7 @@ func (s *Store) prepareReadLocked(o *op, r *ReadOp) error {
 func (s *Store) finishReadLocked(o *op) {
 	si := &s.slots[o.slot]
 	if !(si.busy > 0) {
-		broken("slot %d finished a read with busy = %d", o.slot, si.busy)
+		invariants.Failf("slot %d finished a read with busy = %d", o.slot, si.busy)
 	}
 	si.busy--
 	if o.err == nil {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"unsafe"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // Slot names one block slot of the Store: file index × SlotsPerFile + slot
@@ -138,13 +140,13 @@ func (s *Store) Allocate() (Slot, error) {
 		slot := Slot(fi*s.geom.slotsPerFile + int(idx))
 		si := &s.slots[slot]
 		if !(si.state == stFree && si.busy == 0) {
-			broken("slot %d on the free list is in state %d busy %d", slot, si.state, si.busy)
+			invariants.Failf("slot %d on the free list is in state %d busy %d", slot, si.state, si.busy)
 		}
 		*si = slotInfo{state: stEmpty}
 		s.checkLocked()
 		return slot, nil
 	}
-	broken("nfree = %d but every free list is empty", s.nfree)
+	invariants.Failf("nfree = %d but every free list is empty", s.nfree)
 	return NoSlot, nil
 }
 

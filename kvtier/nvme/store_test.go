@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"kvtier.dev/internal/invariants"
 )
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -272,7 +274,7 @@ func TestBufferedMode(t *testing.T) {
 }
 
 func TestInvariantCheckCatchesDamage(t *testing.T) {
-	if !invariantsEnabled {
+	if !invariants.Enabled {
 		t.Skip("needs -tags invariants")
 	}
 	s := mustOpen(t, testConfig(t.TempDir()))

@@ -64,11 +64,3 @@ func (e *ChunkError) Error() string {
 }
 
 func (e *ChunkError) Unwrap() error { return e.Err }
-
-// assertf panics when an invariant of the package is broken. It is the only
-// panic in the package.
-func assertf(ok bool, format string, args ...any) {
-	if !ok {
-		panic(fmt.Sprintf("pinned: invariant broken: "+format, args...))
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/pinned/internal/sys"
 )
 
@@ -173,10 +174,10 @@ func (s *state) registerLoop(ctx context.Context, cpu int, w *faultWork) (busy, 
 			return busy, waited, chunkErr(StageWait, context.Cause(ctx))
 		}
 		b := s.slice(c)
-		if invariantsEnabled {
+		if invariants.Enabled {
 			s.assertResident(c)
 		}
-		assertf(s.ready.Load() == c.OffsetBytes && c.OffsetBytes+c.LengthBytes <= s.p.size,
+		invariants.Check(s.ready.Load() == c.OffsetBytes && c.OffsetBytes+c.LengthBytes <= s.p.size,
 			"chunk %d at %d+%d does not follow the ready prefix %d of %d", ci, c.OffsetBytes, c.LengthBytes, s.ready.Load(), s.p.size)
 		tr := time.Now()
 		err := s.p.reg.HostRegister(b)
@@ -201,7 +202,7 @@ func (s *state) registerLoop(ctx context.Context, cpu int, w *faultWork) (busy, 
 func (s *state) assertResident(c Chunk) {
 	page := smallPageBytes
 	n, err := sys.ResidentPages(unsafe.Add(s.base, c.OffsetBytes), uintptr(c.LengthBytes), uintptr(page))
-	assertf(err == nil, "mincore on chunk %d: %v", c.Index, err)
+	invariants.Check(err == nil, "mincore on chunk %d: %v", c.Index, err)
 	want := int((c.LengthBytes + page - 1) / page)
-	assertf(n == want, "chunk %d has %d of %d pages resident before registration", c.Index, n, want)
+	invariants.Check(n == want, "chunk %d has %d of %d pages resident before registration", c.Index, n, want)
 }

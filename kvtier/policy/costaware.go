@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+
+	"kvtier.dev/internal/invariants"
+)
 
 // CostAware evicts the key whose loss costs least per byte, weighted by how
 // often it is reused: a GreedyDual-Size-Frequency policy (Cherkasova 1998)
@@ -108,7 +112,7 @@ func (p *CostAware[K]) Insert(key K, meta Meta) {
 		i = p.free
 		p.free = p.nodes[i].pos
 	} else {
-		assertf(len(p.nodes) < maxNodes, "policy: CostAware: more than %d keys", maxNodes)
+		invariants.Check(len(p.nodes) < maxNodes, "policy: CostAware: more than %d keys", maxNodes)
 		p.nodes = append(p.nodes, costNode[K]{})
 		i = int32(len(p.nodes) - 1)
 	}
@@ -364,22 +368,22 @@ func (p *CostAware[K]) check() {
 	if !p.checks.due(p.Len()) {
 		return
 	}
-	assertf(p.index.len() == len(p.heap), "policy: CostAware: %d keys indexed, %d in heap", p.index.len(), len(p.heap))
+	invariants.Check(p.index.len() == len(p.heap), "policy: CostAware: %d keys indexed, %d in heap", p.index.len(), len(p.heap))
 	for pos, e := range p.heap {
 		i := e.node
 		n := &p.nodes[i]
-		assertf(int(n.pos) == pos, "policy: CostAware: node %d at heap position %d says %d", i, pos, n.pos)
+		invariants.Check(int(n.pos) == pos, "policy: CostAware: node %d at heap position %d says %d", i, pos, n.pos)
 		j, ok := p.index.get(n.key)
-		assertf(ok && j == i, "policy: CostAware: node %d is not indexed under its key", i)
+		invariants.Check(ok && j == i, "policy: CostAware: node %d is not indexed under its key", i)
 		if pos > 0 {
-			assertf(p.heap[(pos-1)/arity].prio <= e.prio, "policy: CostAware: heap order broken at position %d", pos)
+			invariants.Check(p.heap[(pos-1)/arity].prio <= e.prio, "policy: CostAware: heap order broken at position %d", pos)
 		}
-		assertf(e.prio >= 0 && !math.IsNaN(e.prio), "policy: CostAware: node %d priority %v", i, e.prio)
+		invariants.Check(e.prio >= 0 && !math.IsNaN(e.prio), "policy: CostAware: node %d priority %v", i, e.prio)
 	}
 	free := 0
 	for i := p.free; i >= 0; i = p.nodes[i].pos {
 		free++
-		assertf(free <= len(p.nodes), "policy: CostAware: free list has a cycle")
+		invariants.Check(free <= len(p.nodes), "policy: CostAware: free list has a cycle")
 	}
-	assertf(free+len(p.heap) == len(p.nodes), "policy: CostAware: %d free + %d used != %d nodes", free, len(p.heap), len(p.nodes))
+	invariants.Check(free+len(p.heap) == len(p.nodes), "policy: CostAware: %d free + %d used != %d nodes", free, len(p.heap), len(p.nodes))
 }

@@ -1,5 +1,7 @@
 package policy
 
+import "kvtier.dev/internal/invariants"
+
 // keyIndex maps a tracked key to its node in a policy's slab. Every policy
 // holds one, chosen by its constructor: a mapIndex for any comparable key
 // (NewLRU, NewTwoQ, ...) or a denseIndex for keys that are small dense
@@ -66,7 +68,7 @@ func (d *denseIndex[K]) set(key K, i int32) {
 		d.grow(key)
 	}
 	if d.nodes[key] >= 0 { // a branch, not a plain assertf: boxing key would allocate
-		assertf(false, "policy: dense key %d indexed twice", uint64(key))
+		invariants.Check(false, "policy: dense key %d indexed twice", uint64(key))
 	}
 	d.nodes[key] = i
 	d.n++

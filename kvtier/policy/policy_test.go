@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // allPolicies builds each policy over uint64 keys, with a map index, and
@@ -177,7 +179,7 @@ func TestRandomOperationsKeepContract(t *testing.T) {
 // does a batch of operations so that even a rare allocation shows
 // (AllocsPerRun rounds its average down).
 func TestNoAllocations(t *testing.T) {
-	if invariantsEnabled {
+	if invariants.Enabled {
 		t.Skip("the invariant checks (-tags invariants) allocate to format their messages")
 	}
 	const (

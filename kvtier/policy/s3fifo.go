@@ -1,5 +1,7 @@
 package policy
 
+import "kvtier.dev/internal/invariants"
+
 // S3FIFO is the S3-FIFO policy of Yang et al. ("FIFO queues are all you need
 // for cache eviction", SOSP 2023). A new key enters the small FIFO S; a key
 // inserted again while the ghost FIFO G remembers it enters the main FIFO M.
@@ -189,10 +191,10 @@ func (p *S3FIFO[K]) Contains(key K) bool {
 func (p *S3FIFO[K]) check() {
 	if p.checks.due(p.Len()) {
 		p.s.check()
-		assertf(p.s.lens[s3Ghost] <= p.ghostKeys,
+		invariants.Check(p.s.lens[s3Ghost] <= p.ghostKeys,
 			"policy: S3FIFO: G holds %d keys, bound %d", p.s.lens[s3Ghost], p.ghostKeys)
 		for i := p.s.nodes[s3Ghost].next; !p.s.isSentinel(i); i = p.s.nodes[i].next {
-			assertf(p.s.nodes[i].freq == 0, "policy: S3FIFO: ghost node %d has counter %d", i, p.s.nodes[i].freq)
+			invariants.Check(p.s.nodes[i].freq == 0, "policy: S3FIFO: ghost node %d has counter %d", i, p.s.nodes[i].freq)
 		}
 	}
 }

@@ -1,20 +1,18 @@
 package policy
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"kvtier.dev/internal/scripttest"
 )
 
-var update = flag.Bool("update", false, "rewrite the expected output in testdata/*.txt")
-
-// TestScripts runs the scripts in testdata: each line is a command; a
-// command that answers (evict, len) is followed by " => " and the expected
-// answer, which -update rewrites. Commands:
+// TestScripts runs the scripts in testdata (read by internal/scripttest:
+// commands, "----", what the answering commands (evict, len) print, one
+// line each; -rewrite rewrites it). Commands:
 //
 //	new lru|twoq|s3fifo|costaware CAPACITY [DECAYCALLS]
 //
@@ -43,36 +41,20 @@ func TestScripts(t *testing.T) {
 }
 
 func runScript(t *testing.T, file string, dense bool) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	var p tracker
-	for n, line := range lines {
-		cmd, want, hasWant := strings.Cut(line, " => ")
-		cmd = strings.TrimSpace(cmd)
-		if cmd == "" || strings.HasPrefix(cmd, "#") {
-			continue
+	scripttest.Run(t, file, func(t *testing.T, c *scripttest.Case) string {
+		var out []string
+		for _, cmd := range c.Commands {
+			got, err := runScriptLine(&p, cmd.Text, dense)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, cmd.Line, err)
+			}
+			if got != "" {
+				out = append(out, got)
+			}
 		}
-		got, err := runScriptLine(&p, cmd, dense)
-		if err != nil {
-			t.Fatalf("%s:%d: %v", file, n+1, err)
-		}
-		if got == "" {
-			continue
-		}
-		if *update {
-			lines[n] = cmd + " => " + got
-		} else if !hasWant || strings.TrimSpace(want) != got {
-			t.Errorf("%s:%d: %s => %s, script expects %q", file, n+1, cmd, got, want)
-		}
-	}
-	if *update && !dense {
-		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return strings.Join(out, "\n")
+	})
 }
 
 func runScriptLine(p *tracker, line string, dense bool) (string, error) {

@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+
+	"kvtier.dev/internal/invariants"
+)
 
 // maxNodes bounds a slab so that node indices fit in an int32.
 const maxNodes = math.MaxInt32
@@ -64,7 +68,7 @@ func (s *queueSlab[K]) add(q uint8, key K) int32 {
 		s.free = s.nodes[i].next
 	} else {
 		if len(s.nodes) >= maxNodes {
-			assertf(false, "policy: more than %d keys", maxNodes-maxQueues)
+			invariants.Check(false, "policy: more than %d keys", maxNodes-maxQueues)
 		}
 		s.nodes = append(s.nodes, node[K]{})
 		i = int32(len(s.nodes) - 1)
@@ -122,22 +126,22 @@ func (s *queueSlab[K]) check() {
 		n := 0
 		for i := s.nodes[q].next; i != int32(q); i = s.nodes[i].next {
 			nd := &s.nodes[i]
-			assertf(s.nodes[nd.next].prev == i, "policy: node %d: next's prev is not the node", i)
-			assertf(int(nd.queue) == q, "policy: node %d on queue %d says queue %d", i, q, nd.queue)
+			invariants.Check(s.nodes[nd.next].prev == i, "policy: node %d: next's prev is not the node", i)
+			invariants.Check(int(nd.queue) == q, "policy: node %d on queue %d says queue %d", i, q, nd.queue)
 			j, ok := s.index.get(nd.key)
-			assertf(ok && j == i, "policy: node %d on queue %d is not indexed under its key", i, q)
+			invariants.Check(ok && j == i, "policy: node %d on queue %d is not indexed under its key", i, q)
 			n++
-			assertf(n <= len(s.nodes), "policy: queue %d has a cycle", q)
+			invariants.Check(n <= len(s.nodes), "policy: queue %d has a cycle", q)
 		}
-		assertf(n == s.lens[q], "policy: queue %d holds %d nodes, lens says %d", q, n, s.lens[q])
+		invariants.Check(n == s.lens[q], "policy: queue %d holds %d nodes, lens says %d", q, n, s.lens[q])
 		linked += n
 	}
-	assertf(linked == s.index.len(), "policy: %d nodes linked, %d keys indexed", linked, s.index.len())
+	invariants.Check(linked == s.index.len(), "policy: %d nodes linked, %d keys indexed", linked, s.index.len())
 	free := 0
 	for i := s.free; i >= 0; i = s.nodes[i].next {
 		free++
-		assertf(free <= len(s.nodes), "policy: free list has a cycle")
+		invariants.Check(free <= len(s.nodes), "policy: free list has a cycle")
 	}
-	assertf(s.numQueues+linked+free == len(s.nodes),
+	invariants.Check(s.numQueues+linked+free == len(s.nodes),
 		"policy: %d sentinels + %d linked + %d free != %d nodes", s.numQueues, linked, free, len(s.nodes))
 }

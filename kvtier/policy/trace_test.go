@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bufio"
+	"compress/gzip"
 	"container/heap"
 	"encoding/json"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"testing"
 )
 
-const tracePath = "../../../shared/traces/mooncake_synthetic_trace.jsonl"
+// tracePath is the Mooncake synthetic trace committed with the trace
+// package, so these tests run in a clean clone.
+const tracePath = "../trace/testdata/mooncake_synthetic_trace.jsonl.gz"
 
 // traceRequests is the hash_ids of each request of the Mooncake synthetic
 // trace, parsed once. The parser is local to this test on purpose: the trace
@@ -24,8 +27,12 @@ var traceRequests = sync.OnceValues(func() ([][]uint64, error) {
 		return nil, err
 	}
 	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tracePath, err)
+	}
 	var reqs [][]uint64
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(zr)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for line := 1; sc.Scan(); line++ {
 		var r struct {
@@ -46,9 +53,6 @@ func loadTrace(t testing.TB) [][]uint64 {
 	t.Helper()
 	reqs, err := traceRequests()
 	if err != nil {
-		if os.IsNotExist(err) && os.Getenv("KVTIER_REQUIRE_TRACE") == "" {
-			t.Skipf("trace not found (set KVTIER_REQUIRE_TRACE=1 to fail): %v", err)
-		}
 		t.Fatal(err)
 	}
 	return reqs

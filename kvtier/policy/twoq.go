@@ -1,5 +1,7 @@
 package policy
 
+import "kvtier.dev/internal/invariants"
+
 // TwoQ is the full 2Q policy of Johnson and Shasha (VLDB 1994): a new key
 // enters A1in, a FIFO; a key evicted from A1in is remembered (key only) in the
 // ghost FIFO A1out; a key inserted again while remembered enters Am, an LRU
@@ -152,7 +154,7 @@ func (p *TwoQ[K]) Contains(key K) bool {
 func (p *TwoQ[K]) check() {
 	if p.checks.due(p.Len()) {
 		p.s.check()
-		assertf(p.s.lens[twoQGhost] <= p.ghostKeys,
+		invariants.Check(p.s.lens[twoQGhost] <= p.ghostKeys,
 			"policy: TwoQ: A1out holds %d keys, bound %d", p.s.lens[twoQGhost], p.ghostKeys)
 	}
 }

@@ -3,16 +3,9 @@ package replay
 import (
 	"fmt"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 )
-
-// assert panics with msg when cond is false: a broken invariant of the
-// engine, never bad input.
-func assert(cond bool, format string, args ...any) {
-	if !cond {
-		panic("replay: invariant broken: " + fmt.Sprintf(format, args...))
-	}
-}
 
 // check verifies the engine's bookkeeping after an event. It walks the
 // channels and reads the manager's counters, so it runs only with the
@@ -27,17 +20,17 @@ func (e *engine) check() {
 		if s.busy {
 			queued++
 		}
-		assert(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
+		invariants.Check(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
 	}
-	assert(queued == e.inFlight, "%d copies queued or crossing, %d in flight", queued, e.inFlight)
-	assert(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",
+	invariants.Check(queued == e.inFlight, "%d copies queued or crossing, %d in flight", queued, e.inFlight)
+	invariants.Check(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",
 		e.gpuHeld, e.inPrefill, e.computeRunning)
-	assert(e.cfg.PrefillSlots == 0 || e.inPrefill <= e.cfg.PrefillSlots, "%d prefilling, %d slots", e.inPrefill, e.cfg.PrefillSlots)
+	invariants.Check(e.cfg.PrefillSlots == 0 || e.inPrefill <= e.cfg.PrefillSlots, "%d prefilling, %d slots", e.inPrefill, e.cfg.PrefillSlots)
 	if e.m != nil {
 		mt := e.m.Metrics()
 		for t := range kvtier.NumTiers {
 			tm := mt.Tiers[t]
-			assert(tm.ResidentBlocks <= tm.CapacitySlots, "tier %v holds %d blocks in %d slots", t, tm.ResidentBlocks, tm.CapacitySlots)
+			invariants.Check(tm.ResidentBlocks <= tm.CapacitySlots, "tier %v holds %d blocks in %d slots", t, tm.ResidentBlocks, tm.CapacitySlots)
 		}
 	}
 }

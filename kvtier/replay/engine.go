@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/policy"
@@ -254,7 +255,7 @@ func (e *engine) run(src *trace.Reader) error {
 		if e.clock.err != nil {
 			return e.clock.err
 		}
-		if invariantsEnabled {
+		if invariants.Enabled {
 			e.check()
 		}
 	}

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 )
 
@@ -30,7 +31,7 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 		j := copyJob{t: t, op: i, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To]}
 		if op.To == kvtier.GPU {
 			if e.current == nil {
-				panic("replay: a copy into the GPU outside Onboard")
+				invariants.Failf("a copy into the GPU outside Onboard")
 			}
 			j.req = e.current
 			e.current.pendingLoads++

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/trace"
 )
@@ -24,7 +25,7 @@ var mooncake = FileSource("../trace/testdata/mooncake_synthetic_trace.jsonl.gz")
 // checks its whole state on almost every operation: the tests then replay
 // the first requests of the bundled trace, and the figure tests, which need
 // whole traces, are left to the plain `go test ./kvtier/replay` (about 5 s).
-const quick = invariantsEnabled
+const quick = invariants.Enabled
 
 // quickRequests is how many requests of the bundled trace the tests replay
 // in quick mode.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // GenConfig describes a synthetic workload: conversations arrive as a
@@ -255,8 +257,8 @@ func (g *Generator) Next(req *Request) error {
 	for len(s.ids) < full {
 		s.ids = append(s.ids, g.newID())
 	}
-	if invariantsEnabled && s.at < g.lastArrival {
-		panic(fmt.Sprintf("trace: invariant broken: generator went back in time, %v after %v", s.at, g.lastArrival))
+	if invariants.Enabled && s.at < g.lastArrival {
+		invariants.Failf("generator went back in time, %v after %v", s.at, g.lastArrival)
 	}
 	g.lastArrival = s.at
 	req.Arrival = s.at

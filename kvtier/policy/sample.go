@@ -1,15 +1,6 @@
 package policy
 
-import "fmt"
-
-// assertf panics when a broken invariant is found. It is the package's only
-// panic: bad arguments are returned as errors by the constructors, and the
-// methods of the Policy interface accept any input.
-func assertf(ok bool, format string, args ...any) {
-	if !ok {
-		panic(fmt.Sprintf(format, args...))
-	}
-}
+import "kvtier.dev/internal/invariants"
 
 // checkEvery samples the expensive invariant checks, which walk the whole
 // structure: a structure with at most smallLen keys is checked after every
@@ -26,7 +17,7 @@ const (
 type sampler struct{ left int }
 
 func (s *sampler) due(n int) bool {
-	if !invariantsEnabled {
+	if !invariants.Enabled {
 		return false
 	}
 	if n <= smallLen {

@@ -1,5 +1,0 @@
-//go:build !invariants
-
-package cost
-
-const invariantsEnabled = false

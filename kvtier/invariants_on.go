@@ -1,6 +1,0 @@
-//go:build invariants
-
-package kvtier
-
-// invariantsEnabled turns on the expensive consistency checks of check.go.
-const invariantsEnabled = true

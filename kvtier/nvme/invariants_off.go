@@ -1,5 +1,0 @@
-//go:build !invariants
-
-package nvme
-
-const invariantsEnabled = false

@@ -1,5 +1,0 @@
-//go:build !invariants
-
-package pinned
-
-const invariantsEnabled = false

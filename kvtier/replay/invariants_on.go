@@ -1,5 +1,0 @@
-//go:build invariants
-
-package replay
-
-const invariantsEnabled = true

@@ -1,5 +1,0 @@
-//go:build !invariants
-
-package trace
-
-const invariantsEnabled = false
