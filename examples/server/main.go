@@ -81,6 +81,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
+		reg.MustRegister(moverCollectors(p.cache.Mover)...)
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
@@ -131,6 +132,11 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
 	errs = append(errs, eng.Close())
+	if p.cache != nil {
+		st := p.cache.Mover.Stats()
+		c.log.Info("server: copies", "onboards", st.Onboards, "offloads", st.Offloads, "nvme_writes", st.NVMeWrites,
+			"nvme_reads", st.NVMeReads, "staged_loads", st.StagedLoads, "bounce_writes", st.BounceWrites, "failures", st.Failures)
+	}
 	if p.cache != nil && p.cache.Store != nil {
 		if err := p.cache.Flush(ctx); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
 			errs = append(errs, err)
@@ -142,4 +148,32 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		c.log.Info("server: stopped cleanly")
 	}
 	return err
+}
+
+// moverCollectors are the DeviceMover's counters as kvserve_mover_*: the
+// copies by path and the ones that failed (kvtier_move_failures_total
+// counts the same failures from the manager's side, without the path).
+func moverCollectors(mv *kvtier.DeviceMover) []prometheus.Collector {
+	stat := func(f func(kvtier.MoverStats) uint64) func() float64 {
+		return func() float64 { return float64(f(mv.Stats())) }
+	}
+	paths := []struct {
+		name string
+		f    func(kvtier.MoverStats) uint64
+	}{
+		{"onboard", func(s kvtier.MoverStats) uint64 { return s.Onboards }},
+		{"offload", func(s kvtier.MoverStats) uint64 { return s.Offloads }},
+		{"nvme_write", func(s kvtier.MoverStats) uint64 { return s.NVMeWrites }},
+		{"nvme_read", func(s kvtier.MoverStats) uint64 { return s.NVMeReads }},
+		{"staged_load", func(s kvtier.MoverStats) uint64 { return s.StagedLoads }},
+		{"bounce_write", func(s kvtier.MoverStats) uint64 { return s.BounceWrites }},
+	}
+	var cs []prometheus.Collector
+	for _, p := range paths {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_mover_ops_total",
+			Help: "Block copies the mover started, by path.", ConstLabels: prometheus.Labels{"path": p.name}}, stat(p.f)))
+	}
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_mover_failures_total",
+		Help: "Block copies the mover completed with an error."}, stat(func(s kvtier.MoverStats) uint64 { return s.Failures })))
+	return cs
 }
