@@ -8,17 +8,20 @@
 //	go build -o /tmp/kvserve ./examples/server
 //	nice -n 10 go run ./benchmarks/serve/load -server /tmp/kvserve -duration 5m -results benchmarks/results
 //
-// The load is the bundled Mooncake trace through kvtier bench-serve's
-// library (internal/benchserve), its 512-token blocks made 4-token ones for
-// the tiny model, at -speed times its arrival rate.
+// The load is the bundled trace's chat workload (kvtier/trace's generator
+// with its default settings, more requests) sent through kvtier
+// bench-serve's library (internal/benchserve), its 512-token blocks made
+// 4-token ones for the tiny model, at -speed times its arrival rate.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -35,6 +38,7 @@ import (
 
 	"kvtier.dev/internal/benchserve"
 	"kvtier.dev/internal/results"
+	"kvtier.dev/kvtier/trace"
 )
 
 func main() {
@@ -45,6 +49,7 @@ func main() {
 		"the server's flags (its -addr is chosen here)")
 	flag.DurationVar(&c.duration, "duration", 5*time.Minute, "how long to send")
 	flag.Float64Var(&c.speed, "speed", 6, "the bundled trace's arrival rate times this")
+	flag.IntVar(&c.requests, "requests", 15000, "requests in the generated trace (enough for -duration at -speed)")
 	flag.DurationVar(&c.sample, "sample", 15*time.Second, "how often to read the server's resident memory")
 	flag.StringVar(&c.resultsDir, "results", "", "write serve-load-<machine>.{json,md} here (empty: print the markdown)")
 	flag.StringVar(&c.machine, "machine", "dev-2core", "machine name in the results")
@@ -61,6 +66,7 @@ type config struct {
 	server, serverFlags string
 	duration, sample    time.Duration
 	speed               float64
+	requests            int
 	resultsDir, machine string
 }
 
@@ -136,7 +142,15 @@ func run(c *config) error {
 	}()
 	bc := benchserve.Config{URL: url, Speed: c.speed, Duration: c.duration, Timeout: 10 * time.Minute,
 		Vocab: 256, BlockTokens: 4, MaxPromptTokens: 900, MaxTokens: 16}
-	bc.BundledTrace()
+	gen := trace.DefaultGenConfig()
+	gen.Requests = c.requests
+	var tr bytes.Buffer
+	if err := trace.Generate(&tr, gen, trace.FormatMooncake); err != nil {
+		return fmt.Errorf("generating the trace: %w", err)
+	}
+	bc.Trace = fmt.Sprintf("generated: the bundled trace's chat workload, %d requests", gen.Requests)
+	bc.Format = trace.FormatMooncake
+	bc.Open = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tr.Bytes())), nil }
 	rep, err := benchserve.Run(context.Background(), bc)
 	close(stopSampling)
 	<-sampled
@@ -176,8 +190,8 @@ func run(c *config) error {
 	f.Command = strings.Join(os.Args, " ")
 	f.Notes = append(f.Notes,
 		fmt.Sprintf("server: %s %s (loopback)", c.server, strings.Join(args, " ")),
-		fmt.Sprintf("load: %s, the bundled Mooncake trace's blocks as 4-token ones, prompts cut to %d tokens, max_tokens %d, for %v; %s",
-			rep.Load, bc.MaxPromptTokens, bc.MaxTokens, c.duration, "requests still in flight at the end are cancelled (counted apart)"),
+		fmt.Sprintf("load: %s of %s, its 512-token blocks as 4-token ones, prompts cut to %d tokens, max_tokens %d, for %v; %s",
+			rep.Load, bc.Trace, bc.MaxPromptTokens, bc.MaxTokens, c.duration, "requests still in flight at the end are cancelled (counted apart)"),
 		fmt.Sprintf("bench-serve: %d sent, %d completed, %d cancelled at the end, errors %v; served %.2f req/s against %.2f req/s offered",
 			rep.Sent, rep.Completed, rep.Cancelled, rep.Errors, rep.RequestsPerSecond, float64(rep.Sent)/rep.WallSeconds),
 		fmt.Sprintf("server's kvserve_requests_total by code: %v", codes),
