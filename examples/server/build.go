@@ -148,15 +148,33 @@ func costPlanner(c *config, s shape) (kvtier.Planner, error) {
 		c.log.Info("server: the cost model has no preset of this model: loading every cached block", "model", s.model.Name)
 		return kvtier.LoadAll{}, nil
 	}
-	pc, err := cost.NewPlannerConfig(s.model.Name, c.costGPU, c.costLink, c.costNVMe, 1, s.model.BlockTokens, s.model.Blocks(s.context))
+	pc, err := plannerConfig(c, s)
 	if err != nil {
-		return nil, fmt.Errorf("cost model: %w", err)
+		return nil, err
 	}
 	cp, err := cost.NewPlanner(pc)
 	if err != nil {
 		return nil, fmt.Errorf("cost model: %w", err)
 	}
 	return kvtier.NewCostPlanner(cp)
+}
+
+// plannerConfig is the cost model of the flags' presets, with the measured
+// figures the flags give in place of theirs.
+func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
+	pc, err := cost.NewPlannerConfig(s.model.Name, c.costGPU, c.costLink, c.costNVMe, 1, s.model.BlockTokens, s.model.Blocks(s.context))
+	if err != nil {
+		return pc, fmt.Errorf("cost model: %w", err)
+	}
+	if c.costNVMeRate > 0 {
+		src := &pc.Paths[cost.TierNVMe].Source
+		src.BandwidthBytesPerS = float64(c.costNVMeRate)
+		src.Name += " at -cost-nvme-rate"
+	}
+	if c.costEfficiency > 0 {
+		pc.GPU.Efficiency = c.costEfficiency
+	}
+	return pc, nil
 }
 
 func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRef], error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"kvtier.dev/internal/openai"
+	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/nvme"
 )
 
@@ -391,6 +392,9 @@ func TestArgs(t *testing.T) {
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
+		{[]string{"-cost-efficiency", "1.5"}, `-cost-efficiency 1.5`},
+		{[]string{"-cost-efficiency", "-0.1"}, `-cost-efficiency -0.1`},
+		{[]string{"-cost-nvme-rate", "fast"}, `-cost-nvme-rate`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -404,6 +408,28 @@ func TestArgs(t *testing.T) {
 	sh, err := c.shape()
 	if err != nil || sh.model.BlockTokens != 16 || sh.cacheSlots != 1024 || sh.context != 16384 || sh.scratch != 2048 {
 		t.Fatalf("llama-3.1-8b with -gpu-kv 2GiB: %+v, %v; want blocks of 16 tokens, 1024 cache slots, context 16384, 2048 scratch slots", sh, err)
+	}
+	pc, err := plannerConfig(&c, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preset := pc.Paths[cost.TierNVMe].Source.BandwidthBytesPerS
+	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-nvme-rate", "1GiB", "-cost-efficiency", "0.45"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh, err = c.shape(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err = plannerConfig(&c, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pc.Paths[cost.TierNVMe].Source.BandwidthBytesPerS; got != 1<<30 || got == preset || pc.GPU.Efficiency != 0.45 {
+		t.Errorf("-cost-nvme-rate 1GiB -cost-efficiency 0.45: NVMe at %g bytes/s (preset %g), efficiency %g", got, preset, pc.GPU.Efficiency)
+	}
+	if _, err := cost.NewPlanner(pc); err != nil {
+		t.Errorf("the planner refuses the measured figures: %v", err)
 	}
 	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
 	if err != nil {
