@@ -134,8 +134,12 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 	errs = append(errs, eng.Close())
 	if p.cache != nil {
 		st := p.cache.Mover.Stats()
-		c.log.Info("server: copies", "onboards", st.Onboards, "offloads", st.Offloads, "nvme_writes", st.NVMeWrites,
-			"nvme_reads", st.NVMeReads, "staged_loads", st.StagedLoads, "bounce_writes", st.BounceWrites, "failures", st.Failures)
+		attrs := []any{"onboards", st.Onboards, "offloads", st.Offloads, "nvme_writes", st.NVMeWrites,
+			"nvme_reads", st.NVMeReads, "staged_loads", st.StagedLoads, "bounce_writes", st.BounceWrites, "failures", st.Failures}
+		if err := p.cache.Mover.LastError(); err != nil {
+			attrs = append(attrs, "last_failure", err.Error())
+		}
+		c.log.Info("server: copies", attrs...)
 	}
 	if p.cache != nil && p.cache.Store != nil {
 		if err := p.cache.Flush(ctx); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {

@@ -346,6 +346,9 @@ func TestServeCorruptNVMeIsRecomputed(t *testing.T) {
 	if err := s.shutdown(); err != nil {
 		t.Fatalf("shutdown after the damage: %v\n%s", err, s.logs)
 	}
+	if !strings.Contains(s.logs.String(), "last_failure=") {
+		t.Errorf("the log at shutdown does not name the last failed copy:\n%s", s.logs)
+	}
 }
 
 // damageAll flips a byte in the payload of every slot of the store in dir.
