@@ -53,6 +53,7 @@ func main() {
 	flag.DurationVar(&c.sample, "sample", 15*time.Second, "how often to read the server's resident memory")
 	flag.StringVar(&c.resultsDir, "results", "", "write serve-load-<machine>.{json,md} here (empty: print the markdown)")
 	flag.StringVar(&c.machine, "machine", "dev-2core", "machine name in the results")
+	flag.StringVar(&c.commit, "commit", "", "the commit the server was built from (empty: this binary's, if its build recorded one)")
 	flag.Parse()
 	if c.server == "" {
 		log.Fatal("load: -server is required")
@@ -68,12 +69,14 @@ type config struct {
 	speed               float64
 	requests            int
 	resultsDir, machine string
+	commit              string
 }
 
-// rssSample is the server's resident memory at one time into the run.
+// rssSample is the server's resident memory, Go heap in use and
+// goroutines at one time into the run.
 type rssSample struct {
-	at  time.Duration
-	rss float64
+	at                    time.Duration
+	rss, heap, goroutines float64
 }
 
 func run(c *config) error {
@@ -136,7 +139,8 @@ func run(c *config) error {
 					sampleErr = fmt.Errorf("/metrics at %v: %w", time.Since(start).Round(time.Second), err)
 					return
 				}
-				samples = append(samples, rssSample{time.Since(start), gauge(fams, "process_resident_memory_bytes")})
+				samples = append(samples, rssSample{time.Since(start), gauge(fams, "process_resident_memory_bytes"),
+					gauge(fams, "go_memstats_heap_inuse_bytes"), gauge(fams, "go_goroutines")})
 			}
 		}
 	}()
@@ -186,7 +190,7 @@ func run(c *config) error {
 	}
 	logMu.Unlock()
 
-	f := results.New("serve-load", c.machine, "")
+	f := results.New("serve-load", c.machine, c.commit)
 	f.Command = strings.Join(os.Args, " ")
 	f.Notes = append(f.Notes,
 		fmt.Sprintf("server: %s %s (loopback)", c.server, strings.Join(args, " ")),
@@ -200,9 +204,9 @@ func run(c *config) error {
 	)
 	var rssLine []string
 	for _, s := range samples {
-		rssLine = append(rssLine, fmt.Sprintf("%v %.1f MiB", s.at.Round(time.Second), s.rss/(1<<20)))
+		rssLine = append(rssLine, fmt.Sprintf("%v %.1f/%.1f MiB %.0f", s.at.Round(time.Second), s.rss/(1<<20), s.heap/(1<<20), s.goroutines))
 	}
-	f.Notes = append(f.Notes, "resident memory during the load: "+strings.Join(rssLine, ", "))
+	f.Notes = append(f.Notes, "during the load, at each time: resident memory/Go heap in use, goroutines: "+strings.Join(rssLine, ", "))
 	fiveXX := 0
 	for code, n := range rep.Errors {
 		if strings.HasPrefix(code, "5") {
@@ -228,6 +232,10 @@ func run(c *config) error {
 		f.Add("resident memory at the first sample in the load", "MiB", []float64{samples[0].rss / (1 << 20)}, "")
 	}
 	f.Add("resident memory at the end of the load", "MiB", []float64{rss1 / (1 << 20)}, "")
+	if len(samples) > 0 {
+		f.Add("Go heap in use at the first sample in the load", "MiB", []float64{samples[0].heap / (1 << 20)}, "")
+		f.Add("Go heap in use at the last sample in the load", "MiB", []float64{samples[len(samples)-1].heap / (1 << 20)}, "")
+	}
 
 	var werr error
 	if c.resultsDir == "" {
