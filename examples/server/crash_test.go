@@ -36,10 +36,19 @@ func TestMain(m *testing.M) {
 
 // child is the server running in a process of its own.
 type child struct {
-	cmd  *exec.Cmd
-	url  string
-	log  *logBuffer
-	done chan error
+	cmd *exec.Cmd
+	url string
+	log *logBuffer
+	// exited is closed once the process has been waited for; err is then
+	// its exit.
+	exited chan struct{}
+	err    error
+}
+
+// wait returns the process's exit once it has ended.
+func (c *child) wait() error {
+	<-c.exited
+	return c.err
 }
 
 var listenRE = regexp.MustCompile(`msg="server: listening" addr=(\S+)`)
@@ -57,7 +66,7 @@ func startChild(t *testing.T, args ...string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, log: &logBuffer{}, done: make(chan error, 1)}
+	c := &child{cmd: cmd, log: &logBuffer{}, exited: make(chan struct{})}
 	up := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -69,19 +78,22 @@ func startChild(t *testing.T, args ...string) *child {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
-		c.done <- cmd.Wait()
+		c.err = cmd.Wait()
+		close(c.exited)
 	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		select {
+		case <-c.exited:
+		default:
 			_ = cmd.Process.Kill()
-			<-c.done
+			<-c.exited
 		}
 	})
 	select {
 	case addr := <-up:
 		c.url = "http://" + addr
-	case err := <-c.done:
-		t.Fatalf("the server did not start (%v):\n%s", err, c.log)
+	case <-c.exited:
+		t.Fatalf("the server did not start (%v):\n%s", c.err, c.log)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the server did not listen within 30s:\n%s", c.log)
 	}
@@ -165,7 +177,7 @@ func TestServeKill9DuringLoad(t *testing.T) {
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err := <-first.done
+	err := first.wait()
 	cancel()
 	wg.Wait()
 	var exit *exec.ExitError
@@ -213,7 +225,7 @@ func TestServeKill9DuringLoad(t *testing.T) {
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-second.done; err != nil {
+	if err := second.wait(); err != nil {
 		t.Errorf("the restarted server's exit: %v\n%s", err, second.log)
 	}
 	t.Logf("%d answers compared after the restart, %d prompt tokens from NVMe", compared, nvmeTokens)
