@@ -28,8 +28,8 @@ type CostPlanner struct {
 
 // NewCostPlanner wraps p. The CostPlanner OWNS p from now on: the caller
 // MUST NOT call p.Plan itself (it is not safe for concurrent use).
-// Requests longer than p's MaxBlocks fail to plan, and the Manager then falls
-// back to LoadAll for them.
+// Requests of any length are planned (p's MaxBlocks only sizes scratch
+// space up front).
 func NewCostPlanner(p *cost.Planner) (*CostPlanner, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: NewCostPlanner: nil *cost.Planner", ErrConfig)
@@ -98,13 +98,10 @@ func (c *CostPlanner) Last() cost.PlanResult {
 
 // RecomputeCostFunc returns a Config.RecomputeCost built from p: the prefill
 // seconds of the block at position when the blocks before it are present.
-// Positions at or past p's MaxBlocks cost what the last one does (a block
-// further out costs at least that much). p's costs are precomputed at
-// NewPlanner and only read here, so the function is safe for concurrent use
-// even while a CostPlanner plans with p.
+// p's costs are read atomically (BlockRecomputeCost), so the function is
+// safe for concurrent use even while a CostPlanner plans with p.
 func RecomputeCostFunc(p *cost.Planner) func(position int) float64 {
-	last := p.Config().MaxBlocks - 1
 	return func(position int) float64 {
-		return p.BlockRecomputeCost(min(max(position, 0), last)).Seconds()
+		return p.BlockRecomputeCost(max(position, 0)).Seconds()
 	}
 }

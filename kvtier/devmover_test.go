@@ -111,6 +111,16 @@ func pinnedBytes(t *testing.T, dev cudastream.Device, n int) []byte {
 
 func newDevFixture(t *testing.T, o devOpts) *devFixture {
 	t.Helper()
+	f, cfg := newDevShard(t, o)
+	f.m = mustNew(t, cfg)
+	return f
+}
+
+// newDevShard builds the fixture's device, memory, engines, store and
+// mover, and returns them with the manager's Config (Mover set), so that a
+// tensor-parallel test can build one per GPU and one manager over them.
+func newDevShard(t *testing.T, o devOpts) (*devFixture, Config) {
+	t.Helper()
 	dev := openDevice(t, o)
 	var err error
 	f := &devFixture{dev: dev, want: map[Key][]byte{}, rng: rand.New(rand.NewPCG(uint64(o.gpu), uint64(o.host)))}
@@ -184,8 +194,7 @@ func newDevFixture(t *testing.T, o devOpts) *devFixture {
 			}
 		}
 	})
-	f.m = mustNew(t, cfg)
-	return f
+	return f, cfg
 }
 
 // request returns the tokens of a new request of n blocks.
@@ -235,26 +244,82 @@ func (f *devFixture) readGPU(t *testing.T, s Slot) []byte {
 // commits them. The caller releases w.
 func (f *devFixture) prefill(t *testing.T, tokens []int32, w *Lease) {
 	t.Helper()
+	prefillOn(t, f.m, tokens, w, func(b Block) { f.writeGPU(t, b.Key, b.Slot) })
+}
+
+// prefillOn inserts tokens into m's GPU tier, calls write for each block
+// the lease must write (as a prefill would) and commits. When the GPU is
+// full of blocks being demoted (write-back), it waits for the copies and
+// tries again. The caller releases w.
+func prefillOn(t *testing.T, m *Manager, tokens []int32, w *Lease, write func(Block)) {
+	t.Helper()
 	for {
-		err := f.m.Insert(1, tokens, GPU, w)
+		err := m.Insert(1, tokens, GPU, w)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, ErrNoSpace) {
 			t.Fatal(err)
 		}
-		// Write-back: the GPU's victims are being demoted; retry once
-		// their copies completed.
-		f.m.Release(w)
-		f.mover.Wait()
+		m.Release(w)
+		if err := m.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, b := range w.Blocks {
 		if b.Write {
-			f.writeGPU(t, b.Key, b.Slot)
+			write(b)
 		}
 	}
-	if err := f.m.Commit(w, nil); err != nil {
+	if err := m.Commit(w, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// planOnboard plans and onboards l, and returns how many of its blocks are
+// loading, counting them by the tier they come from in byTier.
+func planOnboard(t *testing.T, m *Manager, l *Lease, byTier *[NumTiers]int) int {
+	t.Helper()
+	if err := m.Plan(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Onboard(l); err != nil {
+		t.Fatal(err)
+	}
+	loading := 0
+	for _, b := range l.Blocks {
+		if b.Loading {
+			loading++
+			byTier[b.Tier]++
+		}
+	}
+	return loading
+}
+
+// gpuSlot is the GPU slot that holds block b's KV once Onboard's loads are
+// done; false when b is to be recomputed.
+func gpuSlot(b Block) (Slot, bool) {
+	switch {
+	case b.Loading:
+		return b.GPUSlot, true
+	case b.Tier == GPU:
+		return b.Slot, true
+	}
+	return 0, false
+}
+
+// eachReady calls fn for every copy of a block that is ready in a tier,
+// under the manager's read lock.
+func (m *Manager) eachReady(fn func(k Key, tier Tier, s Slot)) {
+	m.readLock()
+	defer m.readUnlock()
+	for ref := BlockRef(0); ref < BlockRef(m.recs.n); ref++ {
+		r := m.recs.at(ref)
+		for tier := range NumTiers {
+			if r.state[tier] == stateReady {
+				fn(r.key, tier, r.slot[tier])
+			}
+		}
 	}
 }
 
@@ -268,38 +333,29 @@ func (f *devFixture) checkAll(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(page)
-	m := f.m
-	m.readLock()
-	defer m.readUnlock()
-	for ref := BlockRef(0); ref < BlockRef(m.recs.n); ref++ {
-		r := m.recs.at(ref)
-		for tier := range NumTiers {
-			if r.state[tier] != stateReady {
-				continue
+	f.m.eachReady(func(k Key, tier Tier, s Slot) {
+		var got []byte
+		switch tier {
+		case GPU:
+			got = f.readGPU(t, s)
+		case Host:
+			got = f.host.Slot(int32(s))
+		case NVMe:
+			meta, err := f.store.Read(context.Background(), f.mover.nvmeSlot[s], page)
+			if err != nil || meta.Key != uint64(k) {
+				bad = append(bad, fmt.Sprintf("block %#x nvme slot %d: read %v, key %#x", uint64(k), s, err, meta.Key))
+				return
 			}
-			var got []byte
-			switch tier {
-			case GPU:
-				got = f.readGPU(t, r.slot[GPU])
-			case Host:
-				got = f.host.Slot(int32(r.slot[Host]))
-			case NVMe:
-				meta, err := f.store.Read(context.Background(), f.mover.nvmeSlot[r.slot[NVMe]], page)
-				if err != nil || meta.Key != uint64(r.key) {
-					bad = append(bad, fmt.Sprintf("block %#x nvme slot %d: read %v, key %#x", uint64(r.key), r.slot[NVMe], err, meta.Key))
-					continue
-				}
-				got = page
-			}
-			want, ok := f.want[r.key]
-			if !ok {
-				want = detKV(r.key)
-			}
-			if !bytes.Equal(got, want) {
-				bad = append(bad, fmt.Sprintf("block %#x in %v slot %d holds other bytes", uint64(r.key), tier, r.slot[tier]))
-			}
+			got = page
 		}
-	}
+		want, ok := f.want[k]
+		if !ok {
+			want = detKV(k)
+		}
+		if !bytes.Equal(got, want) {
+			bad = append(bad, fmt.Sprintf("block %#x in %v slot %d holds other bytes", uint64(k), tier, s))
+		}
+	})
 	return bad
 }
 
@@ -365,22 +421,10 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 		for _, b := range l.Blocks {
 			served[b.Tier]++
 		}
-		if err := f.m.Plan(&l); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.m.Onboard(&l); err != nil {
-			t.Fatal(err)
-		}
 		// Per-layer readiness, from the host and from NVMe alike: once
 		// every layer's events have completed, the loads are on the GPU,
 		// before Wait has seen the copies complete.
-		loading := 0
-		for _, b := range l.Blocks {
-			if b.Loading {
-				loading++
-				layered[b.Tier]++
-			}
-		}
+		loading := planOnboard(t, f.m, &l, &layered)
 		// The test's stream waits for every layer on the device (readGPU
 		// reads on it): the bytes checked below are there by then.
 		var evs []Event
@@ -398,13 +442,8 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 			}
 		}
 		for j, b := range l.Blocks {
-			var s Slot
-			switch {
-			case b.Loading:
-				s = b.GPUSlot
-			case b.Tier == GPU:
-				s = b.Slot
-			default:
+			s, ok := gpuSlot(b)
+			if !ok {
 				continue // no GPU slot free now: recomputed
 			}
 			if got := f.readGPU(t, s); !bytes.Equal(got, f.want[b.Key]) {
@@ -484,20 +523,31 @@ func (f *devFixture) hostToNVMe(t *testing.T, tokens []int32) Key {
 func (f *devFixture) promote(t *testing.T, ref BlockRef) {
 	t.Helper()
 	m := f.m
-	m.lock()
-	if m.recs.at(ref).state[Host] != stateNone {
-		m.unlock()
-		return
+	for attempt := 1; ; attempt++ {
+		m.lock()
+		if m.recs.at(ref).state[Host] != stateNone {
+			m.unlock()
+			return
+		}
+		slot, ok := m.alloc(Host, 1)
+		if ok {
+			tr := m.newTransfer(nil)
+			m.startCopy(tr, ref, NVMe, Host, slot)
+			m.unlockAndSubmit(tr)
+			f.mover.Wait()
+			return
+		}
+		// Every host slot is being written or evicted (write-back: the
+		// alloc started a victim's demotion, submitted here): wait for
+		// the copies.
+		m.unlockAndSubmit(nil)
+		if attempt == 3 {
+			t.Fatal("no host slot to promote into")
+		}
+		if err := m.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	slot, ok := m.alloc(Host, 1)
-	if !ok {
-		m.unlock()
-		t.Fatal("no host slot to promote into")
-	}
-	tr := m.newTransfer(nil)
-	m.startCopy(tr, ref, NVMe, Host, slot)
-	m.unlockAndSubmit(tr)
-	f.mover.Wait()
 }
 
 // corrupt flips one payload byte of the block in the manager's NVMe slot s,
@@ -924,7 +974,7 @@ func TestDeviceMoverGPU(t *testing.T) {
 	for name, fn := range map[string]func(*testing.T, bool){
 		"RoundTrip": testDeviceMoverRoundTrip, "CorruptNVMe": testDeviceMoverCorruptNVMe,
 		"Concurrent": testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
-		"Restart": testDeviceMoverRestart,
+		"Restart": testDeviceMoverRestart, "Sharded": testShardedDeviceMover,
 	} {
 		t.Run(name, func(t *testing.T) { fn(t, true) })
 	}

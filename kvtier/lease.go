@@ -92,6 +92,27 @@ func (l *Lease) LayerEvents(layer int, dst []Event) ([]Event, error) {
 	return dst, nil
 }
 
+// ShardLayerEvents is LayerEvents for one GPU of a tensor-parallel server
+// (a ShardedMover's shard, by rank): the events its compute stream waits on
+// before running that layer. With a mover that is not sharded it appends
+// nothing.
+func (l *Lease) ShardLayerEvents(shard, layer int, dst []Event) ([]Event, error) {
+	if shard < 0 {
+		return dst, fmt.Errorf("%w: ShardLayerEvents: shard %d is negative", ErrBadInput, shard)
+	}
+	for _, ly := range l.layers {
+		sl, ok := ly.(ShardLayers)
+		if !ok || sl.Shard != shard {
+			continue
+		}
+		if layer < 0 || layer >= ly.NumLayers() {
+			return dst, fmt.Errorf("%w: ShardLayerEvents: layer %d outside the model's %d", ErrBadInput, layer, ly.NumLayers())
+		}
+		dst = append(dst, ly.LayerEvent(layer))
+	}
+	return dst, nil
+}
+
 // WaitLayer blocks until layer `layer` of every block Onboard is loading for
 // l is on the GPU (for CPU users of the KV; a GPU stream waits on
 // LayerEvents instead), and returns the loads' error or ctx's. With a mover

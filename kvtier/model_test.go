@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -39,10 +40,39 @@ func content(salt Salt, tokens []int32, i int) Key {
 }
 
 type modelWorld struct {
-	m    *Manager
-	f    *fakeMover
-	docs [][]int32
-	t    *testing.T
+	m      *Manager
+	shards []*fakeMover // one per GPU; a single-GPU manager has one
+	docs   [][]int32
+	t      *testing.T
+}
+
+// write stores what a prefill wrote into a slot, on every GPU.
+func (w *modelWorld) write(t Tier, s Slot, k Key) {
+	for _, f := range w.shards {
+		f.write(t, s, k)
+	}
+}
+
+// read returns the content of a slot, or a description of the shards'
+// disagreement.
+func (w *modelWorld) read(t Tier, s Slot) (Key, string) {
+	k := w.shards[0].read(t, s)
+	for j, f := range w.shards[1:] {
+		if o := f.read(t, s); o != k {
+			return 0, fmt.Sprintf("shard 0 holds %#x, shard %d %#x", k, j+1, o)
+		}
+	}
+	return k, ""
+}
+
+// checkAllOrNone checks that every block ready in a tier is there on every
+// GPU: all shards hold the same content in its slot.
+func (w *modelWorld) checkAllOrNone() {
+	w.m.eachReady(func(k Key, tier Tier, s Slot) {
+		if _, bad := w.read(tier, s); bad != "" {
+			w.t.Errorf("block %#x is ready in %v slot %d, but not on every GPU: %s", uint64(k), tier, s, bad)
+		}
+	})
 }
 
 type heldLease struct {
@@ -80,18 +110,18 @@ func (k *modelWorker) request() (Salt, []int32) {
 
 // verify checks every leased block's slot holds the reference content.
 func (k *modelWorker) verify(h heldLease) {
-	f := k.w.f
+	w := k.w
 	for i, b := range h.l.Blocks {
 		want := content(h.salt, h.tokens, i)
 		if b.Write {
 			continue // not written yet
 		}
-		if got := f.read(b.Tier, b.Slot); got != want {
-			k.w.t.Errorf("block %d of a lease: %v slot %d holds %#x, want %#x", i, b.Tier, b.Slot, got, want)
+		if got, bad := w.read(b.Tier, b.Slot); got != want {
+			k.w.t.Errorf("block %d of a lease: %v slot %d holds %#x, want %#x%s", i, b.Tier, b.Slot, got, want, bad)
 		}
 		if h.loaded && b.Loading {
-			if got := f.read(GPU, b.GPUSlot); got != want {
-				k.w.t.Errorf("block %d loaded into gpu slot %d holds %#x, want %#x", i, b.GPUSlot, got, want)
+			if got, bad := w.read(GPU, b.GPUSlot); got != want {
+				k.w.t.Errorf("block %d loaded into gpu slot %d holds %#x, want %#x%s", i, b.GPUSlot, got, want, bad)
 			}
 		}
 	}
@@ -112,7 +142,7 @@ func (k *modelWorker) keepOrRelease(h heldLease) {
 }
 
 func (k *modelWorker) step() {
-	m, f, rng := k.w.m, k.w.f, k.rng
+	m, rng := k.w.m, k.rng
 	switch op := rng.IntN(10); {
 	case op < 4: // lookup, maybe onboard
 		salt, tok := k.request()
@@ -144,7 +174,7 @@ func (k *modelWorker) step() {
 		}
 		for i, b := range h.l.Blocks {
 			if b.Write {
-				f.write(b.Tier, b.Slot, content(salt, tok, i))
+				k.w.write(b.Tier, b.Slot, content(salt, tok, i))
 			}
 		}
 		var werr error
@@ -184,19 +214,40 @@ func (k *modelWorker) step() {
 			k.w.t.Errorf("%v holds %d blocks, capacity %d", t, mt.ResidentBlocks, mt.CapacitySlots)
 		}
 	}
+	if len(k.w.shards) > 1 {
+		k.w.checkAllOrNone()
+	}
 }
 
-func runModel(t *testing.T, writeThrough bool, workers, steps int, seed uint64) {
-	f := newFakeMover()
-	f.notify = make(chan struct{}, 1)
-	cfg := Config{BlockTokens: modelBT, Mover: f, WriteThrough: writeThrough}
+// runModel runs the model test on a manager over shards GPUs: with more
+// than one, a ShardedMover fans each op out to one fake mover per GPU, whose
+// copies complete (or fail) independently, and the all-or-none invariant is
+// checked after every step.
+func runModel(t *testing.T, writeThrough bool, shards, workers, steps int, seed uint64) {
+	notify := make(chan struct{}, 1)
+	fs := make([]*fakeMover, shards)
+	movers := make([]Mover, shards)
+	for j := range fs {
+		fs[j] = newFakeMover()
+		fs[j].notify = notify
+		movers[j] = fs[j]
+	}
+	var mover Mover = fs[0]
+	if shards > 1 {
+		sm, err := NewShardedMover(movers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mover = sm
+	}
+	cfg := Config{BlockTokens: modelBT, Mover: mover, WriteThrough: writeThrough}
 	cfg.Tiers[GPU] = tierCfg(t, 6)
 	cfg.Tiers[Host] = tierCfg(t, 12)
 	cfg.Tiers[NVMe] = tierCfg(t, 24)
 	cfg.Tiers[NVMe].Admitter = &countAdmitter{seen: map[Key]int{}}
 	m := mustNew(t, cfg)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	w := &modelWorld{m: m, f: f, t: t}
+	w := &modelWorld{m: m, shards: fs, t: t}
 	for range 10 {
 		doc := make([]int32, modelBT*(1+rng.IntN(6)))
 		for i := range doc {
@@ -212,11 +263,20 @@ func runModel(t *testing.T, writeThrough bool, workers, steps int, seed uint64) 
 		defer completer.Done()
 		crng := rand.New(rand.NewPCG(seed, 1))
 		for {
-			if f.completeOne(crng, crng.IntN(20) == 0) {
+			// A random GPU's random copy: the shards' copies of one op
+			// complete in any order, and fail independently.
+			completed := false
+			for _, j := range crng.Perm(shards) {
+				if fs[j].completeOne(crng, crng.IntN(20) == 0) {
+					completed = true
+					break
+				}
+			}
+			if completed {
 				continue
 			}
 			select {
-			case <-f.notify:
+			case <-notify:
 			case <-stop:
 				return
 			}
@@ -242,8 +302,19 @@ func runModel(t *testing.T, writeThrough bool, workers, steps int, seed uint64) 
 			k.release(h)
 		}
 	}
-	f.drain()
+	for drained := false; !drained; {
+		drained = true
+		for _, f := range fs {
+			if f.len() > 0 {
+				f.drain()
+				drained = false
+			}
+		}
+	}
 	m.check(t)
+	if shards > 1 {
+		w.checkAllOrNone()
+	}
 	mt := m.Metrics()
 	for tier := range NumTiers {
 		if mt.Tiers[tier].InUseBlocks != 0 {
@@ -282,8 +353,26 @@ func TestModelRandomized(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			for seed := range uint64(2) {
-				runModel(t, wt, 8, steps, seed+1)
+				runModel(t, wt, 1, 8, steps, seed+1)
 			}
 		})
+	}
+}
+
+// TestShardedModelRandomized is the model test of tensor-parallel managers
+// (TP 2, 4 and 8 on fake movers): every block ready in a tier is there on
+// every GPU, checked after every step, while each GPU's copies complete and
+// fail on their own.
+func TestShardedModelRandomized(t *testing.T) {
+	steps := 800
+	if os.Getenv("KVTIER_LONG") != "" {
+		steps = 20000
+	}
+	for _, tp := range []int{2, 4, 8} {
+		for _, wt := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tp=%d/writethrough=%v", tp, wt), func(t *testing.T) {
+				runModel(t, wt, tp, 8, steps, uint64(tp))
+			})
+		}
 	}
 }

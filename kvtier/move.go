@@ -94,6 +94,11 @@ type Batch struct {
 	lease     *Lease // nil for background demotions and write-through
 	done      []bool // per op; guarded by the write lock, like remaining
 	remaining int
+
+	// fan and shard are set on a ShardedMover's per-shard batches, whose
+	// completions and layers go to the fan-out instead of the manager.
+	fan   *fanout
+	shard int
 }
 
 // Complete reports op i done (err nil: the destination slot holds the block,
@@ -101,6 +106,10 @@ type Batch struct {
 // the next copies (write-through, demotion) by calling Submit again, so a
 // mover MUST NOT call it while holding a lock its Submit takes.
 func (b *Batch) Complete(i int, err error) {
+	if b.fan != nil {
+		b.fan.complete(b.shard, i, err)
+		return
+	}
 	b.m.complete(b, i, err)
 }
 
@@ -110,6 +119,10 @@ func (b *Batch) Complete(i int, err error) {
 // then calls ly.Release. It MUST be called during Submit, before b's last
 // Complete.
 func (b *Batch) AddLayers(ly Layers) {
+	if b.fan != nil {
+		b.fan.addLayers(b.shard, ly)
+		return
+	}
 	if l := b.lease; l != nil {
 		l.layers = append(l.layers, ly)
 		return

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -15,33 +18,50 @@ import (
 	"kvtier.dev/kvtier/transfer"
 )
 
-// Options configures Open: the common case of a server with one GPU, a
-// pinned host tier and, optionally, an NVMe tier. Sizes are given once and
-// every part gets the ones it needs.
+// Options configures Open: the common case of a server with one GPU, or
+// several in tensor parallel, a pinned host tier and, optionally, an NVMe
+// tier. Sizes are given once and every part gets the ones it needs.
 type Options struct {
 	// Device is the GPU (cudastream.Open) or the simulated device
-	// (cudastream.NewSim). Required. The host tier's pages are bound to its
-	// NUMA node (Device.Info().NUMANode) where the machine has several.
+	// (cudastream.NewSim). Required unless Shards is set. The host tier's
+	// pages are bound to its NUMA node (Device.Info().NUMANode) where the
+	// machine has several.
 	Device cudastream.Device
 	// GPU is the server's KV region: GPU slot s is block s of the layout,
-	// so the GPU tier has GPU.NumBlocks slots of GPU.BlockBytes(). Required.
+	// so the GPU tier has GPU.NumBlocks slots of GPU.BlockBytes(). Required
+	// unless Shards is set.
 	GPU transfer.GPULayout
+	// Shards makes a tensor-parallel cache over several GPUs, one entry
+	// per GPU in rank order, each with its device and its KV region (its
+	// share of every block); Device and GPU are then left unset. The
+	// regions have the same NumBlocks and BlockBytes. Each GPU gets its
+	// own parts, sized by HostBytes and NVMeBytes: a pinned pool bound to
+	// its NUMA node (the pools are pinned at the same time), copy engines
+	// and a store in a directory "rank<N>" of each NVMeDirs entry (made
+	// 0700 if absent). One Manager decides for all of them through a
+	// ShardedMover, so a block is cached on every GPU or on none.
+	Shards []Shard
 	// BlockTokens is the number of tokens per block, for example 16.
 	BlockTokens int
-	// HostBytes sizes the pinned host tier; each slot holds one block
-	// rounded up to 4 KiB. Example: 64 GiB of 2.5 MiB blocks is 26,214
-	// slots. Required (the copy engine moves blocks through it).
+	// HostBytes sizes the pinned host tier (per GPU); each slot holds one
+	// block rounded up to 4 KiB. Example: 64 GiB of 2.5 MiB blocks is
+	// 26,214 slots. Required (the copy engine moves blocks through it).
 	HostBytes int64
-	// NVMeDirs and NVMeBytes make the NVMe tier: NVMeBytes of blocks
-	// spread over one slab file per directory (which must exist). Both or
-	// neither.
+	// NVMeDirs and NVMeBytes make the NVMe tier: NVMeBytes of blocks (per
+	// GPU) spread over one slab file per directory (which must exist).
+	// Both or neither.
 	NVMeDirs  []string
 	NVMeBytes int64
 	// KeepNVMe keeps the blocks a previous run left in NVMeDirs and adopts
 	// them (see DeviceMoverConfig.KeepBlocks); otherwise they are freed.
+	// Not with Shards yet: adopting a block needs every rank's part of it
+	// in the same slot, which the stores do not record.
 	KeepNVMe bool
 	// WriteThrough: see Config.WriteThrough.
 	WriteThrough bool
+	// MaxHoleBlocks: see Config.MaxHoleBlocks (0: a lookup stops at the
+	// first missing block).
+	MaxHoleBlocks int
 	// Policy makes tier t's eviction policy for its slot count. Nil means
 	// policy.NewDenseLRU for every tier.
 	Policy func(t Tier, slots int) (policy.Policy[BlockRef], error)
@@ -53,14 +73,35 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Shard is one GPU of a tensor-parallel cache: see Options.Shards.
+type Shard struct {
+	Device cudastream.Device
+	GPU    transfer.GPULayout
+}
+
 // Cache is a Manager wired to its parts by Open. The parts stay reachable
 // for what the Manager does not do (stats, tuning); Close closes them.
+// Its GPUParts are the first GPU's (rank 0); Ranks has every GPU's.
 type Cache struct {
 	*Manager
+	*GPUParts
+	// Ranks are the parts of each GPU in rank order: one entry without
+	// tensor parallelism, Ranks[0] being the embedded GPUParts.
+	Ranks []*GPUParts
+
+	log      *slog.Logger
+	growCtx  context.Context
+	stopGrow context.CancelFunc
+	growing  sync.WaitGroup
+}
+
+// GPUParts are what Open builds for one GPU.
+type GPUParts struct {
 	// Engine moves blocks between the GPU and the host tier; Bounce
 	// carries GPU-to-NVMe copies through a few pinned slots.
 	Engine, Bounce *transfer.Engine
-	// Mover is the Manager's Mover.
+	// Mover moves this GPU's blocks: the Manager's Mover with one GPU, a
+	// shard of its ShardedMover with several.
 	Mover *DeviceMover
 	// Store is the NVMe tier, nil without one.
 	Store *nvme.Store
@@ -69,34 +110,45 @@ type Cache struct {
 
 	pool                *pinned.Region
 	hostBase, slotBytes int64 // the host tier's offset in pool, its slot size
-	log                 *slog.Logger
-	growCtx             context.Context
-	stopGrow            context.CancelFunc
-	growing             sync.WaitGroup
 }
 
 // readyHostSlots is how many host slots are registered now.
-func (c *Cache) readyHostSlots() int {
-	return int(max(0, c.pool.ReadyBytes()-c.hostBase) / c.slotBytes)
+func (p *GPUParts) readyHostSlots() int {
+	return int(max(0, p.pool.ReadyBytes()-p.hostBase) / p.slotBytes)
 }
 
-// growHost raises the host tier's usable slots as the pool's chunks are
+// usableHostSlots is how many host slots every GPU has registered: a host
+// slot holds a part of its block on each GPU's pool.
+func (c *Cache) usableHostSlots() int {
+	n := c.Ranks[0].readyHostSlots()
+	for _, p := range c.Ranks[1:] {
+		n = min(n, p.readyHostSlots())
+	}
+	return n
+}
+
+// growHost raises the host tier's usable slots as the pools' chunks are
 // registered, until all are or Close stops it.
 func (c *Cache) growHost(start time.Time) {
 	defer c.growing.Done()
-	for next := c.pool.ChunkBytes(); ; next += c.pool.ChunkBytes() {
-		next = min(next, c.pool.Size())
-		if err := c.pool.WaitReady(c.growCtx, next); err != nil {
-			if c.growCtx.Err() == nil {
-				c.log.Error("kvtier: pinning the host tier failed: it keeps the slots pinned so far",
-					"slots", c.readyHostSlots(), "err", err)
+	size, chunk := c.Ranks[0].pool.Size(), c.Ranks[0].pool.ChunkBytes()
+	for next := chunk; ; next += chunk {
+		next = min(next, size)
+		for r, p := range c.Ranks {
+			if err := p.pool.WaitReady(c.growCtx, next); err != nil {
+				if c.growCtx.Err() == nil {
+					c.log.Error("kvtier: pinning the host tier failed: it keeps the slots pinned so far",
+						"rank", r, "slots", c.usableHostSlots(), "err", err)
+				}
+				return
 			}
-			return
 		}
-		_ = c.SetUsableSlots(Host, c.readyHostSlots())
-		if next == c.pool.Size() {
-			c.log.Info("kvtier: host tier pinned", "bytes", next, "slots", c.readyHostSlots(), "slot_bytes", c.slotBytes,
-				"seconds", time.Since(start).Seconds(), "numa", c.pool.Stats().NUMANote)
+		_ = c.SetUsableSlots(Host, c.usableHostSlots())
+		if next == size {
+			for r, p := range c.Ranks {
+				c.log.Info("kvtier: host tier pinned", "rank", r, "bytes", next, "slots", p.readyHostSlots(), "slot_bytes", p.slotBytes,
+					"seconds", time.Since(start).Seconds(), "numa", p.pool.Stats().NUMANote)
+			}
 			return
 		}
 	}
@@ -109,11 +161,11 @@ const openStagingSlots, openBounceSlots = 2, 4
 
 // Open checks o, allocates the pinned host memory and starts registering it,
 // and builds the copy engines, the NVMe store, the DeviceMover and the
-// Manager with sizes that agree. It returns once the first chunk is
-// registered: the host tier serves from the slots registered so far and
-// grows as the rest is (Manager.SetUsableSlots), so a server with hundreds
-// of GiB of host tier starts in a second. On error everything built so far
-// is closed again.
+// Manager with sizes that agree (for each GPU, with Shards). It returns once
+// the first chunk is registered: the host tier serves from the slots
+// registered so far and grows as the rest is (Manager.SetUsableSlots), so a
+// server with hundreds of GiB of host tier starts in a second. On error
+// everything built so far is closed again.
 func Open(ctx context.Context, o Options) (*Cache, error) {
 	log := o.Logger
 	if log == nil {
@@ -122,8 +174,13 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	bad := func(field, format string, args ...any) (*Cache, error) {
 		return nil, configErr("Options."+field, format, args...)
 	}
+	shards := o.Shards
 	switch {
-	case o.Device == nil:
+	case len(shards) > 0 && (o.Device != nil || o.GPU.NumBlocks != 0):
+		return bad("Shards", "%d shards with Options.Device or Options.GPU set: give one or the other", len(shards))
+	case len(shards) > 0 && o.KeepNVMe:
+		return bad("KeepNVMe", "with %d shards: adopting NVMe blocks is not supported for tensor parallelism yet", len(shards))
+	case len(shards) == 0 && o.Device == nil:
 		return bad("Device", "is nil")
 	case o.BlockTokens <= 0 || o.BlockTokens > MaxBlockTokens:
 		return bad("BlockTokens", "%d is not in [1, %d]", o.BlockTokens, MaxBlockTokens)
@@ -133,11 +190,29 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		return bad("NVMeBytes", "%d with %d NVMeDirs: give both or neither", o.NVMeBytes, len(o.NVMeDirs))
 	case o.NVMeBytes < 0:
 		return bad("NVMeBytes", "%d is negative", o.NVMeBytes)
+	case o.MaxHoleBlocks < 0:
+		return bad("MaxHoleBlocks", "%d is negative", o.MaxHoleBlocks)
 	}
-	if err := o.GPU.Validate(); err != nil {
-		return bad("GPU", "%v", err)
+	if len(shards) == 0 {
+		shards = []Shard{{Device: o.Device, GPU: o.GPU}}
+		if err := o.GPU.Validate(); err != nil {
+			return bad("GPU", "%v", err)
+		}
 	}
-	blockBytes := o.GPU.BlockBytes()
+	for r, sh := range shards {
+		field := fmt.Sprintf("Shards[%d]", r)
+		if sh.Device == nil {
+			return bad(field+".Device", "is nil")
+		}
+		if err := sh.GPU.Validate(); err != nil {
+			return bad(field+".GPU", "%v", err)
+		}
+		if r > 0 && (sh.GPU.NumBlocks != shards[0].GPU.NumBlocks || sh.GPU.BlockBytes() != shards[0].GPU.BlockBytes()) {
+			return bad(field+".GPU", "%d blocks of %d bytes, but Shards[0] has %d of %d: every GPU holds its part of the same blocks",
+				sh.GPU.NumBlocks, sh.GPU.BlockBytes(), shards[0].GPU.NumBlocks, shards[0].GPU.BlockBytes())
+		}
+	}
+	blockBytes := shards[0].GPU.BlockBytes()
 	slotBytes := (blockBytes + 4095) &^ 4095
 	hostSlots := o.HostBytes / slotBytes
 	if hostSlots == 0 {
@@ -159,62 +234,52 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		}
 		return nil, fmt.Errorf("kvtier: Open: %w", err)
 	}
-	// The staging and bounce slots come first, the host tier after them:
-	// the region is registered in order, in the background, and the host
-	// tier serves from the slots registered so far (SetUsableSlots) while
-	// the rest is pinned.
-	extra := int64(openStagingSlots*2+openBounceSlots) * slotBytes
-	total := extra + hostSlots*slotBytes
 	start := time.Now()
-	var err error
-	c.pool, err = pinned.Alloc(ctx, total, pinned.Options{
-		Registrar:     o.Device,
-		ChunkMultiple: slotBytes,
-		NUMANodes:     []int{o.Device.Info().NUMANode},
-		Background:    true,
-	})
-	if err != nil {
-		return fail(fmt.Errorf("host tier: %w", err))
+	// Every GPU's pool starts registering (in the background) before the
+	// first is waited for, so that they are pinned at the same time.
+	for r, sh := range shards {
+		p, err := allocHost(ctx, sh.Device, hostSlots, slotBytes)
+		if p != nil {
+			c.Ranks = append(c.Ranks, p)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("host tier of rank %d: %w", r, err))
+		}
 	}
-	if err := c.pool.WaitReady(ctx, extra); err != nil {
-		return fail(fmt.Errorf("host tier: %w", err))
+	c.GPUParts = c.Ranks[0]
+	for r, sh := range shards {
+		dirs := o.NVMeDirs
+		if len(shards) > 1 && nvmeSlots > 0 {
+			dirs = make([]string, len(o.NVMeDirs))
+			for i, d := range o.NVMeDirs {
+				dirs[i] = filepath.Join(d, fmt.Sprintf("rank%d", r))
+				if err := os.Mkdir(dirs[i], 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+					return fail(fmt.Errorf("NVMe directory of rank %d: %w", r, err))
+				}
+			}
+		}
+		if err := c.Ranks[r].build(ctx, sh, o, dirs, blockBytes, int(nvmeSlots)); err != nil {
+			if len(shards) > 1 {
+				err = fmt.Errorf("rank %d: %w", r, err)
+			}
+			return fail(err)
+		}
 	}
-	mem := c.pool.Bytes()
-	reg := c.pool.ChunkBytes()
-	staging := [][]byte{mem[:2*slotBytes], mem[2*slotBytes : 4*slotBytes]}
-	bounceHost := transfer.HostLayout{Pool: mem[4*slotBytes : extra], SlotBytes: slotBytes}
-	// A slot of the pool never straddles a registration: the region's
-	// chunks are multiples of slotBytes from its start, and so from extra.
-	c.Host = transfer.HostLayout{Pool: mem[extra:total], SlotBytes: slotBytes, RegistrationBytes: reg}
-	c.hostBase, c.slotBytes = extra, slotBytes
 
-	var now func() time.Duration
-	if sim, ok := o.Device.(*cudastream.Sim); ok {
-		now = sim.Clock().Now
-	}
-	if c.Engine, err = transfer.New(o.Device, transfer.Config{GPU: o.GPU, Host: c.Host, Staging: staging, Now: now}); err != nil {
-		return fail(err)
-	}
-	if c.Bounce, err = transfer.New(o.Device, transfer.Config{GPU: o.GPU, Host: bounceHost, Now: now}); err != nil {
-		return fail(err)
-	}
-	mc := DeviceMoverConfig{Engine: c.Engine, Host: c.Host, BlockBytes: blockBytes, Bounce: c.Bounce, BounceHost: bounceHost,
-		StoreTokens: true, KeepBlocks: o.KeepNVMe}
-	if nvmeSlots > 0 {
-		perFile := (int(nvmeSlots) + len(o.NVMeDirs) - 1) / len(o.NVMeDirs)
-		c.Store, err = nvme.Open(nvme.Config{Dirs: o.NVMeDirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens})
+	cfg := Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, MaxHoleBlocks: o.MaxHoleBlocks, Mover: c.Mover, Planner: o.Planner}
+	if len(shards) > 1 {
+		movers := make([]Mover, len(c.Ranks))
+		for r, p := range c.Ranks {
+			movers[r] = p.Mover
+		}
+		sm, err := NewShardedMover(movers...)
 		if err != nil {
 			return fail(err)
 		}
-		mc.Store, mc.NVMeSlots = c.Store, int(nvmeSlots)
+		cfg.Mover = sm
 	}
-	if c.Mover, err = NewDeviceMover(mc); err != nil {
-		return fail(err)
-	}
-
-	cfg := Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, Mover: c.Mover, Planner: o.Planner}
 	sizes := [NumTiers]struct{ slots, slotBytes int64 }{
-		GPU: {int64(o.GPU.NumBlocks), blockBytes}, Host: {hostSlots, slotBytes}, NVMe: {nvmeSlots, blockBytes}}
+		GPU: {int64(shards[0].GPU.NumBlocks), blockBytes}, Host: {hostSlots, slotBytes}, NVMe: {nvmeSlots, blockBytes}}
 	for t := range NumTiers {
 		if sizes[t].slots == 0 {
 			continue
@@ -225,6 +290,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		}
 		cfg.Tiers[t] = TierConfig{CapacityBytes: sizes[t].slots * sizes[t].slotBytes, SlotBytes: sizes[t].slotBytes, Policy: p}
 	}
+	var err error
 	if c.Manager, err = New(cfg); err != nil {
 		return fail(err)
 	}
@@ -236,14 +302,73 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		log.Info("kvtier: adopted the blocks a previous run left on NVMe", "blocks", n, "found", len(rec))
 	}
 	c.growCtx, c.stopGrow = context.WithCancel(context.Background())
-	if err := c.SetUsableSlots(Host, c.readyHostSlots()); err != nil {
+	if err := c.SetUsableSlots(Host, c.usableHostSlots()); err != nil {
 		return fail(err)
 	}
 	c.growing.Add(1)
 	go c.growHost(start)
-	log.Info("kvtier: open", "gpu_slots", o.GPU.NumBlocks, "host_slots", hostSlots, "nvme_slots", nvmeSlots,
+	log.Info("kvtier: open", "gpus", len(shards), "gpu_slots", shards[0].GPU.NumBlocks, "host_slots", hostSlots, "nvme_slots", nvmeSlots,
 		"block_bytes", blockBytes, "write_through", o.WriteThrough)
 	return c, nil
+}
+
+// allocHost allocates one GPU's pinned memory, bound to its NUMA node, and
+// starts registering it in the background: the staging and bounce slots
+// come first, the host tier after them, so that the host tier can serve
+// from the slots registered so far (SetUsableSlots) while the rest is
+// pinned.
+func allocHost(ctx context.Context, dev cudastream.Device, hostSlots, slotBytes int64) (*GPUParts, error) {
+	extra := int64(openStagingSlots*2+openBounceSlots) * slotBytes
+	pool, err := pinned.Alloc(ctx, extra+hostSlots*slotBytes, pinned.Options{
+		Registrar:     dev,
+		ChunkMultiple: slotBytes,
+		NUMANodes:     []int{dev.Info().NUMANode},
+		Background:    true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &GPUParts{pool: pool, hostBase: extra, slotBytes: slotBytes}, nil
+}
+
+// build waits for p's staging and bounce slots to be registered and builds
+// the GPU's copy engines, its NVMe store in dirs (nvmeSlots > 0) and its
+// DeviceMover.
+func (p *GPUParts) build(ctx context.Context, sh Shard, o Options, dirs []string, blockBytes int64, nvmeSlots int) error {
+	extra, slotBytes := p.hostBase, p.slotBytes
+	if err := p.pool.WaitReady(ctx, extra); err != nil {
+		return fmt.Errorf("host tier: %w", err)
+	}
+	mem := p.pool.Bytes()
+	staging := [][]byte{mem[:2*slotBytes], mem[2*slotBytes : 4*slotBytes]}
+	bounceHost := transfer.HostLayout{Pool: mem[4*slotBytes : extra], SlotBytes: slotBytes}
+	// A slot of the pool never straddles a registration: the region's
+	// chunks are multiples of slotBytes from its start, and so from extra.
+	p.Host = transfer.HostLayout{Pool: mem[extra:p.pool.Size()], SlotBytes: slotBytes, RegistrationBytes: p.pool.ChunkBytes()}
+
+	var now func() time.Duration
+	if sim, ok := sh.Device.(*cudastream.Sim); ok {
+		now = sim.Clock().Now
+	}
+	var err error
+	if p.Engine, err = transfer.New(sh.Device, transfer.Config{GPU: sh.GPU, Host: p.Host, Staging: staging, Now: now}); err != nil {
+		return err
+	}
+	if p.Bounce, err = transfer.New(sh.Device, transfer.Config{GPU: sh.GPU, Host: bounceHost, Now: now}); err != nil {
+		return err
+	}
+	mc := DeviceMoverConfig{Engine: p.Engine, Host: p.Host, BlockBytes: blockBytes, Bounce: p.Bounce, BounceHost: bounceHost,
+		StoreTokens: true, KeepBlocks: o.KeepNVMe}
+	if nvmeSlots > 0 {
+		perFile := (nvmeSlots + len(dirs) - 1) / len(dirs)
+		p.Store, err = nvme.Open(nvme.Config{Dirs: dirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens})
+		if err != nil {
+			return err
+		}
+		mc.Store, mc.NVMeSlots = p.Store, nvmeSlots
+	}
+	p.Mover, err = NewDeviceMover(mc)
+	return err
 }
 
 // Close waits for every copy in flight (Drain), then closes the mover, the
@@ -271,19 +396,28 @@ func (c *Cache) Close() error {
 // closeParts closes what Open built, most dependent first.
 func (c *Cache) closeParts() error {
 	var errs []error
-	if c.Mover != nil {
-		errs = append(errs, c.Mover.Close())
+	for _, p := range c.Ranks {
+		errs = append(errs, p.close())
 	}
-	for _, e := range []*transfer.Engine{c.Engine, c.Bounce} {
+	return errors.Join(errs...)
+}
+
+// close closes p's parts, most dependent first.
+func (p *GPUParts) close() error {
+	var errs []error
+	if p.Mover != nil {
+		errs = append(errs, p.Mover.Close())
+	}
+	for _, e := range []*transfer.Engine{p.Engine, p.Bounce} {
 		if e != nil {
 			errs = append(errs, e.Close())
 		}
 	}
-	if c.Store != nil {
-		errs = append(errs, c.Store.Close())
+	if p.Store != nil {
+		errs = append(errs, p.Store.Close())
 	}
-	if c.pool != nil {
-		errs = append(errs, c.pool.Close())
+	if p.pool != nil {
+		errs = append(errs, p.pool.Close())
 	}
 	return errors.Join(errs...)
 }

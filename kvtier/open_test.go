@@ -1,9 +1,13 @@
 package kvtier
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -40,22 +44,10 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{t.TempDir()}, 100 }, "Options.NVMeBytes"},
 		{func(o *Options) { o.GPU.NumBlocks = 0 }, "Options.GPU"},
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
+		{func(o *Options) { o.MaxHoleBlocks = -1 }, "Options.MaxHoleBlocks"},
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
 	} {
-		o := good
-		tc.edit(&o)
-		c, err := Open(context.Background(), o)
-		if err == nil {
-			c.Close()
-			t.Errorf("%s: Open succeeded", tc.want)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Open: %v, want an error naming %s", err, tc.want)
-		}
-		if strings.HasPrefix(tc.want, "Options.") && !errors.Is(err, ErrConfig) {
-			t.Errorf("Open: %v does not wrap ErrConfig", err)
-		}
+		openRefuses(t, good, tc.edit, tc.want)
 	}
 	c, err := Open(context.Background(), good)
 	if err != nil {
@@ -63,6 +55,195 @@ func TestOpenErrors(t *testing.T) {
 	}
 	if got := c.CapacitySlots(Host); got != 8 {
 		t.Errorf("host tier of 8 4-KiB slots has %d", got)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openRefuses checks that Open refuses good changed by edit, with an error
+// naming want (wrapping ErrConfig when want names an option), and leaves
+// nothing open.
+func openRefuses(t *testing.T, good Options, edit func(*Options), want string) {
+	t.Helper()
+	o := good
+	edit(&o)
+	c, err := Open(context.Background(), o)
+	if err == nil {
+		c.Close()
+		t.Errorf("%s: Open succeeded", want)
+		return
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("Open: %v, want an error naming %s", err, want)
+	}
+	if strings.HasPrefix(want, "Options.") && !errors.Is(err, ErrConfig) {
+		t.Errorf("Open: %v does not wrap ErrConfig", err)
+	}
+}
+
+// simShard makes a simulated GPU with a KV region of 8 blocks of 4 KiB (2
+// layers, K and V) for Open's tests; the sim is closed at the test's end.
+func simShard(t *testing.T, blocks int) (Shard, cudastream.DevicePtr) {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20, Link: cudastream.H200Link()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	region, err := sim.Alloc(int64(blocks) << 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := transfer.BlockFirstLayout(region, 2, 2, blocks, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Shard{Device: sim, GPU: gpu}, region
+}
+
+// TestOpenShards opens a cache over four simulated GPUs, each with its own
+// link, pinned pool and NVMe store: a prefix written with other bytes on
+// each GPU goes to NVMe on all of them and comes back to each GPU byte for
+// byte, each GPU's stream waiting for its own layers only.
+func TestOpenShards(t *testing.T) {
+	const tp = 4
+	ctx := context.Background()
+	var shards []Shard
+	var regions []cudastream.DevicePtr
+	for range tp {
+		sh, region := simShard(t, 8)
+		shards, regions = append(shards, sh), append(regions, region)
+	}
+	dir := t.TempDir()
+	c, err := Open(ctx, Options{Shards: shards, BlockTokens: 4, HostBytes: 8 << 12,
+		NVMeDirs: []string{dir}, NVMeBytes: 32 << 12, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if len(c.Ranks) != tp || c.GPUParts != c.Ranks[0] {
+		t.Fatalf("%d ranks, the embedded parts are rank 0's: %v", len(c.Ranks), c.GPUParts == c.Ranks[0])
+	}
+	for r := range tp {
+		st, err := os.Stat(filepath.Join(dir, fmt.Sprintf("rank%d", r)))
+		if err != nil || st.Mode().Perm() != 0o700 {
+			t.Fatalf("rank %d's NVMe directory: %v, %v", r, st, err)
+		}
+	}
+	blockBytes := shards[0].GPU.BlockBytes()
+	kv := func(r int, k Key) []byte { return bytes.Repeat([]byte{byte(k) + byte(r)*64}, int(blockBytes)) }
+	at := func(r int, s Slot) cudastream.DevicePtr {
+		return regions[r] + cudastream.DevicePtr(int64(s)*blockBytes)
+	}
+	streams := make([]cudastream.Stream, tp)
+	for r, sh := range shards {
+		if streams[r], err = sh.Device.NewStream(0); err != nil {
+			t.Fatal(err)
+		}
+		defer streams[r].Destroy()
+	}
+
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	var w Lease
+	if err := c.Insert(7, prompt, GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range w.Blocks {
+		for r := range tp {
+			if err := streams[r].CopyHtoD(at(r, b.Slot), kv(r, b.Key)); err != nil {
+				t.Fatal(err)
+			}
+			if err := streams[r].Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := c.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Release(&w)
+	if n, err := c.Evict(ctx, 7, prompt, NVMe); n != 3 || err != nil {
+		t.Fatalf("Evict to NVMe: %d blocks, %v; want 3", n, err)
+	}
+	for r, p := range c.Ranks {
+		if got := p.Store.Stats(); got.Writes != 3 {
+			t.Errorf("rank %d's store wrote %d blocks, want 3", r, got.Writes)
+		}
+	}
+
+	var l Lease
+	if err := c.Lookup(7, prompt, &l); err != nil || l.Len() != 3 {
+		t.Fatalf("lookup: %d blocks, %v", l.Len(), err)
+	}
+	defer c.Release(&l)
+	if err := c.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Onboard(&l); err != nil {
+		t.Fatal(err)
+	}
+	for r := range tp {
+		for layer := range shards[r].GPU.Layers {
+			evs, err := l.ShardLayerEvents(r, layer, nil)
+			if err != nil || len(evs) == 0 {
+				t.Fatalf("rank %d layer %d: %d events, %v", r, layer, len(evs), err)
+			}
+			for _, ev := range evs {
+				if err := streams[r].WaitEvent(ev.(cudastream.Event)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, b := range l.Blocks {
+			if !b.Loading || b.Tier != NVMe {
+				t.Fatalf("block %+v: want loading from nvme", b)
+			}
+			got := make([]byte, blockBytes)
+			if err := streams[r].CopyDtoH(got, at(r, b.GPUSlot)); err != nil {
+				t.Fatal(err)
+			}
+			if err := streams[r].Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, kv(r, b.Key)) {
+				t.Errorf("rank %d, block at position %d: other bytes on the GPU", r, b.Position)
+			}
+		}
+	}
+	if err := c.Wait(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenShardsErrors: a bad shard is refused with an error naming it, and
+// nothing is left open.
+func TestOpenShardsErrors(t *testing.T) {
+	a, _ := simShard(t, 8)
+	b, _ := simShard(t, 8)
+	small, _ := simShard(t, 4)
+	good := Options{Shards: []Shard{a, b}, BlockTokens: 4, HostBytes: 8 << 12, Logger: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		edit func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Device = a.Device }, "Options.Shards"},
+		{func(o *Options) { o.GPU = a.GPU }, "Options.Shards"},
+		{func(o *Options) { o.Shards = []Shard{a, {GPU: b.GPU}} }, "Options.Shards[1].Device"},
+		{func(o *Options) { o.Shards = []Shard{a, {Device: b.Device}} }, "Options.Shards[1].GPU"},
+		{func(o *Options) { o.Shards = []Shard{a, small} }, "Options.Shards[1].GPU: 4 blocks"},
+		{func(o *Options) { o.KeepNVMe, o.NVMeDirs, o.NVMeBytes = true, []string{t.TempDir()}, 32<<12 }, "Options.KeepNVMe"},
+		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 32<<12 }, "rank 0"},
+	} {
+		openRefuses(t, good, tc.edit, tc.want)
+	}
+	c, err := Open(context.Background(), good)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

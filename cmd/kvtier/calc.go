@@ -32,6 +32,12 @@ type calcConfig struct {
 	json        bool
 	sweep       bool
 	plotPath    string
+	// cal is the calibration (--calibration, --prefill-samples), nil for
+	// the presets; samples are --prefill-samples'; writeCal is
+	// --write-calibration.
+	cal      *cost.Calibration
+	samples  []cost.PrefillSample
+	writeCal string
 }
 
 func runCalc(args []string, stdout, stderr io.Writer) int {
@@ -48,6 +54,18 @@ func runCalc(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvtier calc: %v\n", err)
 		return 2
 	}
+	if cfg.cal != nil {
+		if rep.Calibration, err = calcCalibrationReport(cfg); err != nil {
+			fmt.Fprintf(stderr, "kvtier calc: %v\n", err)
+			return 2
+		}
+	}
+	if cfg.writeCal != "" {
+		if err := cfg.cal.WriteFile(cfg.writeCal); err != nil {
+			fmt.Fprintf(stderr, "kvtier calc: --write-calibration %s: %v\n", cfg.writeCal, err)
+			return 1
+		}
+	}
 	if cfg.plotPath != "" {
 		if err := calcPlot(cfg, rep, cfg.plotPath); err != nil {
 			fmt.Fprintf(stderr, "kvtier calc: --plot %s: %v\n", cfg.plotPath, err)
@@ -62,6 +80,9 @@ func runCalc(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	}
+	if rep.Calibration != nil {
+		calcPrintCalibration(stdout, cfg, rep.Calibration)
 	}
 	calcPrint(stdout, cfg, rep)
 	return 0
@@ -99,6 +120,9 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	tflops := fs.Float64("tflops", 0, "override the GPU's dense bf16 peak, TFLOP/s")
 	efficiency := fs.Float64("efficiency", 0, "override the GPU's prefill efficiency, in (0, 1]")
 	gpuMemory := fs.Float64("gpu-memory", 0, "override the GPU's memory, GB: the weights (per GPU) and the request's KV must fit in it")
+	calPath := fs.String("calibration", "", "a calibration file (--write-calibration's, a server's) or `kvtier probe --json` output: its fitted prefill and links replace the presets")
+	samplesPath := fs.String("prefill-samples", "", "fit prefill to measured samples, one JSON object a line: {\"model\":\"llama-3.1-8b\",\"prefix\":0,\"tokens\":512,\"seconds\":0.0222}; prints the fitted terms and each sample's error")
+	writeCal := fs.String("write-calibration", "", "write the calibration (--calibration, then --prefill-samples) to this file as JSON")
 	if err := fs.Parse(args); err != nil {
 		return calcConfig{}, err
 	}
@@ -193,10 +217,20 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 		s.TP = 1
 	}
 
+	cfg.writeCal = *writeCal
+	if cfg.cal, cfg.samples, err = calcLoadCalibration(s, *calPath, *samplesPath, *writeCal != ""); err != nil {
+		return calcConfig{}, err
+	}
+	var fit *cost.Fit
+	if cfg.cal != nil {
+		fit = cfg.cal.Current()
+		s.Fit = fit
+	}
 	ingress, err := cost.LookupLink(*link)
 	if err != nil {
 		return calcConfig{}, err
 	}
+	ingress, _ = fit.Link(ingress)
 	if *probe != "" {
 		p, err := cost.LoadProbe(*probe)
 		if err != nil {
@@ -224,6 +258,7 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 		if err != nil {
 			return calcConfig{}, err
 		}
+		src, _ = fit.Link(src)
 		if src, err = src.Drives(*drives); err != nil {
 			return calcConfig{}, err
 		}
@@ -300,6 +335,8 @@ type calcReport struct {
 	BreakEvenLinearTokens     *int           `json:"break_even_linear_tokens"` // linear-only recompute
 	ReloadPerLink             []calcLink     `json:"reload_per_link"`
 	Sweep                     []calcSweepRow `json:"sweep,omitempty"`
+	// Calibration: with --calibration or --prefill-samples.
+	Calibration *calcCalibration `json:"calibration,omitempty"`
 }
 
 type calcModel struct {

@@ -144,8 +144,11 @@ flags:
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
 	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once, each with the GPU's full rate to itself (1: one GPU, prefills queue); 0: no limit")
+	fs.IntVar(&c.MaxHoleBlocks, "max-hole-blocks", def.MaxHoleBlocks, "a lookup goes on past up to this many missing blocks, recomputed while the cached blocks after them load (0: it stops at the first)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
+	fs.StringVar(&c.Calibration, "calibration", def.Calibration, "a calibration file (`kvtier calc --write-calibration`, a server's, or `kvtier probe --json`): measured prefill and links replace the presets")
+	seed := fs.Uint64("seed", 0, "with --generate: the generator's seed (default: the workload's, 1; the bundled trace is chat with seed 1)")
 	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
 	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
 	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
@@ -215,6 +218,9 @@ flags:
 		} else if *requests > 0 {
 			gen.Requests = *requests
 		}
+		if *seed != 0 {
+			gen.Seed = *seed
+		}
 		if *rate < 0 {
 			return a, fmt.Errorf("--sessions-per-second %g: negative", *rate)
 		} else if *rate > 0 {
@@ -223,10 +229,14 @@ flags:
 		if err := gen.Validate(); err != nil {
 			return a, fmt.Errorf("--generate: %w", err)
 		}
-		a.src = replay.GeneratedSource(fmt.Sprintf("generated:%s-%d", *generate, gen.Requests), gen)
+		name := fmt.Sprintf("generated:%s-%d", *generate, gen.Requests)
+		if *seed != 0 {
+			name += fmt.Sprintf("-seed%d", gen.Seed)
+		}
+		a.src = replay.GeneratedSource(name, gen)
 	case *tracePath == "":
-		if *requests != 0 || *rate != 0 {
-			return a, errors.New("--requests and --sessions-per-second need --generate")
+		if *requests != 0 || *rate != 0 || *seed != 0 {
+			return a, errors.New("--requests, --sessions-per-second and --seed need --generate")
 		}
 		a.src = replay.BundledSource()
 	default:
@@ -269,6 +279,7 @@ var replayOverrides = []struct {
 }{
 	{"model", func(d, s *replay.Config) { d.Model = s.Model }},
 	{"gpu", func(d, s *replay.Config) { d.GPU = s.GPU }},
+	{"calibration", func(d, s *replay.Config) { d.Calibration = s.Calibration }},
 	{"tp", func(d, s *replay.Config) { d.TP = s.TP }},
 	{"block-tokens", func(d, s *replay.Config) { d.BlockTokens = s.BlockTokens }},
 	{"gpu-kv", func(d, s *replay.Config) { d.GPUBytes = s.GPUBytes }},
@@ -282,6 +293,7 @@ var replayOverrides = []struct {
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
 	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
+	{"max-hole-blocks", func(d, s *replay.Config) { d.MaxHoleBlocks = s.MaxHoleBlocks }},
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
 	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"kvtier.dev/internal/invariants"
@@ -86,9 +87,17 @@ type PlannerConfig struct {
 	TP    int // tensor-parallel degree, >= 1
 	// BlockTokens is the tokens per block (vLLM's default is 16).
 	BlockTokens int
-	// MaxBlocks is the longest prefix Plan accepts; the Planner's scratch
-	// space is sized for it once, here.
+	// MaxBlocks sizes the Planner's scratch space up front, e.g. 4096.
+	// A longer prefix is planned all the same: its first plan grows the
+	// scratch space (one allocation), later ones of that length allocate
+	// nothing. 0 takes 1024.
 	MaxBlocks int
+	// Calibration, when set, is what this server measured: every plan
+	// reads its current Fit (one atomic load) and prices prefill and the
+	// links by it (links by name: a fitted link replaces a path's hop of
+	// the same name). The fit's error widths make the plan careful where
+	// a decision is close (see Planner). nil: the presets, taken as exact.
+	Calibration *Calibration
 	// Paths[t] is how blocks of tier t reach the GPU, for t in TierHost,
 	// TierNVMe, TierRemote. A tier left zero cannot be planned: a block in
 	// it is an error. Every path's Ingress should be the same GPU link, since
@@ -147,17 +156,38 @@ type PlannerConfig struct {
 // within 4% in the worst (TestPlanMixedTiers). The exact problem with
 // arbitrary costs contains PARTITION, so no fast exact algorithm is expected.
 //
+// Calibrated costs and uncertainty. With a Calibration, the block costs
+// come from its fit: c_i is the fit's marginal prefill of block i (linear
+// and attention work, PrefillCost.MarginalSeconds), and every plan pays
+// the fit's per-pass cost once, at the end (it is the same for every plan,
+// so it changes no choice):
+//
+//	Time = max(G + floor, pass + max(T, G))
+//
+// The fit reports a relative error width for prefill and for each link.
+// A choice is made on charged costs, c × (1 + prefill width) and s × (1 +
+// the path's widest link width), and reported at nominal costs: the side
+// whose figure is less certain must win by more than its uncertainty, so
+// that a close call goes to the option that stays good if the uncertain
+// figure is wrong.
+//
+// Queues. PlanQueued takes what is already queued (Backlog): the GPU's
+// ingress is busy for Link before this request's first load can start
+// (the j-th load ends at max(D_{j-1}, lat_t, Link) + s_t), and the GPU
+// for GPU before its first recompute (E starts at GPU). Under load a
+// request then recomputes what would wait too long behind a busy link,
+// and loads what would wait too long behind a busy GPU.
+//
 // A Planner is not safe for concurrent use: give each goroutine its own, or
-// lock around Plan. Plan allocates nothing.
+// lock around Plan. BlockRecomputeCost is safe beside Plan. Plan allocates
+// nothing once its scratch space holds the request (MaxBlocks).
 type Planner struct {
 	cfg PlannerConfig
-	// recomputeS[i] is c_i, in seconds.
-	recomputeS []float64
-	floorS     float64           // the pass floor, seconds
-	loadS      [NumTiers]float64 // s_t per block, seconds; 0 for unconfigured
-	latS       [NumTiers]float64
-	configured [NumTiers]bool
-	// Scratch, MaxBlocks+1 each.
+	// costs are the nominal and charged costs of the current fit; Plan
+	// swaps in new ones when the Calibration publishes a new Fit.
+	costs atomic.Pointer[plannerCosts]
+	fit   *Fit // the fit costs came from; nil for the presets
+	// Scratch, at least len(blocks)+1 each.
 	loadPre []float64 // S before block i
 	recPre  []float64 // recompute of all non-GPU blocks before i
 	missSuf []float64 // recompute of missing blocks from i on
@@ -166,7 +196,34 @@ type Planner struct {
 	hand    []float64 // fSuf[i+1] - S[i] (0 at B): a load line through i continues to this
 	blkS    []float64 // s of block i's tier, 0 when it is not loadable
 	blkLat  []float64 // latency of block i's tier
-	blkC    []float64 // c_i of this plan: recomputeS, or a short block's own
+	blkC    []float64 // c_i of this plan (charged), a short block's by its tokens
+}
+
+// plannerCosts are a Planner's costs under one fit. Immutable once built.
+type plannerCosts struct {
+	prefill PrefillCost
+	// blockS0 and blockS1: a full block i costs blockS0 + i × blockS1
+	// (nominal): its linear work and its attention to itself, plus its
+	// attention to the i blocks before it.
+	blockS0, blockS1 float64
+	loadS            [NumTiers]float64 // s_t per block, seconds; 0 for unconfigured
+	latS             [NumTiers]float64
+	configured       [NumTiers]bool
+	// Charged costs (see Planner): recompute × chargeC, loads chargedS.
+	chargeC   float64
+	chargedS  [NumTiers]float64
+	uncertain bool // some width is not 0: choices use the charged costs
+}
+
+// Backlog is the work already queued where a plan's own work will run.
+type Backlog struct {
+	// Link is how long the GPU's ingress stays busy with copies queued
+	// before this request's (the bytes queued over its bandwidth:
+	// Planner.LinkBusy).
+	Link time.Duration
+	// GPU is how long the GPU stays busy with prefill queued before this
+	// request's.
+	GPU time.Duration
 }
 
 // NewPlanner validates the configuration and precomputes every block's
@@ -184,8 +241,11 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 	if cfg.BlockTokens < 1 || cfg.BlockTokens > 1<<20 {
 		return nil, fieldErr("block_tokens", cfg.BlockTokens, "must be between 1 and %d", 1<<20)
 	}
-	if cfg.MaxBlocks < 1 || int64(cfg.MaxBlocks)*int64(cfg.BlockTokens) > maxTokens {
-		return nil, fieldErr("max_blocks", cfg.MaxBlocks, "must be at least 1 and max_blocks × block_tokens at most %d", maxTokens)
+	if cfg.MaxBlocks < 0 || int64(cfg.MaxBlocks)*int64(cfg.BlockTokens) > maxTokens {
+		return nil, fieldErr("max_blocks", cfg.MaxBlocks, "must be between 0 (1024) and max_blocks × block_tokens at most %d", maxTokens)
+	}
+	if cfg.MaxBlocks == 0 {
+		cfg.MaxBlocks = 1024
 	}
 	p := &Planner{cfg: cfg}
 	anyPath := false
@@ -204,22 +264,72 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		if err := path.Validate(); err != nil {
 			return nil, fmt.Errorf("planner: tier %s: %w", t, err)
 		}
-		bytes := float64(cfg.Model.KVBytesPerTokenPerRank(cfg.TP)) * float64(cfg.BlockTokens)
-		p.loadS[t] = bytes * path.secondsPerByte()
-		p.latS[t] = path.latencySeconds()
-		p.configured[t] = true
 		anyPath = true
 	}
 	if !anyPath {
 		return nil, errors.New("planner: no tier has a path; set Paths[TierHost] at least")
 	}
-	s := Scenario{Model: cfg.Model, GPU: cfg.GPU, TP: cfg.TP}
-	p.floorS = s.passFloorSeconds()
-	p.recomputeS = make([]float64, cfg.MaxBlocks)
-	for i := range p.recomputeS {
-		p.recomputeS[i] = s.recomputeSeconds(cfg.BlockTokens, i*cfg.BlockTokens, true)
+	var fit *Fit
+	if cfg.Calibration != nil {
+		fit = cfg.Calibration.Current()
 	}
-	n := cfg.MaxBlocks + 1
+	p.setCosts(fit)
+	p.grow(cfg.MaxBlocks)
+	return p, nil
+}
+
+// setCosts prices blocks and loads under fit (nil: the presets).
+func (p *Planner) setCosts(fit *Fit) {
+	cfg := &p.cfg
+	c := &plannerCosts{prefill: fit.PrefillCost(&cfg.Model, &cfg.GPU, cfg.TP), chargeC: 1}
+	bt := float64(cfg.BlockTokens)
+	c.blockS0 = c.prefill.MarginalSeconds(cfg.BlockTokens, 0)
+	c.blockS1 = bt * bt * c.prefill.PrefixSecondsPerPair
+	if fit != nil && fit.Prefill.ErrorWidth > 0 {
+		c.chargeC = 1 + fit.Prefill.ErrorWidth
+		c.uncertain = true
+	}
+	bytes := float64(cfg.Model.KVBytesPerTokenPerRank(cfg.TP)) * bt
+	for t := range NumTiers {
+		path := cfg.Paths[t]
+		if !t.loadable() || path == (Path{}) {
+			continue
+		}
+		var w, ws float64
+		path.Ingress, w = fit.Link(path.Ingress)
+		if path.HasSource() {
+			path.Source, ws = fit.Link(path.Source)
+			w = max(w, ws)
+		}
+		c.loadS[t] = bytes * path.secondsPerByte()
+		c.latS[t] = path.latencySeconds()
+		c.chargedS[t] = c.loadS[t] * (1 + w)
+		c.configured[t] = true
+		if w > 0 {
+			c.uncertain = true
+		}
+	}
+	p.fit = fit
+	p.costs.Store(c)
+}
+
+// refresh takes the Calibration's newest fit, if it changed.
+func (p *Planner) refresh() *plannerCosts {
+	if cal := p.cfg.Calibration; cal != nil {
+		if f := cal.Current(); f != p.fit {
+			p.setCosts(f)
+		}
+	}
+	return p.costs.Load()
+}
+
+// grow makes the scratch space hold a prefix of n blocks.
+func (p *Planner) grow(blocks int) {
+	n := blocks + 1
+	if len(p.loadPre) >= n {
+		return
+	}
+	n = max(n, 2*len(p.loadPre))
 	p.loadPre = make([]float64, n)
 	p.recPre = make([]float64, n)
 	p.missSuf = make([]float64, n)
@@ -229,33 +339,50 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 	p.blkS = make([]float64, n)
 	p.blkLat = make([]float64, n)
 	p.blkC = make([]float64, n)
-	return p, nil
 }
 
 // Config returns the configuration the Planner was built with.
 func (p *Planner) Config() PlannerConfig { return p.cfg }
 
 // BlockRecomputeCost is the prefill time of block i (0-based) when the i
-// blocks before it are present: what losing it costs. i must be in
-// [0, MaxBlocks).
-func (p *Planner) BlockRecomputeCost(i int) time.Duration { return seconds(p.recomputeS[i]) }
+// blocks before it are present: what losing it costs, under the fit the
+// last plan used. Safe for concurrent use, also beside Plan.
+func (p *Planner) BlockRecomputeCost(i int) time.Duration {
+	c := p.costs.Load()
+	return seconds(c.blockCost(max(i, 0), 0, p.cfg.BlockTokens))
+}
+
+// Prefill is the prefill cost the last plan used (the fit's, or the
+// presets'): what a replay executes to stay faithful to the plans.
+func (p *Planner) Prefill() PrefillCost { return p.costs.Load().prefill }
 
 // PassFloor is the shortest forward pass (Scenario.PassFloor): no plan
 // takes less.
-func (p *Planner) PassFloor() time.Duration { return seconds(p.floorS) }
+func (p *Planner) PassFloor() time.Duration { return seconds(p.costs.Load().prefill.FloorSeconds) }
 
-// blockCost is c_i for a block of the given tokens (0: a full block).
-func (p *Planner) blockCost(i, tokens int) float64 {
-	if tokens == 0 || tokens == p.cfg.BlockTokens {
-		return p.recomputeS[i]
+// LinkBusy is how long bytes queued on the GPU's ingress (of tier t's
+// path) keep it busy: the Backlog.Link of a server that counts bytes.
+func (p *Planner) LinkBusy(t Tier, bytes int64) time.Duration {
+	c := p.costs.Load()
+	if t >= NumTiers || !c.configured[t] || bytes <= 0 {
+		return 0
 	}
-	s := Scenario{Model: p.cfg.Model, GPU: p.cfg.GPU, TP: p.cfg.TP}
-	return s.recomputeSeconds(tokens, i*p.cfg.BlockTokens, true)
+	perByte := c.loadS[t] / (float64(p.cfg.Model.KVBytesPerTokenPerRank(p.cfg.TP)) * float64(p.cfg.BlockTokens))
+	return seconds(float64(bytes) * perByte)
+}
+
+// blockCost is the nominal c_i for a block of the given tokens (0: a full
+// block).
+func (c *plannerCosts) blockCost(i, tokens, blockTokens int) float64 {
+	if tokens == 0 || tokens == blockTokens {
+		return c.blockS0 + float64(i)*c.blockS1
+	}
+	return c.prefill.MarginalSeconds(tokens, i*blockTokens)
 }
 
 // checkBlock rejects a block whose tier or tokens the Planner cannot plan.
-func (p *Planner) checkBlock(i int, b BlockSource) error {
-	if b.Tier >= NumTiers || (b.Tier.loadable() && !p.configured[b.Tier]) {
+func (p *Planner) checkBlock(c *plannerCosts, i int, b BlockSource) error {
+	if b.Tier >= NumTiers || (b.Tier.loadable() && !c.configured[b.Tier]) {
 		return fmt.Errorf("planner: block %d: tier %s has no path", i, b.Tier)
 	}
 	if b.Tokens < 0 || b.Tokens > p.cfg.BlockTokens {
@@ -265,29 +392,47 @@ func (p *Planner) checkBlock(i int, b BlockSource) error {
 }
 
 // Plan writes one Action per block into out[:len(blocks)] and returns the
-// plan's time. out MUST have at least len(blocks) elements; on error out is
-// left unchanged. Plan allocates nothing.
+// plan's time, on an idle link and GPU: PlanQueued with no backlog.
 func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
+	return p.PlanQueued(blocks, out, Backlog{})
+}
+
+// PlanQueued writes one Action per block into out[:len(blocks)] and
+// returns the plan's time from now, behind the work already queued (q).
+// out MUST have at least len(blocks) elements; on error out is left
+// unchanged. It allocates nothing once the scratch space holds the
+// prefix (PlannerConfig.MaxBlocks).
+func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (PlanResult, error) {
 	B := len(blocks)
-	if B > p.cfg.MaxBlocks {
-		return PlanResult{}, fmt.Errorf("planner: %d blocks, more than MaxBlocks (%d)", B, p.cfg.MaxBlocks)
-	}
 	if len(out) < B {
 		return PlanResult{}, fmt.Errorf("planner: out has %d elements for %d blocks", len(out), B)
 	}
-	// Pass 1, forward: prefix sums of load time (S), of the recompute time
-	// of every non-GPU block, and the cheapest per-block load present.
-	p.loadPre[0], p.recPre[0] = 0, 0
-	fastS := math.Inf(1)
+	if q.Link < 0 || q.GPU < 0 {
+		return PlanResult{}, fmt.Errorf("planner: negative backlog %+v", q)
+	}
+	cs := p.refresh()
 	for i, b := range blocks {
-		if err := p.checkBlock(i, b); err != nil {
+		if err := p.checkBlock(cs, i, b); err != nil {
 			return PlanResult{}, err
 		}
+	}
+	p.grow(B)
+	linkQ, gpuQ := q.Link.Seconds(), q.GPU.Seconds()
+	// Pass 1, forward: prefix sums of load time (S), of the recompute time
+	// of every non-GPU block, and the cheapest per-block load present.
+	// Costs are the charged ones (equal to nominal when the fit is exact).
+	p.loadPre[0], p.recPre[0] = 0, 0
+	fastS := math.Inf(1)
+	var latQ [NumTiers]float64 // a load's latency behind the queued copies
+	for t := range NumTiers {
+		latQ[t] = max(cs.latS[t], linkQ)
+	}
+	for i, b := range blocks {
 		t := b.Tier
-		s := p.loadS[t]
-		p.blkS[i], p.blkLat[i] = s, p.latS[t]
+		s := cs.chargedS[t]
+		p.blkS[i], p.blkLat[i] = s, latQ[t]
 		p.loadPre[i+1] = p.loadPre[i] + s
-		c := p.blockCost(i, b.Tokens)
+		c := cs.blockCost(i, b.Tokens, p.cfg.BlockTokens) * cs.chargeC
 		p.blkC[i] = c
 		if t == TierGPU {
 			c = 0
@@ -316,10 +461,10 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 		p.missSuf[i] = m
 		best := p.pathSuf[i+1]
 		if t.loadable() {
-			if v := p.latS[t] - p.loadPre[i] + p.fSuf[i+1]; v > best {
+			if v := latQ[t] - p.loadPre[i] + p.fSuf[i+1]; v > best {
 				best = v
 			}
-			slow = slow || p.loadS[t] > fastS
+			slow = slow || cs.chargedS[t] > fastS
 		}
 		p.pathSuf[i] = best
 		p.hand[i] = p.fSuf[i+1] - p.loadPre[i]
@@ -334,7 +479,7 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 	// GPU work.
 	bestQ1, bestQ2, bestT := 0, 0, math.Inf(1)
 	for q := 0; q <= B; q++ {
-		tq := p.recPre[q] + p.missSuf[q]
+		tq := gpuQ + p.recPre[q] + p.missSuf[q]
 		if v := p.pathSuf[q]; v > tq {
 			tq = v
 		}
@@ -342,8 +487,8 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 			bestQ1, bestQ2, bestT = q, q, tq
 		}
 	}
-	loadAll := math.Max(p.missSuf[0], p.pathSuf[0])
-	recomputeAll := p.recPre[B]
+	loadAll := math.Max(gpuQ+p.missSuf[0], p.pathSuf[0])
+	recomputeAll := gpuQ + p.recPre[B]
 	// Further passes, only when blocks of different load costs are present:
 	// the nested cut (q1, q2) also recomputes the slow blocks in [q1, q2)
 	// while the fast ones there load, for q1 = 0 and q1 = the best single
@@ -358,15 +503,15 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 		}
 		maxS := 0.0
 		for t := TierHost; t <= TierRemote; t++ {
-			if present[t] && p.loadS[t] > maxS {
-				maxS = p.loadS[t]
+			if present[t] && cs.chargedS[t] > maxS {
+				maxS = cs.chargedS[t]
 			}
 		}
 		var tried [NumTiers]float64
 		ntried := 0
 	tiers:
 		for t := TierHost; t <= TierRemote; t++ {
-			st := p.loadS[t]
+			st := cs.chargedS[t]
 			if !present[t] || st >= maxS {
 				continue // absent, or splits nothing off
 			}
@@ -382,11 +527,11 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 			// candidate is a valid plan whose time is exact, so the result
 			// is never worse than the single cut.
 			for _, start := range [2]int{0, single} {
-				q2, t2 := p.scanQ2(blocks, start, st)
-				q1, t1 := p.scanQ1(blocks, q2, st)
+				q2, t2 := p.scanQ2(blocks, start, st, gpuQ)
+				q1, t1 := p.scanQ1(blocks, q2, st, gpuQ)
 				q2b, t3 := q2, t2
 				if q1 != start {
-					q2b, t3 = p.scanQ2(blocks, q1, st)
+					q2b, t3 = p.scanQ2(blocks, q1, st, gpuQ)
 				}
 				for _, c := range [3]struct {
 					q1, q2 int
@@ -402,33 +547,81 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 			}
 		}
 	}
-	if B == 0 {
-		bestT, loadAll = 0, 0
-	}
 	planT := bestT
-	if B > 0 {
-		bestT, loadAll, recomputeAll = max(bestT, p.floorS), max(loadAll, p.floorS), max(recomputeAll, p.floorS)
+	if cs.uncertain {
+		// The choice was made on charged costs; report nominal times.
+		bestT = p.simulateCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ, false)
+		loadAll = p.simulateCut(cs, blocks, 0, 0, thr, linkQ, gpuQ, false)
+		recomputeAll = p.simulateCut(cs, blocks, B, B, thr, linkQ, gpuQ, false)
 	}
-	res := PlanResult{Time: seconds(bestT), LoadAllTime: seconds(loadAll), RecomputeAllTime: seconds(recomputeAll)}
+	res := PlanResult{}
+	if B > 0 {
+		res.Time, res.LoadAllTime, res.RecomputeAllTime = cs.finish(bestT, gpuQ), cs.finish(loadAll, gpuQ), cs.finish(recomputeAll, gpuQ)
+	}
 	for i, b := range blocks {
-		a := ActionLoad
-		switch {
-		case b.Tier == TierGPU:
-			a = ActionNone
-		case b.Tier == TierMissing || i < bestQ1 || (i < bestQ2 && p.loadS[b.Tier] > thr):
-			a = ActionRecompute
+		a := cs.action(i, b, bestQ1, bestQ2, thr)
+		switch a {
+		case ActionRecompute:
 			res.RecomputeBlocks++
-		default:
+		case ActionLoad:
 			res.LoadBlocks++
 		}
 		out[i] = a
 	}
 	if invariants.Enabled {
-		if got := p.simulateSeconds(blocks, out, false); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
+		// The closed form counts the GPU's backlog as a path even when
+		// nothing is recomputed; finish waits for it either way.
+		got := max(p.simulateCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ, true), gpuQ)
+		if planT = max(planT, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
 			invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
 		}
 	}
 	return res, nil
+}
+
+// action is block i's action in the nested cut (q1, q2) at threshold thr
+// (charged per-block load cost): see scanQ2.
+func (c *plannerCosts) action(i int, b BlockSource, q1, q2 int, thr float64) Action {
+	switch {
+	case b.Tier == TierGPU:
+		return ActionNone
+	case b.Tier == TierMissing || i < q1 || (i < q2 && c.chargedS[b.Tier] > thr):
+		return ActionRecompute
+	}
+	return ActionLoad
+}
+
+// finish turns the longest path T (seconds from now) into the plan's time:
+// the pass cost after the work, no sooner than the floor after the GPU is
+// free.
+func (c *plannerCosts) finish(t, gpuQ float64) time.Duration {
+	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassSeconds+max(t, gpuQ)))
+}
+
+// simulateCut runs the plan (q1, q2, thr) through the recurrences, at
+// charged or nominal costs, behind the queues, and returns the longest
+// path (no pass cost, no floor).
+func (p *Planner) simulateCut(c *plannerCosts, blocks []BlockSource, q1, q2 int, thr, linkQ, gpuQ float64, charged bool) float64 {
+	loadDone, computeDone, end := 0.0, gpuQ, 0.0
+	for i, b := range blocks {
+		switch c.action(i, b, q1, q2, thr) {
+		case ActionLoad:
+			s := c.loadS[b.Tier]
+			if charged {
+				s = c.chargedS[b.Tier]
+			}
+			loadDone = max(loadDone, c.latS[b.Tier], linkQ) + s
+			end = math.Max(end, loadDone)
+		case ActionRecompute:
+			cost := c.blockCost(i, b.Tokens, p.cfg.BlockTokens)
+			if charged {
+				cost *= c.chargeC
+			}
+			computeDone = math.Max(computeDone, loadDone) + cost
+			end = math.Max(end, computeDone)
+		}
+	}
+	return end
 }
 
 // The nested plan (q1, q2) for a split of the tiers into fast (per-block
@@ -446,13 +639,13 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 // the best q2 for a q1 and scanQ1 the best q1 for a q2, each in O(B).
 
 // scanQ2 returns the best q2 in [q1, B] and its time.
-func (p *Planner) scanQ2(blocks []BlockSource, q1 int, thr float64) (int, float64) {
+func (p *Planner) scanQ2(blocks []BlockSource, q1 int, thr, gpuQ float64) (int, float64) {
 	B := len(blocks)
 	negInf := math.Inf(-1)
-	base := p.recPre[q1] + p.missSuf[q1] // Rtot without the slow blocks in [q1, q2)
-	e := negInf                          // E(x): no fast load yet
-	m1 := negInf                         // max of E(x) + R_missing[x,B) - Cslow[q1, x)
-	cslow := 0.0                         // Cslow[q1, q2)
+	base := gpuQ + p.recPre[q1] + p.missSuf[q1] // Rtot without the slow blocks in [q1, q2)
+	e := negInf                                 // E(x): no fast load yet
+	m1 := negInf                                // max of E(x) + R_missing[x,B) - Cslow[q1, x)
+	cslow := 0.0                                // Cslow[q1, q2)
 	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.blkC[:B]
 	missSuf, pathSuf, hand := p.missSuf[:B+1], p.pathSuf[:B+1], p.hand[:B+1]
 	bestQ2, bestT := q1, math.Inf(1)
@@ -493,7 +686,7 @@ func (p *Planner) scanQ2(blocks []BlockSource, q1 int, thr float64) (int, float6
 // from q2, keeping U = Sfast[q1, q2) and V = Cslow[q1, q2), so that a fast
 // load at j that hands over to recompute at x has length
 // lat_j + U(j) - U(x) + R_missing[x,B) + V(x).
-func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr float64) (int, float64) {
+func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr, gpuQ float64) (int, float64) {
 	B := len(blocks)
 	negInf := math.Inf(-1)
 	u, v := 0.0, 0.0
@@ -501,7 +694,7 @@ func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr float64) (int, float6
 	a1 := negInf // max over fast j in [q1, q2) of lat_j + U(j) + h(j)
 	a2 := negInf // max over fast j in [q1, q2) of lat_j + U(j), i.e. E(q2)
 	bestQ1 := q2
-	bestT := p.recPre[q2] + p.missSuf[q2]
+	bestT := gpuQ + p.recPre[q2] + p.missSuf[q2]
 	if w := p.pathSuf[q2]; w > bestT {
 		bestT = w
 	}
@@ -526,7 +719,7 @@ func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr float64) (int, float6
 				a2 = w
 			}
 		}
-		tq := recPre[i] + missSuf[i] + v
+		tq := gpuQ + recPre[i] + missSuf[i] + v
 		if a1 > tq {
 			tq = a1
 		}
@@ -551,11 +744,9 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	if len(actions) != len(blocks) {
 		return 0, fmt.Errorf("planner: %d actions for %d blocks", len(actions), len(blocks))
 	}
-	if len(blocks) > p.cfg.MaxBlocks {
-		return 0, fmt.Errorf("planner: %d blocks, more than MaxBlocks (%d)", len(blocks), p.cfg.MaxBlocks)
-	}
+	c := p.costs.Load()
 	for i, b := range blocks {
-		if err := p.checkBlock(i, b); err != nil {
+		if err := p.checkBlock(c, i, b); err != nil {
 			return 0, err
 		}
 		a := actions[i]
@@ -566,32 +757,27 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 		case TierMissing:
 			ok = a == ActionRecompute
 		case TierHost, TierNVMe, TierRemote:
-			ok = a == ActionRecompute || (a == ActionLoad && p.configured[b.Tier])
+			ok = a == ActionRecompute || (a == ActionLoad && c.configured[b.Tier])
 		}
 		if !ok {
 			return 0, fmt.Errorf("planner: block %d in tier %s cannot take action %s", i, b.Tier, a)
 		}
 	}
-	return seconds(p.simulateSeconds(blocks, actions, true)), nil
-}
-
-// simulateSeconds runs the recurrences; withFloor applies the pass floor.
-func (p *Planner) simulateSeconds(blocks []BlockSource, actions []Action, withFloor bool) float64 {
+	if len(blocks) == 0 {
+		return 0, nil
+	}
 	var loadDone, computeDone, end float64
 	for i, b := range blocks {
 		switch actions[i] {
 		case ActionLoad:
-			loadDone = math.Max(loadDone, p.latS[b.Tier]) + p.loadS[b.Tier]
+			loadDone = math.Max(loadDone, c.latS[b.Tier]) + c.loadS[b.Tier]
 			end = math.Max(end, loadDone)
 		case ActionRecompute:
-			computeDone = math.Max(computeDone, loadDone) + p.blockCost(i, b.Tokens)
+			computeDone = math.Max(computeDone, loadDone) + c.blockCost(i, b.Tokens, p.cfg.BlockTokens)
 			end = math.Max(end, computeDone)
 		}
 	}
-	if withFloor && len(blocks) > 0 {
-		end = math.Max(end, p.floorS)
-	}
-	return end
+	return c.finish(end, 0), nil
 }
 
 // NewPlannerConfig builds a PlannerConfig from preset names: the model, the

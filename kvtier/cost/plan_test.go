@@ -195,7 +195,6 @@ func TestPlanRejects(t *testing.T) {
 		out     []Action
 		mention string
 	}{
-		{make([]BlockSource, 5), out, "MaxBlocks"},
 		{make([]BlockSource, 3), out[:2], "out has 2"},
 		{[]BlockSource{{Tier: TierHost}, {Tier: TierNVMe}}, out, "block 1: tier nvme has no path"},
 		{[]BlockSource{{Tier: Tier(9)}}, out, "block 0"},
@@ -240,7 +239,7 @@ func TestNewPlannerRejects(t *testing.T) {
 		{"efficiency", func(c *PlannerConfig) { c.GPU.Efficiency = 0 }},
 		{"tp", func(c *PlannerConfig) { c.TP = 0 }},
 		{"block_tokens", func(c *PlannerConfig) { c.BlockTokens = 0 }},
-		{"max_blocks", func(c *PlannerConfig) { c.MaxBlocks = 0 }},
+		{"max_blocks", func(c *PlannerConfig) { c.MaxBlocks = -1 }},
 		{"no tier has a path", func(c *PlannerConfig) { c.Paths[TierHost] = Path{} }},
 		{"bandwidth", func(c *PlannerConfig) { c.Paths[TierNVMe] = Path{Ingress: Link{Name: "x"}} }},
 		{"takes no path", func(c *PlannerConfig) { c.Paths[TierGPU] = hostPath(1, 0) }},

@@ -17,6 +17,10 @@ type Scenario struct {
 	// each GPU reloads its own shard of the KV over its own Path.
 	TP   int
 	Path Path
+	// Fit, when set, prices prefill by a Calibration's fit instead of the
+	// presets (RecomputeTime is then its marginal cost: the work recompute
+	// adds to the pass the request runs anyway).
+	Fit *Fit
 }
 
 // Validate checks every part; the error names the field.
@@ -95,17 +99,18 @@ func (s *Scenario) CheckFits(kvBytes int64) error {
 	return nil
 }
 
-func (s *Scenario) flopsPerS() float64 { return s.GPU.EffectiveFLOPS() * float64(s.TP) }
+// prefillCost is the fit's, or the presets'.
+func (s *Scenario) prefillCost() PrefillCost { return s.Fit.PrefillCost(&s.Model, &s.GPU, s.TP) }
 
 func (s *Scenario) recomputeSeconds(tokens, prefix int, withAttention bool) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	lin, att := s.Model.RecomputeFLOPs(tokens, prefix)
+	c := s.prefillCost()
 	if !withAttention {
-		att = 0
+		c.AttentionSecondsPerPair, c.PrefixSecondsPerPair = 0, 0
 	}
-	return (lin + att) / s.flopsPerS()
+	return c.MarginalSeconds(tokens, prefix)
 }
 
 // Choice is the answer to "reload or recompute?".
@@ -219,18 +224,18 @@ func (s *Scenario) BestSplit(tokens, prefix int) (Split, error) {
 //
 //	a·n² + b·n - c,  a = A/(2F), b = 2P/F + A/(2F) - β, c = latency
 //
-// (A the attention FLOPs per query-key pair, F the FLOP/s, P the active
-// parameters, β the seconds per token of the path), a convex quadratic that
+// (A/F the seconds per query-key pair, 2P/F the linear seconds per token,
+// β the seconds per token of the path; a Fit's rates where set), a convex quadratic that
 // is -c <= 0 at n = 0, so it has one non-negative root.
 func (s *Scenario) BreakEven(withAttention bool) (tokens int, ok bool) {
-	F := s.flopsPerS()
-	A := 0.0
+	pc := s.prefillCost()
+	perPair := 0.0
 	if withAttention {
-		A = s.Model.attentionFLOPsPerPair()
+		perPair = pc.AttentionSecondsPerPair
 	}
 	beta := float64(s.Model.KVBytesPerTokenPerRank(s.TP)) * s.Path.secondsPerByte()
-	a := A / (2 * F)
-	b := 2*s.Model.ActiveParams/F + a - beta
+	a := perPair / 2
+	b := pc.LinearSecondsPerToken + a - beta
 	c := s.Path.latencySeconds()
 	var root float64
 	switch {

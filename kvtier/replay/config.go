@@ -68,11 +68,24 @@ type Config struct {
 	// every request a GPU of its own (no queueing for compute).
 	PrefillSlots int `json:"prefill_slots"`
 
+	// MaxHoleBlocks lets a lookup go on past up to this many missing
+	// blocks (kvtier.Config.MaxHoleBlocks): the holes are recomputed and
+	// the cached blocks after them loaded (or recomputed, as the plan
+	// says). 0 stops a lookup at the first missing block.
+	MaxHoleBlocks int `json:"max_hole_blocks"`
+
 	// Strategy is the strategy the report leads with: "cost" (kvtier/cost's
 	// per-block plan), "reload", "recompute", "gpu-only" or "none".
 	Strategy string `json:"strategy"`
 	// Baselines also replays the trace under the other strategies.
 	Baselines bool `json:"baselines"`
+
+	// Calibration is a calibration file (kvtier/cost: `kvtier calc
+	// --write-calibration`, a server's, or `kvtier probe --json`), e.g.
+	// "h200.json": its fitted prefill terms and links replace the presets,
+	// for the planner and for the replay's own timing alike, so that the
+	// replay runs at the measured rates. "" uses the presets.
+	Calibration string `json:"calibration"`
 
 	// MemoryBudget bounds the memory of the requests in flight (arrived
 	// and not done), e.g. "4GiB", by an estimate from above: about 2.2 KiB
@@ -198,6 +211,8 @@ func (c *Config) Validate() error {
 		return cfgErr("decode_token_time", "%v is negative", c.DecodeTokenTime)
 	case c.PrefillSlots < 0:
 		return cfgErr("prefill_slots", "%d is negative", c.PrefillSlots)
+	case c.MaxHoleBlocks < 0:
+		return cfgErr("max_hole_blocks", "%d is negative", c.MaxHoleBlocks)
 	case c.MemoryBudget < 0:
 		return cfgErr("memory_budget", "%v is negative (0: no limit)", c.MemoryBudget)
 	}

@@ -15,7 +15,10 @@
 //
 //  1. looks up its prefix (kvtier.Manager.LookupKeys, with the trace's block
 //     keys and salt);
-//  2. has the manager's Planner choose, block by block, load or recompute:
+//  2. has the manager's Planner choose, block by block, load or recompute,
+//     behind the loads already queued on the GPU's ingress by the requests
+//     before it (kvtier/cost's PlanQueued; the GPU's backlog is always 0,
+//     as each prefilling request has its GPU's compute to itself):
 //     kvtier/cost's Planner over the whole prompt (StrategyCost: the blocks
 //     past the cached prefix are planned as missing, the partial last block
 //     by its tokens), load everything (StrategyReload) or recompute
@@ -37,7 +40,14 @@
 //
 // Alone on an idle system a request therefore takes the time the Planner
 // predicted for its plan (TestReplayExecutesThePlan); with others in
-// flight, their loads and offloads share the links.
+// flight, their loads and offloads share the links, and a plan made behind
+// loads already queued still ends when it said, when nothing queued after
+// it goes first (TestPlansSeeTheQueuedLoads).
+//
+// With Config.Calibration, a calibration file (kvtier/cost) replaces the
+// presets' prefill rate and links for the planner and for the replay's own
+// timing alike: the prefill's marginal work as the fit prices it, plus the
+// fit's per-pass cost at the end (TestReplayExecutesTheCalibratedPlan).
 //
 // The copies the manager decides (loads, write-through copies, write-back
 // demotions, offloads) go to the engine, which is the manager's Mover. Each

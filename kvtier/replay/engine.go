@@ -11,10 +11,10 @@ import (
 	"kvtier.dev/kvtier/trace"
 )
 
-// maxPlanBlocks is the longest request the cost model plans whole (4,096
-// blocks of 512 tokens is 2M tokens); the blocks of a longer one beyond it
-// are loaded if cached.
-const maxPlanBlocks = 4096
+// planScratchBlocks sizes the cost model's scratch space (4,096 blocks of
+// 512 tokens is 2M tokens); a longer request is planned all the same, and
+// grows it.
+const planScratchBlocks = 4096
 
 // engine replays one trace under one strategy: a discrete-event simulation
 // on a virtual clock. It is single-threaded; the block manager's Mover is
@@ -26,6 +26,8 @@ type engine struct {
 	model      cost.Model
 	gpu        cost.GPU
 	scen       cost.Scenario
+	cal        *cost.Calibration // nil: the presets
+	prefill    cost.PrefillCost  // how long prefill takes: the calibration's, or the presets'
 	hostLink   cost.Link
 	nvmeLink   cost.Link
 	nvmePath   cost.Path
@@ -99,11 +101,21 @@ func newEngine(cfg Config, strategy Strategy) (*engine, error) {
 	if e.nvmeLink, err = cost.LookupLink(cfg.NVMeLink); err != nil {
 		return nil, cfgErr("nvme_link", "%v", err)
 	}
+	var fit *cost.Fit
+	if cfg.Calibration != "" {
+		if e.cal, err = cost.LoadCalibrationFile(cfg.Calibration, e.gpu, e.model); err != nil {
+			return nil, cfgErr("calibration", "%v", err)
+		}
+		fit = e.cal.Current()
+		e.hostLink, _ = fit.Link(e.hostLink)
+		e.nvmeLink, _ = fit.Link(e.nvmeLink)
+	}
 	e.nvmePath = cost.Path{Source: e.nvmeLink, Ingress: e.hostLink, Pipelined: true}
-	e.scen = cost.Scenario{Model: e.model, GPU: e.gpu, TP: cfg.TP, Path: cost.DirectPath(e.hostLink)}
+	e.scen = cost.Scenario{Model: e.model, GPU: e.gpu, TP: cfg.TP, Path: cost.DirectPath(e.hostLink), Fit: fit}
 	if err := e.scen.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
+	e.prefill = fit.PrefillCost(&e.model, &e.gpu, cfg.TP)
 	if err := e.scen.CheckFits(int64(cfg.GPUBytes)); err != nil {
 		return nil, cfgErr("gpu_bytes", "%v", err)
 	}
@@ -144,7 +156,8 @@ func (e *engine) start(blockTokens int) error {
 		return nil
 	}
 	var err error
-	pcfg := cost.PlannerConfig{Model: e.model, GPU: e.gpu, TP: cfg.TP, BlockTokens: blockTokens, MaxBlocks: maxPlanBlocks}
+	pcfg := cost.PlannerConfig{Model: e.model, GPU: e.gpu, TP: cfg.TP, BlockTokens: blockTokens,
+		MaxBlocks: planScratchBlocks, Calibration: e.cal}
 	pcfg.Paths[cost.TierHost] = cost.DirectPath(e.hostLink)
 	pcfg.Paths[cost.TierNVMe] = e.nvmePath
 	cp, err := cost.NewPlanner(pcfg)
@@ -156,9 +169,10 @@ func (e *engine) start(blockTokens int) error {
 		BlockTokens: blockTokens,
 		Mover:       e,
 		RecomputeCost: func(pos int) float64 {
-			return cp.BlockRecomputeCost(min(pos, maxPlanBlocks-1)).Seconds()
+			return cp.BlockRecomputeCost(pos).Seconds()
 		},
-		WriteThrough: cfg.WriteThrough,
+		WriteThrough:  cfg.WriteThrough,
+		MaxHoleBlocks: cfg.MaxHoleBlocks,
 	}
 	switch e.strategy {
 	case StrategyCost:

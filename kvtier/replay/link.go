@@ -65,7 +65,11 @@ type server struct {
 	queue [numPriorities]jobQueue
 	// queuedOffloadBytes is the bytes of the offloads in queue.
 	queuedOffloadBytes int64
-	busy               bool
+	// onboardTail is when the last onboard copy queued ends (the channel
+	// serves onboard copies first, in order): what a new load waits
+	// behind. Exact on the GPU's ingress, which carries no offload.
+	onboardTail time.Duration
+	busy        bool
 	// busyTime is the total time spent copying.
 	busyTime time.Duration
 }

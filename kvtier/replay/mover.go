@@ -44,9 +44,12 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			t.Complete(i, errOffloadDropped)
 			continue
 		}
-		e.servers[ch].queue[prio].push(j)
+		s := &e.servers[ch]
+		s.queue[prio].push(j)
 		if prio == prioOffload {
-			e.servers[ch].queuedOffloadBytes += e.blockBytes
+			s.queuedOffloadBytes += e.blockBytes
+		} else {
+			s.onboardTail = max(s.onboardTail, e.now, j.ready) + j.stream
 		}
 		e.res.copies[op.From][op.To]++
 		e.inFlight++

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -416,6 +417,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"nvme_admission": "never"}`, "nvme_admission"},
 		{`{"strategy": "magic"}`, "strategy"},
 		{`{"prefill_slots": -1}`, "prefill_slots"},
+		{`{"max_hole_blocks": -1}`, "max_hole_blocks"},
 		{`{"block_tokens": -5}`, "block_tokens"},
 	}
 	for _, c := range cases {
@@ -532,5 +534,51 @@ func TestEmptyPromptAndBlockSizes(t *testing.T) {
 	cfg.BlockTokens = 0
 	if _, err := Run(stringSource("mixed", mixed), cfg, Options{}); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("a block size change mid-trace: %v", err)
+	}
+}
+
+// TestHolesRecomputed: on the bundled trace with small tiers (24 GiB of
+// GPU KV, 16 GiB host, 32 GiB NVMe), lookups that go on past missing
+// blocks (MaxHoleBlocks) find cached blocks after them; the report counts
+// the holes, and the cost plan's TTFT is no worse than when a lookup stops
+// at the first missing block. It needs the whole trace (.ci/run runs it
+// without the invariants tag).
+func TestHolesRecomputed(t *testing.T) {
+	if quick {
+		t.Skip("needs the whole trace: too slow under the invariants tag")
+	}
+	cfg := DefaultConfig()
+	cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes = 24<<30, 16<<30, 32<<30
+	cfg.Baselines = false
+	src := BundledSource()
+	stop := runOrFail(t, src, cfg)
+	cfg.MaxHoleBlocks = 16
+	past := runOrFail(t, src, cfg)
+	s, h := &stop.Results[0], &past.Results[0]
+	t.Logf("without holes: TTFT p50 %.4f p90 %.4f mean %.4f s, hit %.4f; with up to 16: p50 %.4f p90 %.4f mean %.4f s, hit %.4f, %d holes",
+		s.TTFT.P50, s.TTFT.P90, s.TTFT.Mean, s.HitRatio.Overall, h.TTFT.P50, h.TTFT.P90, h.TTFT.Mean, h.HitRatio.Overall, h.Manager.HoleBlocks)
+	if s.Manager.HoleBlocks != 0 {
+		t.Errorf("%d holes with MaxHoleBlocks 0", s.Manager.HoleBlocks)
+	}
+	if h.Manager.HoleBlocks == 0 {
+		t.Fatal("no hole on the bundled trace with a small GPU tier: the test shows nothing")
+	}
+	if h.HitRatio.Overall <= s.HitRatio.Overall {
+		t.Errorf("hit ratio %.4f with holes, %.4f without: the blocks after holes were not served", h.HitRatio.Overall, s.HitRatio.Overall)
+	}
+	for _, c := range []struct {
+		name          string
+		holes, noHole float64
+	}{{"p50", h.TTFT.P50, s.TTFT.P50}, {"p90", h.TTFT.P90, s.TTFT.P90}, {"mean", h.TTFT.Mean, s.TTFT.Mean}} {
+		if c.holes > 1.01*c.noHole {
+			t.Errorf("TTFT %s %.4f s with holes, %.4f s without", c.name, c.holes, c.noHole)
+		}
+	}
+	var txt bytes.Buffer
+	if err := past.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), fmt.Sprintf("cost %d", h.Manager.HoleBlocks)) {
+		t.Errorf("the report does not count the holes:\n%s", txt.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -162,9 +163,14 @@ type MoveResult struct {
 	Bytes  int64  `json:"bytes"`
 }
 
-// LinkResult is one modelled channel's traffic.
+// LinkResult is one modelled channel's traffic. Each GPU has its own link
+// of every kind (its PCIe link, its share of NVMe), and with tensor
+// parallelism all GPUs move their part of a block at once: GPUs links of
+// this kind were at work together, each carrying Bytes (the GPU's part of
+// every block) and busy for BusySeconds.
 type LinkResult struct {
 	Name        string  `json:"name"`
+	GPUs        int     `json:"gpus"`
 	Copies      int64   `json:"copies"`
 	Bytes       int64   `json:"bytes"`
 	BusySeconds float64 `json:"busy_s"`
@@ -193,8 +199,11 @@ type ManagerCounts struct {
 	Lookups      uint64 `json:"lookups"`
 	LookupBlocks uint64 `json:"lookup_blocks"`
 	HitBlocks    uint64 `json:"hit_blocks"`
-	NoSpace      uint64 `json:"no_space"`
-	Records      int64  `json:"records"`
+	// HoleBlocks are missing blocks a lookup went past (MaxHoleBlocks):
+	// each was recomputed, and the cached blocks after it served.
+	HoleBlocks uint64 `json:"hole_blocks"`
+	NoSpace    uint64 `json:"no_space"`
+	Records    int64  `json:"records"`
 }
 
 // SweepPoint is one host capacity of a --sweep-host run.
@@ -285,7 +294,7 @@ func (e *engine) result() StrategyResult {
 				}
 			}
 		}
-		r.Links = append(r.Links, LinkResult{Name: channelNames[ch], Copies: copies, Bytes: copies * t.BlockBytes,
+		r.Links = append(r.Links, LinkResult{Name: channelNames[ch], GPUs: e.cfg.TP, Copies: copies, Bytes: copies * t.BlockBytes,
 			BusySeconds: seconds(s.busyTime)})
 	}
 	if e.strategy == StrategyCost && t.Requests > 0 {
@@ -298,7 +307,7 @@ func (e *engine) result() StrategyResult {
 		r.Evictions = TierCounts{int64(mt.Tiers[kvtier.GPU].Evictions), int64(mt.Tiers[kvtier.Host].Evictions), int64(mt.Tiers[kvtier.NVMe].Evictions)}
 		r.Demotions = TierCounts{int64(mt.Tiers[kvtier.GPU].Demotions), int64(mt.Tiers[kvtier.Host].Demotions), int64(mt.Tiers[kvtier.NVMe].Demotions)}
 		r.Manager = &ManagerCounts{Lookups: mt.Lookups, LookupBlocks: mt.LookupBlocks, HitBlocks: mt.HitBlocks,
-			NoSpace: mt.NoSpace, Records: mt.Records}
+			HoleBlocks: mt.HoleBlocks, NoSpace: mt.NoSpace, Records: mt.Records}
 	}
 	return r
 }
@@ -367,6 +376,18 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
 	}
 	tw.Flush()
+	if len(r.Results) > 0 {
+		b.WriteString(linksNote(&r.Results[0], c.TP))
+	}
+	if c.MaxHoleBlocks > 0 {
+		b.WriteString("\nholes (lookups went on past up to " + strconv.Itoa(c.MaxHoleBlocks) + " missing blocks; recomputed, the cached blocks after them served):")
+		for i := range r.Results {
+			if s := &r.Results[i]; s.Manager != nil {
+				fmt.Fprintf(&b, " %s %d", s.Strategy, s.Manager.HoleBlocks)
+			}
+		}
+		b.WriteString("\n")
+	}
 	for i := range r.Results {
 		if p := r.Results[i].Plan; p != nil {
 			fmt.Fprintf(&b, "\ncost model, per request alone on an idle GPU and link (mean): plan %s, load all %s, recompute all %s\n",
@@ -385,6 +406,29 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// linksNote says what each link of s carried and how long it was busy, and
+// that with tensor parallelism each GPU has its own.
+func linksNote(s *StrategyResult, tp int) string {
+	var b strings.Builder
+	if tp > 1 {
+		fmt.Fprintf(&b, "\nlinks (%s), each of the %d GPUs its own, all %d at once:", s.Strategy, tp, tp)
+	} else {
+		fmt.Fprintf(&b, "\nlinks (%s):", s.Strategy)
+	}
+	for i, l := range s.Links {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " %s %s", l.Name, fmtBytes(l.Bytes))
+		if tp > 1 {
+			fmt.Fprintf(&b, " per GPU (%s in all)", fmtBytes(l.Bytes*int64(tp)))
+		}
+		fmt.Fprintf(&b, ", busy %s", fmtSeconds(l.BusySeconds))
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 func writeMode(through bool) string {

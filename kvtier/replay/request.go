@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 )
 
 // A request's life in the replay: arrival, admission, lookup and plan,
@@ -107,7 +109,7 @@ func (e *engine) arrive() error {
 		e.res.FirstArrival = r.arrival
 	}
 	e.res.LastArrival = r.arrival
-	e.res.OfferedPrefill += max(e.floor, e.scen.RecomputeTime(r.inputTokens, 0, true))
+	e.res.OfferedPrefill += e.prefill.Time(r.inputTokens, 0)
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
 	e.res.Blocks += int64(len(r.keys))
@@ -172,6 +174,7 @@ func (e *engine) begin(r *request) {
 	}
 	if e.planner != nil {
 		e.planner.blocks, e.planner.lastTokens = len(r.keys), e.blockTokensAt(r, len(r.keys)-1)
+		e.planner.backlog = cost.Backlog{Link: max(0, e.servers[chanHostToGPU].onboardTail-e.now)}
 	}
 	if err := e.m.Plan(&r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
@@ -196,7 +199,8 @@ func (e *engine) begin(r *request) {
 			panic(fmt.Sprintf("replay: Onboard: %v", err)) // the GPU tier is always present
 		}
 	}
-	for i, b := range r.l1.Blocks {
+	for _, b := range r.l1.Blocks {
+		i := b.Position // past holes (MaxHoleBlocks), not the index
 		e.res.HitBlocks[b.Tier]++
 		switch {
 		case b.Action == kvtier.Use:
@@ -220,14 +224,15 @@ func (e *engine) begin(r *request) {
 }
 
 // plan cuts the request's prefill into segments, as kvtier/cost's Planner
-// models it: a recomputed block (chosen, forced, or not cached) runs after
-// the recomputed blocks before it and after every load before it has
-// landed. Blocks used on the GPU or loaded cost no compute.
+// models it: a recomputed block (chosen, forced, not cached, or a hole)
+// runs after the recomputed blocks before it and after every load before
+// it has landed. Blocks used on the GPU or loaded cost no compute.
 func (e *engine) plan(r *request) {
-	loads := 0
+	loads, j := 0, 0 // j: the next looked-up block, in position order
 	for i := range r.keys {
-		if i < r.l1.Len() {
-			b := r.l1.Blocks[i]
+		if j < r.l1.Len() && r.l1.Blocks[j].Position == i {
+			b := r.l1.Blocks[j]
+			j++
 			if b.Loading {
 				loads++
 				continue
@@ -251,11 +256,11 @@ func (e *engine) plan(r *request) {
 func (e *engine) blockCost(r *request, i int) time.Duration {
 	tokens := e.blockTokensAt(r, i)
 	if tokens != e.bt {
-		return e.scen.RecomputeTime(tokens, i*e.bt, true)
+		return e.prefill.MarginalTime(tokens, i*e.bt)
 	}
 	for len(e.fullBlockCost) <= i {
 		j := len(e.fullBlockCost)
-		e.fullBlockCost = append(e.fullBlockCost, e.scen.RecomputeTime(e.bt, j*e.bt, true))
+		e.fullBlockCost = append(e.fullBlockCost, e.prefill.MarginalTime(e.bt, j*e.bt))
 	}
 	return e.fullBlockCost[i]
 }
@@ -294,8 +299,9 @@ func (e *engine) retryWaiting() {
 
 // advance starts r's next segment once the loads it waits for have landed
 // and the segment before it is done; once every segment is done and every
-// load has landed, the prefill ends, no sooner than the pass floor after it
-// started. Each request computes on a GPU of its own (Config.PrefillSlots),
+// load has landed, the prefill ends after the pass's own cost (a
+// calibration's; 0 under the presets), no sooner than the pass floor after
+// it started. Each request computes on a GPU of its own (Config.PrefillSlots),
 // so a segment starts as soon as it may.
 func (e *engine) advance(r *request) {
 	if !r.inserted || r.computing {
@@ -315,9 +321,9 @@ func (e *engine) advance(r *request) {
 	if r.pendingLoads > 0 {
 		return
 	}
-	if e.now < r.floorAt {
+	if end := max(r.floorAt, e.now+time.Duration(math.Round(e.prefill.PassSeconds*1e9))); e.now < end {
 		r.computing = true
-		e.schedule(event{at: r.floorAt, kind: evComputeDone, r: r, phase: phaseFloor})
+		e.schedule(event{at: end, kind: evComputeDone, r: r, phase: phaseFloor})
 		return
 	}
 	e.prefilled(r)

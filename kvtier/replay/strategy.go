@@ -81,12 +81,16 @@ type costPlanner struct {
 	// looked-up prefix are planned as missing, so that the plan (and its
 	// time) covers the whole prompt, the partial last block included.
 	blocks, lastTokens int
+	// backlog, set by the engine before each plan, is the work queued
+	// ahead of the request: the copies on the GPU's ingress. Its GPU
+	// backlog is always 0: a prefilling request has its GPU's compute to
+	// itself (Config.PrefillSlots).
+	backlog cost.Backlog
 }
 
 var toCostTier = [kvtier.NumTiers]cost.Tier{kvtier.GPU: cost.TierGPU, kvtier.Host: cost.TierHost, kvtier.NVMe: cost.TierNVMe}
 
-// Plan implements kvtier.Planner. A request longer than the cost model's
-// MaxBlocks is refused (the manager then loads every cached block).
+// Plan implements kvtier.Planner. It plans requests of any length.
 func (c *costPlanner) Plan(blocks []kvtier.PlanBlock, actions []kvtier.Action) error {
 	c.last = cost.PlanResult{}
 	c.src = c.src[:0]
@@ -106,7 +110,7 @@ func (c *costPlanner) Plan(blocks []kvtier.PlanBlock, actions []kvtier.Action) e
 	if cap(c.out) < len(c.src) {
 		c.out = make([]cost.Action, len(c.src))
 	}
-	res, err := c.p.Plan(c.src, c.out[:len(c.src)])
+	res, err := c.p.PlanQueued(c.src, c.out[:len(c.src)], c.backlog)
 	if err != nil {
 		return err
 	}

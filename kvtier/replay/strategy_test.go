@@ -64,11 +64,17 @@ func TestCostPlannerAdapter(t *testing.T) {
 		t.Errorf("with 8 missing blocks after the prefix: %+v, prefix alone %v", p.last, prefixOnly)
 	}
 	p.blocks, p.lastTokens = 0, 0
-	// Longer than the cost model's MaxBlocks: refused, and the manager
-	// falls back to loading.
-	long := make([]kvtier.PlanBlock, maxPlanBlocks+1)
-	if err := p.Plan(long, make([]kvtier.Action, len(long))); err == nil {
-		t.Error("a plan beyond MaxBlocks did not fail")
+	// Longer than the cost model's scratch space: planned all the same
+	// (nothing cached: every block recomputed).
+	long := make([]kvtier.PlanBlock, planScratchBlocks+1)
+	longActions := make([]kvtier.Action, len(long))
+	if err := p.Plan(long, longActions); err != nil {
+		t.Errorf("a plan beyond the scratch space: %v", err)
+	}
+	for i, a := range longActions {
+		if a != kvtier.Recompute {
+			t.Fatalf("block %d of an uncached long request: %v, want recompute", i, a)
+		}
 	}
 	recomputeAll{}.Plan(blocks, actions)
 	if use, load, rec := count(); use != 1 || load != 0 || rec != 42 {

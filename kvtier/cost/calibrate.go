@@ -1,0 +1,581 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// PrefillSample is one measured prefill: tokens computed after prefix
+// tokens already present, on TP GPUs (0 means 1), in Seconds of wall time
+// for the whole model. Its JSON is one line of `kvtier calc
+// --prefill-samples`:
+//
+//	{"model":"llama-3.1-8b","prefix":0,"tokens":512,"seconds":0.0222}
+type PrefillSample struct {
+	Model   string  `json:"model"`
+	TP      int     `json:"tp,omitempty"`
+	Prefix  int     `json:"prefix"`
+	Tokens  int     `json:"tokens"`
+	Seconds float64 `json:"seconds"`
+}
+
+// CopySample is one measured copy of Bytes over the link named Link, in
+// Seconds from submission to completion.
+type CopySample struct {
+	Link    string  `json:"link"`
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+}
+
+// PrefillFit is the fitted prefill time of any model on this GPU, in terms
+// a person can read:
+//
+//	prefill = FixedSeconds + weight bytes per rank / WeightBytesPerS
+//	        + linear FLOPs per rank / LinearFLOPS
+//	        + attention FLOPs among the new tokens per rank / AttentionFLOPS
+//	        + attention FLOPs with the prefix per rank / PrefixAttentionFLOPS
+//	        + the prefix's KV bytes per rank / PrefixReadBytesPerS
+//
+// (FLOPs as the package comment counts them). The first two terms are paid
+// once per pass: launch and scheduling overhead, and the weights' read,
+// which a short prefill cannot hide behind its arithmetic. Together they
+// are an efficiency that rises with the tokens and saturates: the linear
+// layers run at LinearFLOPS × n/(n + n½) with n½ = (the weights' read) ×
+// LinearFLOPS / (2 × active params). A rate of 0 means the fit found no such
+// term (it costs nothing).
+//
+// Pairs among the new tokens (n(n+1)/2 of them) and pairs with a cached
+// prefix (n·p) have rates of their own: a runtime attends a prefix through
+// another mask, often another kernel (PrefillCost). On the H200 under
+// PyTorch SDPA one rate could not fit both: the fit to the nine samples of
+// issue 15 put a prefill of 32,768 tokens from scratch 19% high and 2,048
+// after 32,768 cached 13% low. A fit needs samples with a prefix to learn
+// the prefix rate; without them it is the attention rate.
+//
+// The last term is paid once a pass for the tokens present, whatever it
+// computes: the pass goes through the prefix's keys and values (a paged
+// runtime gathers them, PyTorch expands them to the query heads when its
+// fused kernels refuse grouped-query attention). On the H200 under PyTorch
+// SDPA with K and V expanded, 512 tokens after 65,536 cached took 115 ms
+// where the pair terms alone explain 80.
+type PrefillFit struct {
+	FixedSeconds    float64 `json:"fixed_seconds"`
+	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
+	LinearFLOPS     float64 `json:"linear_flops"`
+	AttentionFLOPS  float64 `json:"attention_flops"`
+	// PrefixAttentionFLOPS is the rate of attention with a cached prefix.
+	// In a file without prefill samples, 0 (or no key) means
+	// AttentionFLOPS: files written before the term read as they did.
+	PrefixAttentionFLOPS float64 `json:"prefix_attention_flops"`
+	// PrefixReadBytesPerS is the rate at which a pass goes through the
+	// cached prefix's KV (per rank) whatever it computes: a cost of the
+	// tokens present, not of the pairs. 0: no such term.
+	PrefixReadBytesPerS float64 `json:"prefix_read_bytes_per_s"`
+	// Samples is how many samples back the fit (0: the presets alone);
+	// Outliers how many of them it gave no weight.
+	Samples  int `json:"samples"`
+	Outliers int `json:"outliers"`
+	// ErrorWidth is a prediction's typical relative error: 0.05 means
+	// predictions are within about 5% (one robust standard deviation).
+	// Before the fit has more samples than terms, it is the prior's width.
+	ErrorWidth float64 `json:"error_width"`
+}
+
+// LinkFit is a link's fitted figures: a copy of b bytes takes
+// LatencySeconds + b / BandwidthBytesPerS.
+type LinkFit struct {
+	Name               string  `json:"name"`
+	BandwidthBytesPerS float64 `json:"bandwidth_bytes_per_s"`
+	LatencySeconds     float64 `json:"latency_seconds"`
+	Samples            int     `json:"samples"`
+	Outliers           int     `json:"outliers"`
+	ErrorWidth         float64 `json:"error_width"`
+}
+
+// Fit is a Calibration's current figures. It is immutable: a Calibration
+// publishes a new Fit for each sample, and readers hold the one they
+// loaded for as long as they like.
+type Fit struct {
+	GPU     string     `json:"gpu"`
+	Prefill PrefillFit `json:"prefill"`
+	// Links, sorted by name.
+	Links []LinkFit `json:"links"`
+}
+
+// The prior's widths: how far the presets may be from a measurement. The
+// prefill presets were within 5% of the H200 for long prefills and read
+// 0.41-0.92 of the measured time for short ones (issue 15), so 0.5; the
+// link presets are achievable rates, 10% from what the probe measured
+// (50 GB/s against 55 for pinned PCIe 5.0), so 0.2.
+const (
+	PriorPrefillWidth = 0.5
+	PriorLinkWidth    = 0.2
+)
+
+// Bounds of a Calibration's memory: the newest samples are kept, older
+// ones forgotten, so the fit also follows a GPU whose speed drifts.
+const (
+	MaxPrefillSamples = 256
+	MaxCopySamples    = 128
+	MaxLinks          = 16
+	MaxModels         = 16
+)
+
+// ridgeWeight is the prior's pull: a coefficient 100% away from the prior
+// costs as much as one sample 3% off. Enough to settle what the samples
+// leave open (two terms no sample tells apart), too little to resist a
+// handful of measurements.
+const ridgeWeight = 1e-3
+
+// Scales of the prefill terms (see robust.go): the fixed cost in
+// milliseconds (so the prior holds it near 0 and a pass cost the samples
+// ask for goes to the weight term, which carries across models: the
+// H200's leave-one-out is better for it); the others relative to the GPU
+// preset's rates, so that the presets are θ = (0, 0, 1, 1, 1).
+const fixedScaleSeconds = 1e-3
+
+// prefixReadScale is the prefix-read term's scale: θ = 1 is the prefix's
+// KV read at a tenth of the GPU's HBM bandwidth (ten reads a pass).
+const prefixReadScale = 0.1
+
+// Calibration learns this server's prefill rate and link figures from
+// measurements, starting from the presets as its prior. A server feeds it
+// every prefill (AddPrefill) and every copy (AddCopy); the Planner reads
+// its current Fit on every plan without a lock (Current is one atomic
+// load). Memory is bounded (MaxPrefillSamples, MaxCopySamples per link,
+// MaxLinks, MaxModels), and one sample's cost is a refit over the window:
+// tens of microseconds.
+//
+// A Calibration is safe for concurrent use.
+type Calibration struct {
+	gpu GPU
+
+	mu         sync.Mutex
+	prior      [maxTerms]float64 // θ of the prefill prior
+	priorWidth float64
+	prefill    ring[prefillEntry]
+	models     []Model
+	links      []*linkState
+	rows       []fitRow
+	scratch    []float64
+
+	cur atomic.Pointer[Fit]
+}
+
+type prefillEntry struct {
+	s   PrefillSample
+	row fitRow // its features and seconds
+}
+
+type linkState struct {
+	prior      Link
+	priorTheta [maxTerms]float64
+	priorWidth float64
+	samples    ring[CopySample]
+	fit        LinkFit
+}
+
+// ring keeps the newest len(buf) values.
+type ring[T any] struct {
+	buf  []T
+	next int
+	n    int
+}
+
+func (r *ring[T]) add(v T) {
+	r.buf[r.next] = v
+	r.next = (r.next + 1) % len(r.buf)
+	r.n = min(r.n+1, len(r.buf))
+}
+
+// each calls f on the kept values, oldest first.
+func (r *ring[T]) each(f func(*T)) {
+	start := (r.next - r.n + len(r.buf)) % len(r.buf)
+	for i := range r.n {
+		f(&r.buf[(start+i)%len(r.buf)])
+	}
+}
+
+// NewCalibration starts a calibration of g with the presets as its prior.
+func NewCalibration(g GPU) (*Calibration, error) {
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("calibration: %w", err)
+	}
+	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1, 0}, priorWidth: PriorPrefillWidth}
+	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
+	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
+	c.scratch = make([]float64, 3*max(MaxPrefillSamples, MaxCopySamples))
+	c.publishLocked()
+	return c, nil
+}
+
+// GPU is the GPU the calibration's prior came from.
+func (c *Calibration) GPU() GPU { return c.gpu }
+
+// Current is the newest fit. It never returns nil, takes no lock and
+// allocates nothing: the Planner calls it on every plan.
+func (c *Calibration) Current() *Fit { return c.cur.Load() }
+
+// hbmScale is the bytes per second the weight term is scaled by.
+func (c *Calibration) hbmScale() float64 {
+	if c.gpu.HBMBytesPerS > 0 {
+		return c.gpu.HBMBytesPerS
+	}
+	return 1e12
+}
+
+// prefillFeatures are a prefill's terms under the prior's scales:
+// predicted seconds = features · θ.
+func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerms]float64 {
+	tp = max(1, tp)
+	lin, _ := m.RecomputeFLOPs(tokens, 0)
+	n, p := float64(tokens), float64(prefix)
+	f := c.gpu.EffectiveFLOPS() * float64(tp)
+	perPair := m.attentionFLOPsPerPair() / f
+	return [maxTerms]float64{fixedScaleSeconds, float64(m.WeightBytesPerRank(tp)) / c.hbmScale(), lin / f,
+		n * (n + 1) / 2 * perPair, n * p * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
+}
+
+// AddPrefill records one prefill of m on tp GPUs: tokens computed after
+// prefix present ones, taking d. The fit is redone before it returns.
+func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duration) error {
+	s := PrefillSample{Model: m.Name, TP: tp, Prefix: prefix, Tokens: tokens, Seconds: d.Seconds()}
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("calibration: model %s: %w", m.Name, err)
+	}
+	if err := checkSample(s); err != nil {
+		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.registerLocked(m); err != nil {
+		return fmt.Errorf("calibration: %w", err)
+	}
+	if err := c.addPrefillLocked(s, &m); err != nil {
+		return fmt.Errorf("calibration: prefill of %s: %w", s.Model, err)
+	}
+	c.publishLocked()
+	return nil
+}
+
+// AddPrefillSamples records samples and refits once. Each sample's model
+// is one given to AddPrefill or LoadCalibration before, or a preset. A bad
+// sample is an error that names its index; the samples before it are
+// kept.
+func (c *Calibration) AddPrefillSamples(samples ...PrefillSample) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.publishLocked()
+	for i, s := range samples {
+		m, err := c.modelLocked(s.Model)
+		if err != nil {
+			return fmt.Errorf("calibration: sample %d: %w", i+1, err)
+		}
+		if err := c.addPrefillLocked(s, &m); err != nil {
+			return fmt.Errorf("calibration: sample %d (%s): %w", i+1, s.Model, err)
+		}
+	}
+	return nil
+}
+
+func (c *Calibration) registerLocked(m Model) error {
+	for i := range c.models {
+		if c.models[i].Name == m.Name {
+			c.models[i] = m
+			return nil
+		}
+	}
+	if len(c.models) == MaxModels {
+		return fmt.Errorf("model %q: already %d models (MaxModels)", m.Name, MaxModels)
+	}
+	c.models = append(c.models, m)
+	return nil
+}
+
+func (c *Calibration) modelLocked(name string) (Model, error) {
+	for _, m := range c.models {
+		if m.Name == name {
+			return m, nil
+		}
+	}
+	m, err := LookupModel(name)
+	if err != nil {
+		return Model{}, err
+	}
+	return m, nil
+}
+
+func checkSample(s PrefillSample) error {
+	switch {
+	case s.TP < 0 || s.TP > maxTP:
+		return fieldErr("tp", s.TP, "must be between 0 (one GPU) and %d", maxTP)
+	case s.Prefix < 0 || s.Prefix > maxTokens:
+		return fieldErr("prefix", s.Prefix, "must be between 0 and %d", maxTokens)
+	case s.Tokens < 1 || s.Tokens > maxTokens:
+		return fieldErr("tokens", s.Tokens, "must be between 1 and %d", maxTokens)
+	case !(s.Seconds > 0) || s.Seconds > 1e6:
+		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
+	}
+	return nil
+}
+
+func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
+	if err := checkSample(s); err != nil {
+		return err
+	}
+	e := prefillEntry{s: s}
+	e.row = fitRow{x: c.prefillFeatures(m, s.TP, s.Prefix, s.Tokens), y: s.Seconds}
+	c.prefill.add(e)
+	return nil
+}
+
+// AddCopy records one copy of bytes over the link l, taking d. The link is
+// known by l.Name; the first copy over a name makes l's figures that
+// link's prior.
+func (c *Calibration) AddCopy(l Link, bytes int64, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.addCopyLocked(l, CopySample{Link: l.Name, Bytes: bytes, Seconds: d.Seconds()}); err != nil {
+		return fmt.Errorf("calibration: copy over %s: %w", l.Name, err)
+	}
+	return nil
+}
+
+// linkLocked finds or starts the state of the link named l.Name.
+func (c *Calibration) linkLocked(l Link, width float64) (*linkState, error) {
+	for _, ls := range c.links {
+		if ls.prior.Name == l.Name {
+			return ls, nil
+		}
+	}
+	if l.Name == "" {
+		return nil, errors.New("a link needs a name")
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("link %s: %w", l.Name, err)
+	}
+	if len(c.links) == MaxLinks {
+		return nil, fmt.Errorf("link %q: already %d links (MaxLinks)", l.Name, MaxLinks)
+	}
+	ls := &linkState{prior: l, priorWidth: width}
+	ls.priorTheta = [maxTerms]float64{l.Latency.Seconds() / linkLatencyScale(l), 1}
+	ls.samples.buf = make([]CopySample, MaxCopySamples)
+	c.links = append(c.links, ls)
+	sort.Slice(c.links, func(i, j int) bool { return c.links[i].prior.Name < c.links[j].prior.Name })
+	ls.fit = LinkFit{Name: l.Name, BandwidthBytesPerS: l.BandwidthBytesPerS, LatencySeconds: l.Latency.Seconds(), ErrorWidth: width}
+	return ls, nil
+}
+
+// linkLatencyScale is the latency term's scale: the prior's latency, or a
+// microsecond for a link that has none.
+func linkLatencyScale(l Link) float64 { return max(l.Latency.Seconds(), 1e-6) }
+
+func (c *Calibration) addCopyLocked(l Link, s CopySample) error {
+	if s.Bytes < 1 || s.Bytes > 1<<50 {
+		return fieldErr("bytes", s.Bytes, "must be between 1 and 2^50")
+	}
+	if !(s.Seconds > 0) || s.Seconds > 1e6 {
+		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
+	}
+	ls, err := c.linkLocked(l, PriorLinkWidth)
+	if err != nil {
+		return err
+	}
+	ls.samples.add(s)
+	c.fitLinkLocked(ls)
+	c.publishLocked()
+	return nil
+}
+
+func (c *Calibration) fitLinkLocked(ls *linkState) {
+	scale := linkLatencyScale(ls.prior)
+	c.rows = c.rows[:0]
+	ls.samples.each(func(s *CopySample) {
+		c.rows = append(c.rows, fitRow{x: [maxTerms]float64{scale, float64(s.Bytes) / ls.prior.BandwidthBytesPerS}, y: s.Seconds})
+	})
+	pl := newPull(ls.priorTheta, ridgeWeight)
+	r := fitRobust(c.rows, 2, &pl, c.scratch)
+	f := LinkFit{Name: ls.prior.Name, LatencySeconds: r.theta[0] * scale, Samples: len(c.rows),
+		Outliers: len(c.rows) - r.used, ErrorWidth: widthOr(r, 2, ls.priorWidth)}
+	if r.theta[1] > 0 {
+		f.BandwidthBytesPerS = ls.prior.BandwidthBytesPerS / r.theta[1]
+	} else {
+		f.BandwidthBytesPerS = maxBandwidthBytesS // no byte term: as fast as the bounds allow
+	}
+	ls.fit = f
+}
+
+// widthOr is the fit's width once it has more samples than terms (and at
+// least robustAfter per term), the prior's before.
+func widthOr(r robustFit, k int, prior float64) float64 {
+	if r.used < robustAfter*k || r.width == 0 {
+		return prior
+	}
+	return r.width
+}
+
+// publishLocked refits the prefill terms and publishes a new Fit.
+func (c *Calibration) publishLocked() {
+	f := &Fit{GPU: c.gpu.Name}
+	c.rows = c.rows[:0]
+	c.prefill.each(func(e *prefillEntry) { c.rows = append(c.rows, e.row) })
+	theta, width, used := c.prior, c.priorWidth, 0
+	if len(c.rows) > 0 {
+		pl := newPull(c.prior, ridgeWeight)
+		// The prefix attention rate is pulled toward the attention rate,
+		// not toward its prior: with no prefill on a prefix among the
+		// samples, pairs with a prefix cost what pairs among new tokens
+		// do (one rate, as the presets have it); samples with a prefix
+		// set it apart.
+		pl.tied[4] = 3
+		r := fitRobust(c.rows, maxTerms, &pl, c.scratch)
+		theta, width, used = r.theta, widthOr(r, maxTerms, c.priorWidth), r.used
+	}
+	f.Prefill = c.termsOf(theta)
+	f.Prefill.Samples, f.Prefill.Outliers, f.Prefill.ErrorWidth = len(c.rows), len(c.rows)-used, width
+	for _, ls := range c.links {
+		f.Links = append(f.Links, ls.fit)
+	}
+	c.cur.Store(f)
+}
+
+// termsOf turns θ into readable terms.
+func (c *Calibration) termsOf(theta [maxTerms]float64) PrefillFit {
+	eff := c.gpu.EffectiveFLOPS()
+	p := PrefillFit{FixedSeconds: theta[0] * fixedScaleSeconds}
+	if theta[1] > 0 {
+		p.WeightBytesPerS = c.hbmScale() / theta[1]
+	}
+	if theta[2] > 0 {
+		p.LinearFLOPS = eff / theta[2]
+	}
+	if theta[3] > 0 {
+		p.AttentionFLOPS = eff / theta[3]
+	}
+	if theta[4] > 0 {
+		p.PrefixAttentionFLOPS = eff / theta[4]
+	}
+	if theta[5] > 0 {
+		p.PrefixReadBytesPerS = prefixReadScale * c.hbmScale() / theta[5]
+	}
+	return p
+}
+
+// thetaOf is termsOf's inverse.
+func (c *Calibration) thetaOf(p PrefillFit) [maxTerms]float64 {
+	eff := c.gpu.EffectiveFLOPS()
+	var t [maxTerms]float64
+	t[0] = p.FixedSeconds / fixedScaleSeconds
+	if p.WeightBytesPerS > 0 {
+		t[1] = c.hbmScale() / p.WeightBytesPerS
+	}
+	if p.LinearFLOPS > 0 {
+		t[2] = eff / p.LinearFLOPS
+	}
+	if p.AttentionFLOPS > 0 {
+		t[3] = eff / p.AttentionFLOPS
+	}
+	if p.PrefixAttentionFLOPS > 0 {
+		t[4] = eff / p.PrefixAttentionFLOPS
+	}
+	if p.PrefixReadBytesPerS > 0 {
+		t[5] = prefixReadScale * c.hbmScale() / p.PrefixReadBytesPerS
+	}
+	return t
+}
+
+// PrefillCost prices m's prefills on tp GPUs of g under the fit. A nil
+// Fit, or one that no prefill backs and that came from no file, gives the
+// presets' (PresetPrefillCost); g supplies the floor.
+func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
+	c := PresetPrefillCost(m, g, tp)
+	if f == nil {
+		return c
+	}
+	tp = max(1, tp)
+	p := &f.Prefill
+	c.PassSeconds = p.FixedSeconds
+	if p.WeightBytesPerS > 0 {
+		c.PassSeconds += float64(m.WeightBytesPerRank(tp)) / p.WeightBytesPerS
+	}
+	c.LinearSecondsPerToken, c.AttentionSecondsPerPair, c.PrefixSecondsPerPair = 0, 0, 0
+	if p.LinearFLOPS > 0 {
+		c.LinearSecondsPerToken = 2 * m.ActiveParams / (p.LinearFLOPS * float64(tp))
+	}
+	if p.AttentionFLOPS > 0 {
+		c.AttentionSecondsPerPair = m.attentionFLOPsPerPair() / (p.AttentionFLOPS * float64(tp))
+	}
+	if p.PrefixAttentionFLOPS > 0 {
+		c.PrefixSecondsPerPair = m.attentionFLOPsPerPair() / (p.PrefixAttentionFLOPS * float64(tp))
+	}
+	if p.PrefixReadBytesPerS > 0 {
+		c.PrefixReadSecondsPerToken = float64(m.KVBytesPerTokenPerRank(tp)) / p.PrefixReadBytesPerS
+	}
+	return c
+}
+
+// Link returns l with the fit's figures when the fit has a link of l's
+// name, and that link's error width; otherwise l unchanged and width 0.
+func (f *Fit) Link(l Link) (Link, float64) {
+	if f == nil {
+		return l, 0
+	}
+	i := sort.Search(len(f.Links), func(i int) bool { return f.Links[i].Name >= l.Name })
+	if i == len(f.Links) || f.Links[i].Name != l.Name {
+		return l, 0
+	}
+	lf := &f.Links[i]
+	l.BandwidthBytesPerS, l.Latency = lf.BandwidthBytesPerS, seconds(lf.LatencySeconds)
+	if lf.Samples > 0 {
+		l.Source = fmt.Sprintf("calibrated from %d copies", lf.Samples)
+	} else {
+		l.Source = "calibration file"
+	}
+	return l, lf.ErrorWidth
+}
+
+// Describe writes the fit's terms for a person, with m (on tp GPUs) as
+// the example the ramp is given for.
+func (f *Fit) Describe(m *Model, tp int) string {
+	var b strings.Builder
+	p := &f.Prefill
+	fmt.Fprintf(&b, "prefill on %s, from %d samples (%d outliers), typical error %.1f%%:\n", f.GPU, p.Samples, p.Outliers, 100*p.ErrorWidth)
+	fmt.Fprintf(&b, "  fixed cost per prefill   %.3f ms\n", p.FixedSeconds*1e3)
+	if p.WeightBytesPerS > 0 {
+		w := float64(m.WeightBytesPerRank(tp))
+		fmt.Fprintf(&b, "  weights per pass         at %.0f GB/s (%s at tp %d: %.2f ms)\n", p.WeightBytesPerS/1e9, m.Name, max(1, tp), w/p.WeightBytesPerS*1e3)
+		if p.LinearFLOPS > 0 {
+			half := w / p.WeightBytesPerS * p.LinearFLOPS * float64(max(1, tp)) / (2 * m.ActiveParams)
+			fmt.Fprintf(&b, "  efficiency ramp          half of the linear rate at %.0f tokens (%s)\n", half, m.Name)
+		}
+	} else {
+		fmt.Fprintf(&b, "  weights per pass         no term\n")
+	}
+	fmt.Fprintf(&b, "  linear layers            %s per GPU\n", rateText(p.LinearFLOPS))
+	fmt.Fprintf(&b, "  attention                %s per GPU\n", rateText(p.AttentionFLOPS))
+	fmt.Fprintf(&b, "  attention with a prefix  %s per GPU\n", rateText(p.PrefixAttentionFLOPS))
+	if p.PrefixReadBytesPerS > 0 {
+		fmt.Fprintf(&b, "  prefix KV read per pass  at %.0f GB/s (%s at tp %d: %.2f ms per 32K tokens present)\n", p.PrefixReadBytesPerS/1e9,
+			m.Name, max(1, tp), 32768*float64(m.KVBytesPerTokenPerRank(tp))/p.PrefixReadBytesPerS*1e3)
+	} else {
+		fmt.Fprintf(&b, "  prefix KV read per pass  no term\n")
+	}
+	for _, l := range f.Links {
+		fmt.Fprintf(&b, "link %s, from %d copies (%d outliers), typical error %.1f%%: %.2f GB/s, latency %.2f us\n",
+			l.Name, l.Samples, l.Outliers, 100*l.ErrorWidth, l.BandwidthBytesPerS/1e9, l.LatencySeconds*1e6)
+	}
+	return b.String()
+}
+
+func rateText(flops float64) string {
+	if flops <= 0 || math.IsInf(flops, 0) {
+		return "no term"
+	}
+	return fmt.Sprintf("%.0f TFLOP/s", flops/1e12)
+}

@@ -1,0 +1,223 @@
+package cost
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"kvtier.dev/internal/invariants"
+)
+
+// longPrefix is n blocks as a long agentic context sees them: a head on
+// the GPU, then host, a stretch on NVMe, host again, and a missing tail.
+func longPrefix(n int) []BlockSource {
+	blocks := make([]BlockSource, n)
+	for i := range blocks {
+		switch {
+		case i < n/8:
+			blocks[i].Tier = TierGPU
+		case i < n/2:
+			blocks[i].Tier = TierHost
+		case i < 5*n/8:
+			blocks[i].Tier = TierNVMe
+		case i < 7*n/8:
+			blocks[i].Tier = TierHost
+		default:
+			blocks[i].Tier = TierMissing
+		}
+	}
+	return blocks
+}
+
+func longPlanner(t testing.TB) *Planner {
+	t.Helper()
+	cfg, err := NewPlannerConfig("llama-3.1-8b", "h200", "pcie5-pinned", "nvme-gen4", 1, 16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPlanAnyLength: a request of 65,536 blocks (1M tokens of 16), 64 times
+// the scratch space the planner started with, is planned; once planned,
+// planning it again allocates nothing and (without the race detector's
+// slowdown) takes under 5 ms. Its time agrees with Simulate.
+func TestPlanAnyLength(t *testing.T) {
+	p := longPlanner(t)
+	blocks := longPrefix(65536)
+	out := make([]Action, len(blocks))
+	res, err := p.Plan(blocks, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := p.Simulate(blocks, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := math.Abs(float64(sim - res.Time)); d > 1e-6*float64(res.Time) {
+		t.Errorf("planned %v, simulated %v", res.Time, sim)
+	}
+	if res.LoadBlocks+res.RecomputeBlocks != len(blocks)-len(blocks)/8 || res.Time > res.LoadAllTime || res.Time > res.RecomputeAllTime {
+		t.Errorf("65,536 blocks: %+v", res)
+	}
+	if allocs := testing.AllocsPerRun(3, func() {
+		if _, err := p.Plan(blocks, out); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("a plan of 65,536 blocks allocates %v times", allocs)
+	}
+	if raceEnabled || invariants.Enabled {
+		return // timing under the race detector or invariant checks means nothing
+	}
+	best := time.Duration(math.MaxInt64)
+	for range 5 {
+		start := time.Now()
+		if _, err := p.Plan(blocks, out); err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+	}
+	t.Logf("65,536 blocks planned in %v (best of 5)", best)
+	if best > 5*time.Millisecond {
+		t.Errorf("65,536 blocks planned in %v, want under 5 ms", best)
+	}
+}
+
+func BenchmarkPlan65536(b *testing.B) {
+	p := longPlanner(b)
+	blocks := longPrefix(65536)
+	out := make([]Action, len(blocks))
+	if _, err := p.Plan(blocks, out); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Plan(blocks, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// queuedTime runs a plan through the recurrences behind the queues,
+// written out here independently of the planner: the j-th load ends at
+// max(D, lat, link) + s, a recompute at max(E, D, gpu) + c, the plan at
+// max(gpu + floor, pass + max(end, gpu)).
+func queuedTime(p *Planner, blocks []BlockSource, out []Action, q Backlog) time.Duration {
+	c := p.costs.Load()
+	link, gpu := q.Link.Seconds(), q.GPU.Seconds()
+	d, e, end := 0.0, gpu, 0.0
+	for i, b := range blocks {
+		switch out[i] {
+		case ActionLoad:
+			d = max(d, c.latS[b.Tier], link) + c.loadS[b.Tier]
+			end = max(end, d)
+		case ActionRecompute:
+			e = max(e, d) + c.prefill.MarginalSeconds(p.cfg.BlockTokens, i*p.cfg.BlockTokens)
+			end = max(end, e)
+		}
+	}
+	return seconds(max(gpu+c.prefill.FloorSeconds, c.prefill.PassSeconds+max(end, gpu)))
+}
+
+func countActions(out []Action) (load, recompute int) {
+	for _, a := range out {
+		switch a {
+		case ActionLoad:
+			load++
+		case ActionRecompute:
+			recompute++
+		}
+	}
+	return load, recompute
+}
+
+// TestPlanBehindABusyLink: a host prefix that mostly loads on an idle link
+// (a recomputed head overlaps the loads) is recomputed, more of it the longer the copies queued ahead of it; its
+// time is what the recurrences give behind the queue, and never more than
+// loading or recomputing everything behind it.
+func TestPlanBehindABusyLink(t *testing.T) {
+	p := longPlanner(t)
+	blocks := make([]BlockSource, 256)
+	for i := range blocks {
+		blocks[i].Tier = TierHost
+	}
+	out := make([]Action, len(blocks))
+	prev := -1
+	for _, busy := range []time.Duration{0, 5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond, time.Second} {
+		q := Backlog{Link: busy}
+		res, err := p.PlanQueued(blocks, out, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rec := countActions(out)
+		want := queuedTime(p, blocks, out, q)
+		t.Logf("link busy %v: %d of 256 recomputed, %v (load all %v, recompute all %v)", busy, rec, res.Time, res.LoadAllTime, res.RecomputeAllTime)
+		if math.Abs(float64(res.Time-want)) > 1e-6*float64(want) {
+			t.Errorf("link busy %v: planned %v, recurrences %v", busy, res.Time, want)
+		}
+		if res.Time > res.LoadAllTime || res.Time > res.RecomputeAllTime {
+			t.Errorf("link busy %v: %+v", busy, res)
+		}
+		if busy == 0 && rec > len(blocks)/8 {
+			t.Errorf("idle link: %d recomputed, want most loaded", rec)
+		}
+		if rec < prev {
+			t.Errorf("link busy %v: %d recomputed, fewer than with a less busy link (%d)", busy, rec, prev)
+		}
+		prev = rec
+	}
+	if prev != len(blocks) {
+		t.Errorf("behind a second of copies: %d recomputed, want all", prev)
+	}
+}
+
+// TestPlanBehindABusyGPU: a prefix that a fast GPU recomputes on an idle
+// system is loaded, more of it the longer the prefill queued ahead of it.
+func TestPlanBehindABusyGPU(t *testing.T) {
+	cfg, err := NewPlannerConfig("llama-3.1-8b", "b200", "pcie5-pageable", "", 1, 16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := make([]BlockSource, 128)
+	for i := range blocks {
+		blocks[i].Tier = TierHost
+	}
+	out := make([]Action, len(blocks))
+	prev := len(blocks) + 1
+	for _, busy := range []time.Duration{0, 10 * time.Millisecond, 40 * time.Millisecond, time.Second} {
+		q := Backlog{GPU: busy}
+		res, err := p.PlanQueued(blocks, out, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rec := countActions(out)
+		want := queuedTime(p, blocks, out, q)
+		t.Logf("GPU busy %v: %d of 128 recomputed, %v", busy, rec, res.Time)
+		if math.Abs(float64(res.Time-want)) > 1e-6*float64(want) {
+			t.Errorf("GPU busy %v: planned %v, recurrences %v", busy, res.Time, want)
+		}
+		if busy == 0 && rec < len(blocks)/2 {
+			t.Errorf("idle GPU: %d of %d recomputed, want most", rec, len(blocks))
+		}
+		if rec > prev {
+			t.Errorf("GPU busy %v: %d recomputed, more than with a less busy GPU (%d)", busy, rec, prev)
+		}
+		prev = rec
+	}
+	if prev != 0 {
+		t.Errorf("behind a second of prefill: %d recomputed, want none", prev)
+	}
+	if _, err := p.PlanQueued(blocks, out, Backlog{Link: -1}); err == nil || !strings.Contains(err.Error(), "negative backlog") {
+		t.Errorf("negative backlog: %v", err)
+	}
+}

@@ -1,0 +1,172 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/trace"
+)
+
+// seedEngine starts a cost-strategy engine on cfg and seeds each request's
+// 512-token blocks into the host tier: request r's block i has key
+// 1000*r+i+1 and hash id the same.
+func seedEngine(t *testing.T, cfg Config, requests, blocks int) *engine {
+	t.Helper()
+	e, err := newEngine(cfg, StrategyCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start(trace.MooncakeBlockTokens); err != nil {
+		t.Fatal(err)
+	}
+	var res []kvtier.Resident
+	for r := range requests {
+		for i := range blocks {
+			key := kvtier.Key(1000*r + i + 1)
+			parent := key - 1
+			if i == 0 {
+				parent = 0
+			}
+			res = append(res, kvtier.Resident{Slot: kvtier.Slot(len(res)), Key: key, Parent: parent, Position: i})
+		}
+	}
+	if n, err := e.m.Adopt(kvtier.Host, res); err != nil || n != len(res) {
+		t.Fatalf("adopt %d blocks: %d, %v", len(res), n, err)
+	}
+	return e
+}
+
+func requestLines(requests, blocks int) string {
+	var lines strings.Builder
+	for r := range requests {
+		ids := make([]string, blocks)
+		for i := range ids {
+			ids[i] = fmt.Sprint(1000*r + i + 1)
+		}
+		fmt.Fprintf(&lines, `{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [%s]}`+"\n",
+			blocks*trace.MooncakeBlockTokens, strings.Join(ids, ", "))
+	}
+	return lines.String()
+}
+
+// writeCalibration fits the H200 samples measured under PyTorch (issue 15,
+// benchmarks/results/prefill-h200.json) and writes the calibration file.
+func writeCalibration(t *testing.T) string {
+	t.Helper()
+	return writeCalibrationFrom(t, "../cost/testdata/prefill-h200-pytorch.jsonl")
+}
+
+// writeCalibrationFrom fits the H200 prefill samples in the file and
+// writes the calibration file.
+func writeCalibrationFrom(t *testing.T, samplesPath string) string {
+	t.Helper()
+	g, _ := cost.LookupGPU("h200")
+	cal, err := cost.NewCalibration(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(samplesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := cost.ReadPrefillSamples(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cal.AddPrefillSamples(samples...); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "h200.json")
+	if err := cal.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestReplayExecutesTheCalibratedPlan: with a calibration (measured rates,
+// a pass cost, error widths), a request alone still takes what the
+// planner predicted for it, within 1%, and the rates are the fit's.
+func TestReplayExecutesTheCalibratedPlan(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Baselines, cfg.Calibration = false, writeCalibration(t)
+	for _, blocks := range []int{1, 4, 32} {
+		e := seedEngine(t, cfg, 1, blocks)
+		if e.prefill.PassSeconds <= 0 {
+			t.Fatalf("the calibration has no pass cost: %+v", e.prefill)
+		}
+		rd := trace.NewReader(strings.NewReader(requestLines(1, blocks)), trace.Options{Format: trace.FormatMooncake, Name: "one"})
+		if err := e.run(rd); err != nil {
+			t.Fatal(err)
+		}
+		plan, ttft := e.planner.last, e.ttfts[0]
+		t.Logf("%d host blocks: planned %v, replayed %v (%d loads, %d recomputes)", blocks, plan.Time, ttft, plan.LoadBlocks, plan.RecomputeBlocks)
+		if plan.Time <= 0 || math.Abs(float64(ttft-plan.Time)) > 0.01*float64(plan.Time) {
+			t.Errorf("%d blocks: replayed %v, planned %v", blocks, ttft, plan.Time)
+		}
+	}
+	cfg.Calibration = filepath.Join(t.TempDir(), "missing.json")
+	if _, err := newEngine(cfg, StrategyCost); err == nil || !strings.Contains(err.Error(), "calibration") {
+		t.Errorf("a missing calibration file: %v", err)
+	}
+}
+
+// TestPlansSeeTheQueuedLoads: requests that arrive together, each on a GPU
+// of its own (prefill slots 0), share the GPU's ingress: each one after
+// the first plans behind the loads queued before it, recomputes more of
+// its prefix than the first, and still ends when its plan said.
+func TestPlansSeeTheQueuedLoads(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Baselines, cfg.PrefillSlots, cfg.GPU = false, 0, "b200"
+	const requests, blocks = 4, 32
+	lone := seedEngine(t, cfg, 1, blocks)
+	if err := lone.run(trace.NewReader(strings.NewReader(requestLines(1, blocks)), trace.Options{Format: trace.FormatMooncake, Name: "one"})); err != nil {
+		t.Fatal(err)
+	}
+	e := seedEngine(t, cfg, requests, blocks)
+	if err := e.run(trace.NewReader(strings.NewReader(requestLines(requests, blocks)), trace.Options{Format: trace.FormatMooncake, Name: "four"})); err != nil {
+		t.Fatal(err)
+	}
+	var ttfts time.Duration
+	for _, d := range e.ttfts {
+		ttfts += d
+	}
+	t.Logf("alone: %d recomputed; %d together: %d recomputed, planned %v in all, replayed %v",
+		lone.res.RecomputedBlocks, requests, e.res.RecomputedBlocks, e.res.PlannedTime, ttfts)
+	if e.res.RecomputedBlocks <= requests*lone.res.RecomputedBlocks {
+		t.Errorf("%d requests together recomputed %d blocks, %d alone each: the queue was not seen",
+			requests, e.res.RecomputedBlocks, lone.res.RecomputedBlocks)
+	}
+	if math.Abs(float64(ttfts-e.res.PlannedTime)) > 0.01*float64(e.res.PlannedTime) {
+		t.Errorf("planned %v behind the queue, replayed %v", e.res.PlannedTime, ttfts)
+	}
+	if e.res.PlanErrors != 0 {
+		t.Errorf("%d plan errors", e.res.PlanErrors)
+	}
+}
+
+// TestLongRequestPlanned: a request longer than the planner's scratch
+// space is planned, not refused (no plan error): 70B at 64-token blocks,
+// 5,000 blocks (320K tokens).
+func TestLongRequestPlanned(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Model, cfg.TP, cfg.Baselines = "llama-3.1-70b", 8, false
+	n := planScratchBlocks + 904
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i + 1)
+	}
+	line := fmt.Sprintf(`{"arrival_us": 0, "input_tokens": %d, "output_tokens": 1, "block_tokens": 64, "keys": [%s]}`+"\n", n*64, strings.Join(ids, ","))
+	src := Source{Name: "long", Format: trace.FormatNative, Open: stringSource("long", line).Open}
+	rep := runOrFail(t, src, cfg)
+	if r := rep.Results[0]; r.PlanErrors != 0 || r.Requests != 1 || r.Plan == nil {
+		t.Errorf("a request of %d blocks: %+v", n, r)
+	}
+}
