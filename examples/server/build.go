@@ -159,20 +159,17 @@ func costPlanner(c *config, s shape) (kvtier.Planner, error) {
 	return kvtier.NewCostPlanner(cp)
 }
 
-// plannerConfig is the cost model of the flags' presets, with the measured
-// figures the flags give in place of theirs.
+// plannerConfig is the cost model of the flags' presets and, with
+// -cost-calibration, the measured figures that replace theirs.
 func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 	pc, err := cost.NewPlannerConfig(s.model.Name, c.costGPU, c.costLink, c.costNVMe, 1, s.model.BlockTokens, s.model.Blocks(s.context))
 	if err != nil {
 		return pc, fmt.Errorf("cost model: %w", err)
 	}
-	if c.costNVMeRate > 0 {
-		src := &pc.Paths[cost.TierNVMe].Source
-		src.BandwidthBytesPerS = float64(c.costNVMeRate)
-		src.Name += " at -cost-nvme-rate"
-	}
-	if c.costEfficiency > 0 {
-		pc.GPU.Efficiency = c.costEfficiency
+	if c.costCalibration != "" {
+		if pc.Calibration, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
+			return pc, fmt.Errorf("-cost-calibration: %w", err)
+		}
 	}
 	return pc, nil
 }

@@ -32,8 +32,7 @@ type config struct {
 	policy       string
 
 	costGPU, costLink, costNVMe string
-	costNVMeRate                int64   // bytes/s; 0: the preset's
-	costEfficiency              float64 // 0: the preset's
+	costCalibration             string // a calibration file; "": the presets
 
 	maxQueue, maxBatch, defaultMaxTokens int
 	drainTimeout                         time.Duration
@@ -86,8 +85,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.costGPU, "cost-gpu", "h200", "GPU preset of the cost model (kvtier calc's names)")
 	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
-	fs.Var(byteFlag{&c.costNVMeRate}, "cost-nvme-rate", "the NVMe tier's read rate in bytes per second, e.g. 1GiB, replacing the -cost-nvme preset's (measure the drive under -nvme-dir: kvtier's benchmarks/nvme)")
-	fs.Float64Var(&c.costEfficiency, "cost-efficiency", 0, "the fraction of the GPU's peak bf16 rate a prefill reaches, replacing the -cost-gpu preset's (0: the preset's)")
+	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
 	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
@@ -130,8 +128,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("-default-max-tokens %d: want at least 1", c.defaultMaxTokens)
 	case c.drainTimeout <= 0:
 		return errors.New("-drain-timeout must be positive")
-	case c.costEfficiency < 0 || c.costEfficiency > 1:
-		return fmt.Errorf("-cost-efficiency %g: want a fraction in (0, 1], or 0 for the preset's", c.costEfficiency)
 	}
 	_, err := c.modelConfig()
 	return err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -395,9 +396,6 @@ func TestArgs(t *testing.T) {
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
-		{[]string{"-cost-efficiency", "1.5"}, `-cost-efficiency 1.5`},
-		{[]string{"-cost-efficiency", "-0.1"}, `-cost-efficiency -0.1`},
-		{[]string{"-cost-nvme-rate", "fast"}, `-cost-nvme-rate`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -413,11 +411,11 @@ func TestArgs(t *testing.T) {
 		t.Fatalf("llama-3.1-8b with -gpu-kv 2GiB: %+v, %v; want blocks of 16 tokens, 1024 cache slots, context 16384, 2048 scratch slots", sh, err)
 	}
 	pc, err := plannerConfig(&c, sh)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || pc.Calibration != nil {
+		t.Fatalf("no -cost-calibration: calibration %v, %v; want none", pc.Calibration, err)
 	}
-	preset := pc.Paths[cost.TierNVMe].Source.BandwidthBytesPerS
-	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-nvme-rate", "1GiB", "-cost-efficiency", "0.45"}, io.Discard)
+	cal := filepath.Join("..", "..", "benchmarks", "serve", "calibration", "h200-go-nvme-1.16GiBps.json")
+	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-calibration", cal}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,11 +426,18 @@ func TestArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := pc.Paths[cost.TierNVMe].Source.BandwidthBytesPerS; got != 1<<30 || got == preset || pc.GPU.Efficiency != 0.45 {
-		t.Errorf("-cost-nvme-rate 1GiB -cost-efficiency 0.45: NVMe at %g bytes/s (preset %g), efficiency %g", got, preset, pc.GPU.Efficiency)
+	nvme, _ := pc.Calibration.Current().Link(pc.Paths[cost.TierNVMe].Source)
+	if want := 1.16 * (1 << 30); math.Abs(nvme.BandwidthBytesPerS-want) > 1 {
+		t.Errorf("-cost-calibration %s: the NVMe link at %g bytes/s, want the file's %g", cal, nvme.BandwidthBytesPerS, want)
 	}
 	if _, err := cost.NewPlanner(pc); err != nil {
-		t.Errorf("the planner refuses the measured figures: %v", err)
+		t.Errorf("the planner refuses the calibration: %v", err)
+	}
+	for _, bad := range []string{filepath.Join(t.TempDir(), "absent.json"), "main.go"} {
+		c.costCalibration = bad
+		if _, err := plannerConfig(&c, sh); err == nil || !strings.Contains(err.Error(), "-cost-calibration") {
+			t.Errorf("-cost-calibration %s: %v; want an error naming the flag", bad, err)
+		}
 	}
 	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
 	if err != nil {

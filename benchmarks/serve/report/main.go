@@ -5,7 +5,7 @@
 // strategy, measured and predicted side by side, the cost strategy's
 // against gpu-only and none from the same run.
 //
-//	go run ./benchmarks/serve/report -run DIR -replay replay.json -results benchmarks/results
+//	go run ./benchmarks/serve/report -run DIR -replay replay.json -replay calibrated=replay-cal.json -results benchmarks/results
 package main
 
 import (
@@ -35,7 +35,8 @@ type replayReport struct {
 func main() {
 	log.SetFlags(0)
 	runDir := flag.String("run", "", "run.sh's output directory (bench-<strategy>.json)")
-	replayPath := flag.String("replay", "", "kvtier replay --json output for the same trace and configuration")
+	var replays multi
+	flag.Var(&replays, "replay", "kvtier replay --json output for the same trace and configuration, as FILE or LABEL=FILE (the label names its rows, e.g. the calibration it ran with); repeatable")
 	resultsDir := flag.String("results", "", "write serve-<machine>.{json,md} here (empty: print the markdown)")
 	machine := flag.String("machine", "h200", "machine name")
 	command := flag.String("command", "", "the command that produced the run, recorded in the results")
@@ -43,7 +44,7 @@ func main() {
 	var notes multi
 	flag.Var(&notes, "note", "a note to record (repeatable)")
 	flag.Parse()
-	if err := run(*runDir, *replayPath, *resultsDir, *machine, *command, *commit, notes); err != nil {
+	if err := run(*runDir, replays, *resultsDir, *machine, *command, *commit, notes); err != nil {
 		log.Fatalf("report: %v", err)
 	}
 }
@@ -55,7 +56,33 @@ func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
 
 var strategies = []string{"cost", "gpu-only", "none"}
 
-func run(runDir, replayPath, resultsDir, machine, command, commit string, notes []string) error {
+// prediction is one replay's report and the label of its rows.
+type prediction struct {
+	label string
+	replayReport
+}
+
+// readReplay reads a -replay argument, FILE or LABEL=FILE.
+func readReplay(arg string) (prediction, error) {
+	p := prediction{label: "kvtier replay"}
+	path := arg
+	if label, file, ok := strings.Cut(arg, "="); ok {
+		if label == "" || file == "" {
+			return p, fmt.Errorf("-replay %q: want FILE or LABEL=FILE", arg)
+		}
+		p.label, path = "kvtier replay, "+label, file
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return p, fmt.Errorf("-replay: %w", err)
+	}
+	if err := json.Unmarshal(b, &p.replayReport); err != nil {
+		return p, fmt.Errorf("-replay %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func run(runDir string, replays []string, resultsDir, machine, command, commit string, notes []string) error {
 	if runDir == "" {
 		return fmt.Errorf("-run is required")
 	}
@@ -71,15 +98,13 @@ func run(runDir, replayPath, resultsDir, machine, command, commit string, notes 
 		}
 		measured[s] = &r
 	}
-	var pred replayReport
-	if replayPath != "" {
-		b, err := os.ReadFile(replayPath)
+	var preds []prediction
+	for _, arg := range replays {
+		p, err := readReplay(arg)
 		if err != nil {
 			return err
 		}
-		if err := json.Unmarshal(b, &pred); err != nil {
-			return fmt.Errorf("%s: %w", replayPath, err)
-		}
+		preds = append(preds, p)
 	}
 	f := results.New("serve", machine, commit)
 	if command != "" {
@@ -111,18 +136,20 @@ func run(runDir, replayPath, resultsDir, machine, command, commit string, notes 
 			f.Add(name(s, p, "measured, against none"), "s", []float64{v}, name("none", p, "measured"))
 		}
 	}
-	for _, res := range pred.Results {
-		if !contains(strategies, res.Strategy) {
-			continue
-		}
-		for _, p := range []string{"p50", "p90"} {
-			v := res.TTFT.P50
-			if p == "p90" {
-				v = res.TTFT.P90
+	for _, pr := range preds {
+		for _, res := range pr.Results {
+			if !contains(strategies, res.Strategy) {
+				continue
 			}
-			f.Add(name(res.Strategy, p, "predicted by kvtier replay"), "s", []float64{v}, name(res.Strategy, p, "measured"))
-			f.Rows[len(f.Rows)-1].Note = "ratio: measured over predicted"
-			f.Rows[len(f.Rows)-1].Ratio = measuredOver(measured[res.Strategy], p, v)
+			for _, p := range []string{"p50", "p90"} {
+				v := res.TTFT.P50
+				if p == "p90" {
+					v = res.TTFT.P90
+				}
+				f.Add(name(res.Strategy, p, "predicted by "+pr.label), "s", []float64{v}, name(res.Strategy, p, "measured"))
+				f.Rows[len(f.Rows)-1].Note = "ratio: measured over predicted"
+				f.Rows[len(f.Rows)-1].Ratio = measuredOver(measured[res.Strategy], p, v)
+			}
 		}
 	}
 	for _, s := range strategies {
@@ -135,9 +162,11 @@ func run(runDir, replayPath, resultsDir, machine, command, commit string, notes 
 		}
 		f.Notes = append(f.Notes, line)
 	}
-	for _, res := range pred.Results {
-		if contains(strategies, res.Strategy) {
-			f.Notes = append(f.Notes, fmt.Sprintf("replay %s: hit ratio gpu %.3f host %.3f nvme %.3f", res.Strategy, res.HitRatio["gpu"], res.HitRatio["host"], res.HitRatio["nvme"]))
+	for _, pr := range preds {
+		for _, res := range pr.Results {
+			if contains(strategies, res.Strategy) {
+				f.Notes = append(f.Notes, fmt.Sprintf("%s %s: hit ratio gpu %.3f host %.3f nvme %.3f", pr.label, res.Strategy, res.HitRatio["gpu"], res.HitRatio["host"], res.HitRatio["nvme"]))
+			}
 		}
 	}
 	if resultsDir == "" {
