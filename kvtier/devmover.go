@@ -140,6 +140,13 @@ type MoverStats struct {
 
 type moverCounters struct {
 	onboards, offloads, nvmeWrites, nvmeReads, staged, bounce, failures, reclaims atomic.Uint64
+	lastErr                                                                       atomic.Pointer[error]
+}
+
+// failed counts n failed ops and keeps err as the last failure.
+func (c *moverCounters) failed(n int, err error) {
+	c.failures.Add(uint64(n))
+	c.lastErr.Store(&err)
 }
 
 // NewDeviceMover checks cfg, takes the store's slots and returns the mover.
@@ -255,6 +262,16 @@ func (d *DeviceMover) Stats() MoverStats {
 		StagedLoads: c.staged.Load(), BounceWrites: c.bounce.Load(),
 		Failures: c.failures.Load(), Reclaims: c.reclaims.Load(),
 	}
+}
+
+// LastError is the error of the last op that failed, nil if none has: the
+// manager keeps a failed copy's error only for a lease that waits on it, so
+// this is where a write-through's reason can be read.
+func (d *DeviceMover) LastError() error {
+	if p := d.stats.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Wait blocks until every op submitted so far has completed, with the
@@ -398,7 +415,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 		go d.runBounce(j)
 	}
 	for k, i := range fail {
-		d.stats.failures.Add(1)
+		d.stats.failed(1, failErr[k])
 		t.Complete(i, failErr[k])
 	}
 	return nil
@@ -409,8 +426,8 @@ func (d *DeviceMover) Submit(t *Batch) error {
 // src, for a staged onboard, names the op whose NVMe block was lost.
 func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource) {
 	if err != nil {
-		d.stats.failures.Add(uint64(len(idx)))
 		err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
+		d.stats.failed(len(idx), err)
 		d.wg.Add(1)
 		go func() { // after Submit has started the rest
 			defer d.wg.Done()
@@ -445,8 +462,8 @@ func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, e
 		err := tr.Err()
 		ly.Release()
 		if err != nil {
-			d.stats.failures.Add(uint64(len(idx)))
 			err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
+			d.stats.failed(len(idx), err)
 		}
 		for k, i := range idx {
 			e := err
@@ -500,8 +517,8 @@ func (d *DeviceMover) runWrites(j *moveJob) {
 	for k, i := range j.writeIdx {
 		err := j.writes[k].Err
 		if err != nil {
-			d.stats.failures.Add(1)
 			err = fmt.Errorf("nvme write of store slot %d: %w", j.writes[k].Slot, err)
+			d.stats.failed(1, err)
 		}
 		j.t.Complete(i, err)
 	}
@@ -596,8 +613,8 @@ func (d *DeviceMover) runReads(j *moveJob) {
 			e = j.want[k].check(r.Meta)
 		}
 		if e != nil {
-			d.stats.failures.Add(1)
 			e = fmt.Errorf("nvme read of store slot %d: %w", r.Slot, e)
+			d.stats.failed(1, e)
 			if err == nil && lostBlock(e) {
 				e = fmt.Errorf("%w: %w", ErrSourceLost, e)
 			}
@@ -692,8 +709,8 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 				e = ops[c].Err
 			}
 			if e != nil {
-				d.stats.failures.Add(1)
 				e = fmt.Errorf("gpu to nvme through bounce slot %d: %w", pairs[c].HostSlot, e)
+				d.stats.failed(1, e)
 			}
 			j.t.Complete(j.bounceIdx[next+c], e)
 		}

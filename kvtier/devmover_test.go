@@ -603,6 +603,9 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 			t.Fatalf("looked up as %+v, want one block in nvme", c.l.Blocks)
 		}
 	}
+	if err := f.mover.LastError(); err != nil {
+		t.Errorf("LastError() = %v before any op failed", err)
+	}
 	f.corrupt(t, la.Blocks[0].Slot)
 	f.corrupt(t, lb.Blocks[0].Slot)
 
@@ -653,6 +656,9 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 	}
 	if got := f.m.Metrics().MoveFailures; got != 2 {
 		t.Errorf("MoveFailures = %d, want 2", got)
+	}
+	if err := f.mover.LastError(); !errors.Is(err, ErrSourceLost) && !errors.Is(err, nvme.ErrCorrupt) {
+		t.Errorf("LastError() = %v, want the corrupt block's read error", err)
 	}
 	if got := f.store.Stats(); got.CorruptDrops != 2 {
 		t.Errorf("the store dropped %d corrupt slots, want 2: %+v", got.CorruptDrops, got)

@@ -2,97 +2,365 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
 	"os"
-	"regexp"
-	"strconv"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"kvtier.dev/internal/openai"
+	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/nvme"
 )
 
-// TestRun runs the example end to end (on the simulated device without a
-// GPU) and checks that every tier served hits and that blocks were loaded:
-// run itself fails if a loaded block differs from what was cached.
-func TestRun(t *testing.T) {
-	var out bytes.Buffer
-	if err := run(&out, ""); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	t.Log("\n" + out.String())
-	m := regexp.MustCompile(`hits gpu (\d+), host (\d+), nvme (\d+); (\d+) loaded`).FindStringSubmatch(out.String())
-	if m == nil {
-		t.Fatal("no summary line in the output")
-	}
-	for i, name := range []string{"gpu hits", "host hits", "nvme hits", "loaded blocks"} {
-		if n, _ := strconv.Atoi(m[i+1]); n == 0 {
-			t.Errorf("%s: 0", name)
-		}
-	}
+// testArgs are flags for a small server on the CPU backend: the tiny
+// model, a GPU tier of 32 blocks of 4 tokens, host 64 and NVMe 512 blocks.
+func testArgs(extra ...string) []string {
+	return append([]string{"-addr", "127.0.0.1:0", "-device", "cpu", "-model", "tiny", "-context", "256",
+		"-gpu-kv", "128KiB", "-host", "256KiB", "-nvme", "2MiB"}, extra...)
 }
 
-// TestRunTwiceStartsWarm runs the example twice over one NVMe directory: the
-// second run adopts the blocks the first left on the drive, serves NVMe hits
-// from them, and every block it loads checks out byte for byte.
-func TestRunTwiceStartsWarm(t *testing.T) {
-	dir := t.TempDir()
-	var first, second bytes.Buffer
-	if err := run(&first, dir); err != nil {
-		t.Fatalf("first run: %v\n%s", err, first.String())
-	}
-	if strings.Contains(first.String(), "adopted") {
-		t.Errorf("the first run adopted blocks from an empty directory:\n%s", first.String())
-	}
-	if err := run(&second, dir); err != nil {
-		t.Fatalf("second run: %v\n%s", err, second.String())
-	}
-	t.Log("\n" + second.String())
-	m := regexp.MustCompile(`nvme: adopted (\d+) of the (\d+) blocks`).FindStringSubmatch(second.String())
-	if m == nil {
-		t.Fatal("the second run adopted nothing")
-	}
-	if n, _ := strconv.Atoi(m[1]); n == 0 {
-		t.Errorf("adopted 0 of %s blocks", m[2])
-	}
-	h := regexp.MustCompile(`hits gpu (\d+), host (\d+), nvme (\d+)`).FindStringSubmatch(second.String())
-	if h == nil {
-		t.Fatal("no summary line in the second run's output")
-	}
-	n1 := regexp.MustCompile(`hits gpu (\d+), host (\d+), nvme (\d+)`).FindStringSubmatch(first.String())
-	if a, b := atoi(h[3]), atoi(n1[3]); a <= b {
-		t.Errorf("nvme hits: %d in the second run, %d in the first; want more after starting warm", a, b)
-	}
+// server is one run of the server in the test's process.
+type server struct {
+	t    *testing.T
+	url  string
+	stop context.CancelFunc
+	done chan error
+	logs *logBuffer
 }
 
-func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
-
-func TestArgs(t *testing.T) {
-	var errb bytes.Buffer
-	if dir, err := parseArgs([]string{"-nvme-dir", "d"}, &errb); err != nil || dir != "d" {
-		t.Fatalf("-nvme-dir d: %q %v", dir, err)
-	}
-	if _, err := parseArgs([]string{"-nvme-dir", "d", "extra"}, &errb); err == nil || !strings.Contains(err.Error(), `unexpected argument "extra"`) {
-		t.Fatalf("an extra argument: %v", err)
-	}
-}
-
-// TestCorruptBlocksAreRecomputed flips a bit in the payload of every NVMe
-// slot between runs: the next run's loads of them fail, and it recomputes
-// those requests instead of stopping; the store clears the bad slots on
-// disk, so that the runs after it neither adopt nor meet them again.
-func TestCorruptBlocksAreRecomputed(t *testing.T) {
-	dir := t.TempDir()
-	var out bytes.Buffer
-	if err := run(&out, dir); err != nil {
-		t.Fatalf("first run: %v\n%s", err, out.String())
-	}
-	// The layout, from the store itself.
-	s, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: nvmeSlots, BlockBytes: blockBytes, MaxTokens: blockTokens})
+// start runs the server with args until stop; it fails the test if the
+// server does not come up.
+func start(t *testing.T, args ...string) *server {
+	t.Helper()
+	c, err := parseArgs(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, kept := s.Info(), s.Len()
-	if err := s.Close(); err != nil {
+	s := &server{t: t, done: make(chan error, 1), logs: &logBuffer{}}
+	c.log = slog.New(slog.NewTextHandler(s.logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	up := make(chan string, 1)
+	go func() { s.done <- run(ctx, &c, func(addr string) { up <- addr }) }()
+	select {
+	case addr := <-up:
+		s.url = "http://" + addr
+	case err := <-s.done:
+		t.Fatalf("the server did not start: %v", err)
+	}
+	t.Cleanup(func() { s.shutdown() })
+	return s
+}
+
+// shutdown stops the server as SIGTERM does and returns run's error.
+func (s *server) shutdown() error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	s.stop = nil
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(60 * time.Second):
+		s.t.Fatal("the server did not stop within 60s")
+		return nil
+	}
+}
+
+// logBuffer is the server's log, written by its goroutines and read by
+// the test.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (s *server) complete(t *testing.T, req openai.CompletionRequest) *openai.Result {
+	t.Helper()
+	c := openai.Client{URL: s.url + openai.CompletionsPath}
+	res, err := c.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatalf("completion: %v", err)
+	}
+	return res
+}
+
+func tokenPrompt(seed, n int) openai.Prompt {
+	p := openai.Prompt{IsTokens: true, Tokens: make([]int32, n)}
+	for i := range p.Tokens {
+		p.Tokens[i] = int32((seed*7919 + i*31) % 512)
+	}
+	return p
+}
+
+func maxTokens(n int) *int { return &n }
+
+// TestServeEndToEnd: a prompt sent twice is answered with the same greedy
+// tokens, the second time from the cache (usage says so), and so is its
+// no-cache reference; a text prompt works; another tenant shares nothing.
+func TestServeEndToEnd(t *testing.T) {
+	s := start(t, testArgs()...)
+	p := tokenPrompt(1, 41)
+	first := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6)})
+	second := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6)})
+	ref := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6), NoCache: true})
+	other := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6), User: "someone else"})
+	if len(first.Tokens) != 6 || !slices.Equal(first.Tokens, second.Tokens) || !slices.Equal(first.Tokens, ref.Tokens) || !slices.Equal(first.Tokens, other.Tokens) {
+		t.Fatalf("greedy tokens differ: first %v, cached %v, no-cache %v, other tenant %v", first.Tokens, second.Tokens, ref.Tokens, other.Tokens)
+	}
+	if c := first.Usage.PromptTokensDetails.CachedTokens; c != 0 {
+		t.Errorf("first request: %d cached tokens, want 0", c)
+	}
+	// 41 tokens: the 10 full blocks before the last position's block.
+	if c := second.Usage.PromptTokensDetails.CachedTokens; c != 40 {
+		t.Errorf("second request: %d cached tokens, want 40", c)
+	}
+	if c := ref.Usage.PromptTokensDetails.CachedTokens; c != 0 {
+		t.Errorf("no-cache request: %d cached tokens, want 0", c)
+	}
+	if c := other.Usage.PromptTokensDetails.CachedTokens; c != 0 {
+		t.Errorf("another tenant's request: %d cached tokens, want 0 (salts must not share KV)", c)
+	}
+	text := s.complete(t, openai.CompletionRequest{Prompt: openai.Prompt{Text: "Hello, kvtier! A text prompt of some length."}, MaxTokens: maxTokens(3)})
+	if len(text.Tokens) != 3 || text.FinishReason != "length" {
+		t.Errorf("text prompt: %d tokens, finish %q", len(text.Tokens), text.FinishReason)
+	}
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s.logs)
+	}
+}
+
+// TestServeBadRequests: 400 naming the field, and the server goes on.
+func TestServeBadRequests(t *testing.T) {
+	s := start(t, testArgs()...)
+	long := tokenPrompt(2, 300)
+	bodies := []struct{ body, param string }{
+		{`{"max_tokens": 4}`, "prompt"},
+		{`{"prompt": [1, 2, 99999]}`, "prompt"},
+		{`{"prompt": "hi", "max_tokens": 0}`, "max_tokens"},
+		{`{"prompt": "hi", "max_tokens": "four"}`, "max_tokens"},
+		{`{"prompt": "hi", "temperature": 0.7}`, "temperature"},
+		{`{"prompt": "hi", "max_tokens": 255}`, "max_tokens"},
+		{`{"prompt": "hi"`, "body"},
+	}
+	lb, _ := json.Marshal(map[string]any{"prompt": long.Tokens})
+	bodies = append(bodies, struct{ body, param string }{string(lb), "prompt"})
+	for _, b := range bodies {
+		resp, err := http.Post(s.url+openai.CompletionsPath, "application/json", strings.NewReader(b.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e openai.ErrorResponse
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Error.Param == nil || *e.Error.Param != b.param {
+			t.Errorf("%.40s: status %d, error %+v; want 400 naming %q", b.body, resp.StatusCode, e.Error, b.param)
+		}
+	}
+	s.complete(t, openai.CompletionRequest{Prompt: tokenPrompt(3, 9), MaxTokens: maxTokens(2)})
+}
+
+// TestServeMetrics: /metrics parses as Prometheus text and has kvtier's
+// and the server's series, with the requests counted.
+func TestServeMetrics(t *testing.T) {
+	s := start(t, testArgs()...)
+	p := tokenPrompt(4, 33)
+	s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(3)})
+	s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(3)})
+	fams := scrape(t, s.url)
+	for _, name := range []string{"kvserve_ttft_seconds", "kvserve_inter_token_seconds", "kvserve_queue_depth",
+		"kvserve_prefilled_tokens_total", "kvserve_loaded_tokens_total", "kvserve_loaded_bytes_total",
+		"kvserve_recomputed_tokens_total", "kvserve_failed_loads_total", "kvserve_prefill_seconds", "kvtier_hits_total", "kvserve_mover_ops_total", "kvserve_mover_failures_total"} {
+		if fams[name] == nil {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if h := fams["kvserve_ttft_seconds"]; h != nil && h.Metric[0].Histogram.GetSampleCount() != 2 {
+		t.Errorf("kvserve_ttft_seconds counted %d requests, want 2", h.Metric[0].Histogram.GetSampleCount())
+	}
+	if got := counter(fams, "kvserve_loaded_tokens_total", "gpu"); got != 32 {
+		t.Errorf("tokens loaded from the gpu tier: %v, want 32", got)
+	}
+}
+
+// scrape reads /metrics with Prometheus's own text parser.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse as Prometheus text: %v", err)
+	}
+	return fams
+}
+
+func counter(fams map[string]*dto.MetricFamily, name, tier string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+	for _, m := range f.Metric {
+		for _, l := range m.Label {
+			if l.GetName() == "tier" && l.GetValue() == tier {
+				return m.Counter.GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// TestServeDrainsOnShutdown: a request in flight when the server is told
+// to stop gets all its tokens; run then returns nil (write-backs done, the
+// NVMe store closed) and the port is closed.
+func TestServeDrainsOnShutdown(t *testing.T) {
+	s := start(t, testArgs()...)
+	c := openai.Client{URL: s.url + openai.CompletionsPath}
+	type answer struct {
+		res *openai.Result
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := c.Complete(context.Background(), openai.CompletionRequest{Prompt: tokenPrompt(5, 60), MaxTokens: maxTokens(150)})
+		got <- answer{res, err}
+	}()
+	// Stop once the request is being answered.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if inFlight(t, s.url) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s.logs)
+	}
+	a := <-got
+	if a.err != nil || len(a.res.Tokens) != 150 {
+		t.Fatalf("the request in flight at shutdown: %v, %d tokens; want all 150", a.err, len(a.res.Tokens))
+	}
+	if _, err := http.Get(s.url + "/healthz"); err == nil {
+		t.Error("the server still answers after shutdown")
+	}
+	if !strings.Contains(s.logs.String(), "stopped cleanly") {
+		t.Errorf("no clean stop in the log:\n%s", s.logs)
+	}
+}
+
+func inFlight(t *testing.T, url string) float64 {
+	fams := scrape(t, url)
+	if f := fams["kvserve_in_flight_requests"]; f != nil {
+		return f.Metric[0].Gauge.GetValue()
+	}
+	return 0
+}
+
+// TestServeRestartAdoptsNVMe: a server over an NVMe directory stops; the
+// next one over it adopts the blocks, answers the same prompts from the
+// NVMe tier with identical tokens.
+func TestServeRestartAdoptsNVMe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kv")
+	prompts := []openai.Prompt{tokenPrompt(6, 49), tokenPrompt(7, 37), tokenPrompt(8, 45)}
+	first := serveAll(t, dir, prompts)
+	second := serveAll(t, dir, prompts)
+	nvmeHits := 0
+	for i := range prompts {
+		if !slices.Equal(first[i].Tokens, second[i].Tokens) {
+			t.Errorf("prompt %d: tokens %v before the restart, %v after", i, first[i].Tokens, second[i].Tokens)
+		}
+		nvmeHits += second[i].Usage.PromptTokensDetails.CachedTokensByTier.NVMe
+	}
+	if nvmeHits == 0 {
+		t.Error("after the restart no prompt token came from the NVMe tier")
+	}
+}
+
+// serveAll starts a server over dir, answers prompts once each and stops
+// it cleanly.
+func serveAll(t *testing.T, dir string, prompts []openai.Prompt) []*openai.Result {
+	t.Helper()
+	s := start(t, testArgs("-nvme-dir", dir)...)
+	var out []*openai.Result
+	for _, p := range prompts {
+		out = append(out, s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)}))
+	}
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s.logs)
+	}
+	return out
+}
+
+// TestServeCorruptNVMeIsRecomputed: every NVMe block is damaged between
+// two runs; the second run's loads of them fail, the prompts are
+// recomputed, the tokens are still those of the first run, and the server
+// keeps serving.
+func TestServeCorruptNVMeIsRecomputed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kv")
+	prompts := []openai.Prompt{tokenPrompt(9, 49), tokenPrompt(10, 41)}
+	first := serveAll(t, dir, prompts)
+	damageAll(t, dir)
+	s := start(t, testArgs("-nvme-dir", dir)...)
+	for i, p := range prompts {
+		r := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)})
+		if !slices.Equal(r.Tokens, first[i].Tokens) {
+			t.Errorf("prompt %d after the damage: tokens %v, want %v", i, r.Tokens, first[i].Tokens)
+		}
+	}
+	fams := scrape(t, s.url)
+	failed := fams["kvserve_failed_loads_total"].Metric[0].Counter.GetValue()
+	recomputed := fams["kvserve_recomputed_tokens_total"].Metric[0].Counter.GetValue()
+	if failed == 0 || recomputed == 0 {
+		t.Errorf("failed loads %v, recomputed tokens %v: want both above 0\n%s", failed, recomputed, s.logs)
+	}
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shutdown after the damage: %v\n%s", err, s.logs)
+	}
+	if !strings.Contains(s.logs.String(), "last_failure=") {
+		t.Errorf("the log at shutdown does not name the last failed copy:\n%s", s.logs)
+	}
+}
+
+// damageAll flips a byte in the payload of every slot of the store in dir.
+func damageAll(t *testing.T, dir string) {
+	t.Helper()
+	st, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: 512, BlockBytes: 4096, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, kept := st.Info(), st.Len()
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if kept == 0 {
@@ -102,6 +370,7 @@ func TestCorruptBlocksAreRecomputed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	for i := range info.Slots {
 		off := info.FirstSlotOffset + int64(i)*info.SlotBytes + int64(info.HeaderBytes) + 100
 		var b [1]byte
@@ -113,30 +382,68 @@ func TestCorruptBlocksAreRecomputed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.Close()
+}
 
-	recomputed := regexp.MustCompile(`(\d+) requests recomputed after a failed load`)
-	cleared := regexp.MustCompile(`nvme store: (\d+) corrupt blocks dropped, (\d+) cleared on disk`)
-	// Each damaged block is met at most once over all the runs: the first
-	// load that meets it clears it on disk. (Before, every restart adopted
-	// the same blocks again and each run met them anew.)
-	met := 0
-	for r := range 4 {
-		out.Reset()
-		if err := run(&out, dir); err != nil {
-			t.Fatalf("run %d after the damage failed: %v\n%s", r+1, err, out.String())
+func TestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-strategy", "fastest"}, `-strategy: unknown strategy "fastest"`},
+		{[]string{"-device", "tpu"}, `-device "tpu"`},
+		{[]string{"-model", "gpt-9"}, `-model`},
+		{[]string{"-policy", "mru"}, `-policy "mru"`},
+		{[]string{"-max-queue", "0"}, `-max-queue 0`},
+		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
+	} {
+		_, err := parseArgs(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
 		}
-		m, c := recomputed.FindStringSubmatch(out.String()), cleared.FindStringSubmatch(out.String())
-		if m == nil || c == nil || c[1] != c[2] {
-			t.Fatalf("run %d: corrupt blocks not all cleared on disk, or no summary:\n%s", r+1, out.String())
-		}
-		if r == 0 && atoi(m[1]) == 0 {
-			t.Fatalf("no request was recomputed after a failed load:\n%s", out.String())
-		}
-		met += atoi(c[1])
-		t.Logf("run %d: %s requests recomputed, %s corrupt blocks met", r+1, m[1], c[1])
 	}
-	if met > kept {
-		t.Fatalf("the runs met %d corrupt blocks, but only %d were damaged: some were met twice", met, kept)
+	c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.shape()
+	if err != nil || sh.model.BlockTokens != 16 || sh.cacheSlots != 1024 || sh.context != 16384 || sh.scratch != 2048 {
+		t.Fatalf("llama-3.1-8b with -gpu-kv 2GiB: %+v, %v; want blocks of 16 tokens, 1024 cache slots, context 16384, 2048 scratch slots", sh, err)
+	}
+	pc, err := plannerConfig(&c, sh)
+	if err != nil || pc.Calibration != nil {
+		t.Fatalf("no -cost-calibration: calibration %v, %v; want none", pc.Calibration, err)
+	}
+	cal := filepath.Join("..", "..", "benchmarks", "serve", "calibration", "h200-go-nvme-1.16GiBps.json")
+	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-calibration", cal}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh, err = c.shape(); err != nil {
+		t.Fatal(err)
+	}
+	pc, err = plannerConfig(&c, sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nvme, _ := pc.Calibration.Current().Link(pc.Paths[cost.TierNVMe].Source)
+	if want := 1.16 * (1 << 30); math.Abs(nvme.BandwidthBytesPerS-want) > 1 {
+		t.Errorf("-cost-calibration %s: the NVMe link at %g bytes/s, want the file's %g", cal, nvme.BandwidthBytesPerS, want)
+	}
+	if _, err := cost.NewPlanner(pc); err != nil {
+		t.Errorf("the planner refuses the calibration: %v", err)
+	}
+	for _, bad := range []string{filepath.Join(t.TempDir(), "absent.json"), "main.go"} {
+		c.costCalibration = bad
+		if _, err := plannerConfig(&c, sh); err == nil || !strings.Contains(err.Error(), "-cost-calibration") {
+			t.Errorf("-cost-calibration %s: %v; want an error naming the flag", bad, err)
+		}
+	}
+	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.shape(); err == nil || !strings.Contains(err.Error(), "-scratch 16KiB") {
+		t.Errorf("a scratch area smaller than one sequence: %v", err)
 	}
 }

@@ -329,6 +329,11 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	}
 	gatherThreads := uint32(min(128, c.KVHeads*d/8))
 	for l := range c.Layers {
+		if p.Ready != nil {
+			if err := p.Ready(l); err != nil {
+				return fmt.Errorf("gpu: forward: layer %d not ready: %w", l, err)
+			}
+		}
 		w := &m.layers[l]
 		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
 			return err

@@ -104,6 +104,11 @@ func (m *CPU) Forward(tokens []int32, p Plan) (logits []float32, next int32, err
 		copy(m.x[i*h:(i+1)*h], m.embed[tok*h:(tok+1)*h])
 	}
 	for l := range c.Layers {
+		if p.Ready != nil {
+			if err := p.Ready(l); err != nil {
+				return nil, 0, fmt.Errorf("model: forward: layer %d not ready: %w", l, err)
+			}
+		}
 		w := &m.layers[l]
 		rmsNorm(m.xn, m.x, w[AttnNorm], nc, h, c.NormEps)
 		linear(m.qkv, m.xn, w[QKV], nc, h, c.QKVWidth(), false)

@@ -14,6 +14,13 @@ type Plan struct {
 	// MUST already hold its KV. The last position of the sequence MUST be
 	// computed: the pass returns its logits.
 	Compute []int32
+	// Ready, if set, is called at the start of each layer, before the
+	// layer reads any KV it did not compute; it returns once that layer's
+	// KV of the present positions is in its slots (kvtier's per-layer
+	// readiness: Lease.WaitLayer), or an error that ends the pass. A
+	// GPU backend calls it while the device still runs the layers before,
+	// so loads and compute overlap.
+	Ready func(layer int) error
 }
 
 // AppendBlockPositions appends to dst the positions of the blocks that

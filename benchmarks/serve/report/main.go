@@ -1,0 +1,196 @@
+// Report turns one run of benchmarks/serve/run.sh (bench-serve's JSON
+// report per strategy, measured against the server on the GPU) and kvtier
+// replay's JSON prediction of the same trace and configuration into
+// serve-<machine>.{json,md} (benchmarks/results/): TTFT p50 and p90 per
+// strategy, measured and predicted side by side, the cost strategy's
+// against gpu-only and none from the same run.
+//
+//	go run ./benchmarks/serve/report -run DIR -replay replay.json -replay calibrated=replay-cal.json -results benchmarks/results
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"kvtier.dev/internal/benchserve"
+	"kvtier.dev/internal/results"
+	"kvtier.dev/kvtier/replay"
+)
+
+// replayReport is the part of kvtier replay --json that is read here.
+type replayReport struct {
+	Trace   string `json:"trace"`
+	Results []struct {
+		Strategy string             `json:"strategy"`
+		TTFT     replay.Percentiles `json:"ttft"`
+		HitRatio map[string]float64 `json:"hit_ratio"`
+	} `json:"results"`
+}
+
+func main() {
+	log.SetFlags(0)
+	runDir := flag.String("run", "", "run.sh's output directory (bench-<strategy>.json)")
+	var replays multi
+	flag.Var(&replays, "replay", "kvtier replay --json output for the same trace and configuration, as FILE or LABEL=FILE (the label names its rows, e.g. the calibration it ran with); repeatable")
+	resultsDir := flag.String("results", "", "write serve-<machine>.{json,md} here (empty: print the markdown)")
+	machine := flag.String("machine", "h200", "machine name")
+	command := flag.String("command", "", "the command that produced the run, recorded in the results")
+	commit := flag.String("commit", "", "commit the binaries were built from")
+	var notes multi
+	flag.Var(&notes, "note", "a note to record (repeatable)")
+	flag.Parse()
+	if err := run(*runDir, replays, *resultsDir, *machine, *command, *commit, notes); err != nil {
+		log.Fatalf("report: %v", err)
+	}
+}
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, "; ") }
+func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
+
+var strategies = []string{"cost", "gpu-only", "none"}
+
+// prediction is one replay's report and the label of its rows.
+type prediction struct {
+	label string
+	replayReport
+}
+
+// readReplay reads a -replay argument, FILE or LABEL=FILE.
+func readReplay(arg string) (prediction, error) {
+	p := prediction{label: "kvtier replay"}
+	path := arg
+	if label, file, ok := strings.Cut(arg, "="); ok {
+		if label == "" || file == "" {
+			return p, fmt.Errorf("-replay %q: want FILE or LABEL=FILE", arg)
+		}
+		p.label, path = "kvtier replay, "+label, file
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return p, fmt.Errorf("-replay: %w", err)
+	}
+	if err := json.Unmarshal(b, &p.replayReport); err != nil {
+		return p, fmt.Errorf("-replay %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func run(runDir string, replays []string, resultsDir, machine, command, commit string, notes []string) error {
+	if runDir == "" {
+		return fmt.Errorf("-run is required")
+	}
+	measured := map[string]*benchserve.Report{}
+	for _, s := range strategies {
+		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+s+".json"))
+		if err != nil {
+			return err
+		}
+		var r benchserve.Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("bench-%s.json: %w", s, err)
+		}
+		measured[s] = &r
+	}
+	var preds []prediction
+	for _, arg := range replays {
+		p, err := readReplay(arg)
+		if err != nil {
+			return err
+		}
+		preds = append(preds, p)
+	}
+	f := results.New("serve", machine, commit)
+	if command != "" {
+		f.Command = command
+	}
+	f.Notes = append(f.Notes, notes...)
+	name := func(s, p, what string) string { return fmt.Sprintf("TTFT %s %s (%s)", p, s, what) }
+	for _, p := range []string{"p50", "p90"} {
+		for _, s := range []string{"gpu-only", "none", "cost"} {
+			r := measured[s]
+			v := r.TTFT.P50
+			if p == "p90" {
+				v = r.TTFT.P90
+			}
+			base := ""
+			if s == "cost" {
+				base = name("gpu-only", p, "measured")
+			}
+			f.Add(name(s, p, "measured"), "s", []float64{v}, base)
+		}
+	}
+	if s := "cost"; true {
+		r := measured[s]
+		for _, p := range []string{"p50", "p90"} {
+			v := r.TTFT.P50
+			if p == "p90" {
+				v = r.TTFT.P90
+			}
+			f.Add(name(s, p, "measured, against none"), "s", []float64{v}, name("none", p, "measured"))
+		}
+	}
+	for _, pr := range preds {
+		for _, res := range pr.Results {
+			if !contains(strategies, res.Strategy) {
+				continue
+			}
+			for _, p := range []string{"p50", "p90"} {
+				v := res.TTFT.P50
+				if p == "p90" {
+					v = res.TTFT.P90
+				}
+				f.Add(name(res.Strategy, p, "predicted by "+pr.label), "s", []float64{v}, name(res.Strategy, p, "measured"))
+				f.Rows[len(f.Rows)-1].Note = "ratio: measured over predicted"
+				f.Rows[len(f.Rows)-1].Ratio = measuredOver(measured[res.Strategy], p, v)
+			}
+		}
+	}
+	for _, s := range strategies {
+		r := measured[s]
+		line := fmt.Sprintf("%s: %d sent, %d completed, errors %v; %.2f req/s; TTFT p50 %.4f s p90 %.4f s p99 %.4f s; inter-token p50 %.4f s; cached %.1f%% of prompt tokens (gpu %d, host %d, nvme %d tokens), %d recomputed",
+			s, r.Sent, r.Completed, r.Errors, r.RequestsPerSecond, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.InterToken.P50,
+			100*r.Cache.CachedFraction, r.Cache.ByTier.GPU, r.Cache.ByTier.Host, r.Cache.ByTier.NVMe, r.Cache.RecomputedTokens)
+		if v := r.Verify; v != nil {
+			line += fmt.Sprintf("; --verify %d: %d compared, %d differ, %d reference errors", v.Every, v.Compared, v.Mismatches, v.Errors)
+		}
+		f.Notes = append(f.Notes, line)
+	}
+	for _, pr := range preds {
+		for _, res := range pr.Results {
+			if contains(strategies, res.Strategy) {
+				f.Notes = append(f.Notes, fmt.Sprintf("%s %s: hit ratio gpu %.3f host %.3f nvme %.3f", pr.label, res.Strategy, res.HitRatio["gpu"], res.HitRatio["host"], res.HitRatio["nvme"]))
+			}
+		}
+	}
+	if resultsDir == "" {
+		return f.Markdown(os.Stdout)
+	}
+	return f.Write(resultsDir)
+}
+
+func measuredOver(r *benchserve.Report, p string, predicted float64) float64 {
+	v := r.TTFT.P50
+	if p == "p90" {
+		v = r.TTFT.P90
+	}
+	if predicted == 0 {
+		return 0
+	}
+	return v / predicted
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

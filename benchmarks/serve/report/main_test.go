@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kvtier.dev/internal/benchserve"
+	"kvtier.dev/internal/results"
+)
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReport: one run's three strategies and two labelled replays become
+// rows, measured against the baselines and predicted against measured.
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for s, p50 := range map[string]float64{"cost": 0.05, "gpu-only": 0.2, "none": 0.4} {
+		var r benchserve.Report
+		r.TTFT.P50, r.TTFT.P90 = p50, 2*p50
+		writeJSON(t, filepath.Join(runDir, "bench-"+s+".json"), &r)
+	}
+	pred := func(cost float64) string {
+		path := filepath.Join(dir, "replay.json")
+		writeJSON(t, path, map[string]any{"results": []map[string]any{
+			{"strategy": "cost", "ttft": map[string]float64{"p50_s": cost, "p90_s": 2 * cost}},
+			{"strategy": "reload", "ttft": map[string]float64{"p50_s": 9, "p90_s": 9}},
+		}})
+		return path
+	}
+	out := filepath.Join(dir, "results")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(runDir, []string{pred(0.1), "calibrated=" + pred(0.1)}, out, "test", "a command", "abc", []string{"a note"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "serve-test.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f results.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]results.Row{}
+	for _, r := range f.Rows {
+		rows[r.Name] = r
+	}
+	if r := rows["TTFT p50 cost (measured)"]; r.Median != 0.05 || r.Ratio != 4 {
+		t.Errorf("cost p50 row %+v: want 0.05 s, 4x gpu-only's", r)
+	}
+	for _, label := range []string{"kvtier replay", "kvtier replay, calibrated"} {
+		r, ok := rows["TTFT p50 cost (predicted by "+label+")"]
+		if !ok || r.Median != 0.1 || r.Ratio != 0.5 {
+			t.Errorf("%s's cost p50 row %+v (present %v): want 0.1 s, measured/predicted 0.5", label, r, ok)
+		}
+	}
+	for name := range rows {
+		if strings.Contains(name, "reload") {
+			t.Errorf("row %q: reload was not measured", name)
+		}
+	}
+	if f.Command != "a command" || f.Commit != "abc" || !strings.Contains(strings.Join(f.Notes, "\n"), "a note") {
+		t.Errorf("command %q, commit %q, notes %q", f.Command, f.Commit, f.Notes)
+	}
+}
+
+func TestReportErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ arg, want string }{
+		{"=x.json", "want FILE or LABEL=FILE"},
+		{"label=", "want FILE or LABEL=FILE"},
+		{filepath.Join(dir, "absent.json"), "absent.json"},
+		{bad, "bad.json"},
+	} {
+		if _, err := readReplay(tc.arg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("-replay %s: %v; want an error with %q", tc.arg, err, tc.want)
+		}
+	}
+	if err := run("", nil, "", "m", "", "", nil); err == nil || !strings.Contains(err.Error(), "-run") {
+		t.Errorf("no -run: %v", err)
+	}
+	if err := run(dir, nil, "", "m", "", "", nil); err == nil || !strings.Contains(err.Error(), "bench-cost.json") {
+		t.Errorf("a run directory without bench-cost.json: %v", err)
+	}
+}

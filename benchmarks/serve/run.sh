@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Serve benchmark: starts the model server (examples/server) once per
+# strategy, replays one trace against it with kvtier bench-serve, and keeps
+# bench-serve's JSON report, the server's log and its /metrics per
+# strategy. The same trace, flags and machine for every strategy, in one
+# run, so that the cost strategy is compared with its baselines measured
+# minutes apart. benchmarks/serve/report turns the output into
+# benchmarks/results/serve-<machine>.{json,md}.
+#
+#   benchmarks/serve/run.sh BIN_DIR TRACE OUT_DIR [STRATEGY...]
+#
+# BIN_DIR holds the server and kvtier binaries (go build -o BIN_DIR/server
+# ./examples/server; go build -o BIN_DIR/kvtier ./cmd/kvtier). STRATEGY
+# defaults to "cost gpu-only none". SERVER_FLAGS and BENCH_FLAGS replace the
+# defaults below; VERIFY (default 10) is bench-serve's --verify for the
+# cost strategy; PORT (default 8311) the loopback port.
+set -uo pipefail
+if [[ $# -lt 3 ]]; then
+	echo "usage: $0 BIN_DIR TRACE OUT_DIR [STRATEGY...]" >&2
+	exit 2
+fi
+bin=$1 trace=$2 out=$3
+shift 3
+strategies=("$@")
+[[ ${#strategies[@]} -gt 0 ]] || strategies=(cost gpu-only none)
+port=${PORT:-8311}
+read -r -a server_flags <<<"${SERVER_FLAGS:--model llama-3.1-8b -gpu-kv 2GiB -host 32GiB -nvme 16GiB -context 16400 -max-queue 4096 -max-batch 16}"
+read -r -a bench_flags <<<"${BENCH_FLAGS:---vocab 128256}"
+mkdir -p "$out"
+
+# get PATH prints the body of GET PATH on the server (bash's /dev/tcp: the
+# GPU machine may have no curl).
+get() {
+	exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+	printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$1" >&3
+	sed '1,/^\r$/d' <&3
+	exec 3<&-
+}
+
+status=0
+for s in "${strategies[@]}"; do
+	log=$out/server-$s.log
+	echo "== $s: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]}"
+	SECONDS=0
+	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" >"$log" 2>&1 &
+	pid=$!
+	up=0
+	for _ in $(seq 1 900); do
+		if [[ $(get /healthz 2>/dev/null) == ok* ]]; then
+			up=1
+			break
+		fi
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.2
+	done
+	if [[ $up != 1 ]]; then
+		echo "server ($s) did not come up:"
+		tail -20 "$log"
+		kill -TERM "$pid" 2>/dev/null
+		wait "$pid"
+		status=1
+		continue
+	fi
+	echo "server up after ${SECONDS} s"
+	verify=()
+	[[ $s == cost ]] && verify=(--verify "${VERIFY:-10}")
+	"$bin/kvtier" bench-serve --url "http://127.0.0.1:$port" --trace "$trace" --json --progress never \
+		"${verify[@]}" "${bench_flags[@]}" >"$out/bench-$s.json" 2>"$out/bench-$s.err"
+	rc=$?
+	echo "bench-serve ($s): exit $rc"
+	tail -3 "$out/bench-$s.err"
+	[[ $rc == 0 ]] || status=1
+	get /metrics >"$out/metrics-$s.txt" 2>/dev/null
+	kill -TERM "$pid"
+	wait "$pid"
+	echo "server ($s): exit $? after ${SECONDS} s"
+	tail -2 "$log"
+done
+exit $status

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/engine"
+	"kvtier.dev/examples/server/internal/gpu"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/internal/bytesize"
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/transfer"
+)
+
+// parts is what the server is built from; close undoes build.
+type parts struct {
+	dev     cudastream.Device
+	region  cudastream.DevicePtr
+	runner  engine.Runner
+	cache   *kvtier.Cache
+	onGPU   bool
+	closers []func() error // in the order to call them
+}
+
+func (p *parts) close() error {
+	var errs []error
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		errs = append(errs, p.closers[i]())
+	}
+	p.closers = nil
+	return errors.Join(errs...)
+}
+
+// build opens the device, the model and, unless the strategy is none, the
+// cache. On error what was built is closed again.
+func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
+	p = &parts{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.close())
+			p = nil
+		}
+	}()
+	slots := s.cacheSlots + s.scratch
+	regionBytes := int64(slots) * s.blockBytes
+	if c.device != "cpu" {
+		dev, err := cudastream.Open(0)
+		switch {
+		case err == nil:
+			p.dev, p.onGPU = dev, true
+		case errors.Is(err, cudastream.ErrNoDriver) && c.device == "auto":
+			c.log.Info("server: no CUDA driver: running the model on the CPU (reference backend) over the simulated device", "reason", err)
+		default:
+			return p, fmt.Errorf("-device %s: %w", c.device, err)
+		}
+	}
+	if p.dev == nil {
+		sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: regionBytes + 1<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+		if err != nil {
+			return p, err
+		}
+		p.dev = sim
+	}
+	p.closers = append(p.closers, p.dev.Close)
+	if p.region, err = p.dev.Alloc(regionBytes); err != nil {
+		return p, fmt.Errorf("KV region of %d blocks (%s): %w", slots, bytesize.Format(regionBytes), err)
+	}
+	p.closers = append(p.closers, func() error { return p.dev.Free(p.region) })
+
+	if p.onGPU {
+		m, err := gpu.New(s.model, c.seed, p.region, slots, gpu.Options{MaxTokens: s.context, MaxContext: s.context})
+		if err != nil {
+			return p, err
+		}
+		p.closers = append(p.closers, m.Close)
+		p.runner = engine.GPURunner{M: m}
+		c.log.Info("server: model on the GPU", "device", p.dev.Info().Name, "model", s.model.Name, "params", s.model.Params(), "cublas", m.Library())
+	} else {
+		m, err := model.NewCPU(s.model, c.seed, slots)
+		if err != nil {
+			return p, err
+		}
+		r, err := engine.NewCPURunner(m, p.dev, p.region, s.cacheSlots)
+		if err != nil {
+			return p, err
+		}
+		p.closers = append(p.closers, r.Close)
+		p.runner = r
+		c.log.Info("server: model on the CPU (reference backend); KV copies on the simulated device with the H200's link model", "model", s.model.Name, "params", s.model.Params())
+	}
+	if c.strategy == engine.None {
+		return p, nil
+	}
+	if p.cache, err = openCache(ctx, c, s, p); err != nil {
+		return p, err
+	}
+	p.closers = append(p.closers, p.cache.Close)
+	return p, nil
+}
+
+// openCache opens kvtier over the region's first cacheSlots blocks, sized
+// and planned as the strategy says.
+func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache, error) {
+	m := s.model
+	layout, err := transfer.BlockFirstLayout(p.region, m.Layers, 2, s.cacheSlots, m.PartBytes())
+	if err != nil {
+		return nil, err
+	}
+	o := kvtier.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
+		WriteThrough: true, Logger: c.log, Policy: newPolicy(c.policy)}
+	switch c.strategy {
+	case engine.Cost:
+		if o.Planner, err = costPlanner(c, s); err != nil {
+			return nil, err
+		}
+	case engine.Reload:
+		o.Planner = kvtier.LoadAll{}
+	default:
+		o.Planner = engine.GPUHitsOnly{}
+	}
+	if c.strategy == engine.GPUOnly {
+		// The copy engine needs a host tier: one slot, never read.
+		o.HostBytes = (m.BlockBytes() + 4095) &^ 4095
+	} else {
+		dir := c.nvmeDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "kvtier-server-"); err != nil {
+				return nil, err
+			}
+			p.closers = append(p.closers, func() error { return os.RemoveAll(dir) })
+		} else if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("-nvme-dir: %w", err)
+		}
+		o.NVMeDirs, o.NVMeBytes, o.KeepNVMe = []string{dir}, s.nvmeBytes, c.nvmeDir != ""
+	}
+	return kvtier.Open(ctx, o)
+}
+
+// costPlanner is the cost model of the flags' presets, or LoadAll (said in
+// the log) for a model kvtier/cost has no preset of (tiny).
+func costPlanner(c *config, s shape) (kvtier.Planner, error) {
+	if _, err := cost.LookupModel(s.model.Name); err != nil {
+		c.log.Info("server: the cost model has no preset of this model: loading every cached block", "model", s.model.Name)
+		return kvtier.LoadAll{}, nil
+	}
+	pc, err := plannerConfig(c, s)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := cost.NewPlanner(pc)
+	if err != nil {
+		return nil, fmt.Errorf("cost model: %w", err)
+	}
+	return kvtier.NewCostPlanner(cp)
+}
+
+// plannerConfig is the cost model of the flags' presets and, with
+// -cost-calibration, the measured figures that replace theirs.
+func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
+	pc, err := cost.NewPlannerConfig(s.model.Name, c.costGPU, c.costLink, c.costNVMe, 1, s.model.BlockTokens, s.model.Blocks(s.context))
+	if err != nil {
+		return pc, fmt.Errorf("cost model: %w", err)
+	}
+	if c.costCalibration != "" {
+		if pc.Calibration, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
+			return pc, fmt.Errorf("-cost-calibration: %w", err)
+		}
+	}
+	return pc, nil
+}
+
+func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRef], error) {
+	return func(_ kvtier.Tier, n int) (policy.Policy[kvtier.BlockRef], error) {
+		switch name {
+		case "s3fifo":
+			return policy.NewDenseS3FIFO[kvtier.BlockRef](n)
+		case "2q":
+			return policy.NewDenseTwoQ[kvtier.BlockRef](n)
+		}
+		return policy.NewDenseLRU[kvtier.BlockRef](n)
+	}
+}

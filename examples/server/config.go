@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"kvtier.dev/examples/server/internal/engine"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/internal/bytesize"
+)
+
+// config is the server's command line.
+type config struct {
+	addr        string
+	device      string // auto, gpu or cpu
+	modelName   string
+	blockTokens int // 0: the model's (4 for tiny, 16 for the presets)
+	context     int // 0: 1024 for tiny, 16384 for the presets
+	seed        uint64
+
+	gpuKVBytes   int64 // the cache's GPU tier
+	scratchBytes int64 // 0: the longest sequence
+	hostBytes    int64
+	nvmeBytes    int64
+	nvmeDir      string // "": a temporary directory, removed at exit
+	strategy     engine.Strategy
+	policy       string
+
+	costGPU, costLink, costNVMe string
+	costCalibration             string // a calibration file; "": the presets
+
+	maxQueue, maxBatch, defaultMaxTokens int
+	drainTimeout                         time.Duration
+
+	log *slog.Logger
+}
+
+// byteFlag is a flag.Value of bytes in bytesize's units.
+type byteFlag struct{ p *int64 }
+
+func (b byteFlag) String() string {
+	if b.p == nil || *b.p == 0 {
+		return "0"
+	}
+	return bytesize.Format(*b.p)
+}
+
+func (b byteFlag) Set(s string) error {
+	if s == "0" {
+		*b.p = 0
+		return nil
+	}
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
+// parseArgs reads the flags; an argument that is not a flag is an error.
+func parseArgs(args []string, stderr io.Writer) (config, error) {
+	c := config{gpuKVBytes: 0, log: slog.New(slog.NewTextHandler(stderr, nil))}
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (loopback by default; 127.0.0.1:0 picks a free port and logs it)")
+	fs.StringVar(&c.device, "device", "auto", "auto (GPU 0 if there is one, else the CPU), gpu or cpu (the CPU reference model over the simulated device)")
+	fs.StringVar(&c.modelName, "model", "tiny", "model shape: tiny, llama-3.1-8b, llama-3.2-1b, qwen2.5-7b (seeded weights)")
+	fs.IntVar(&c.blockTokens, "block-tokens", 0, "tokens per KV block (0: 4 for tiny, 16 for the presets)")
+	fs.IntVar(&c.context, "context", 0, "longest sequence, prompt plus max_tokens (0: 1024 for tiny, 16384 for the presets)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the model's weights")
+	fs.Var(byteFlag{&c.gpuKVBytes}, "gpu-kv", "GPU memory for the prefix cache (kvtier's GPU tier), e.g. 4GiB (0: 256 blocks)")
+	fs.Var(byteFlag{&c.scratchBytes}, "scratch", "GPU memory for what the cache does not hold (partial blocks, generated tokens, blocks with no GPU slot), at least the longest sequence's (0: twice that)")
+	c.hostBytes, c.nvmeBytes = 0, 0
+	fs.Var(byteFlag{&c.hostBytes}, "host", "pinned host tier, e.g. 32GiB (0: 4 times the GPU tier)")
+	fs.Var(byteFlag{&c.nvmeBytes}, "nvme", "NVMe tier, e.g. 256GiB (0: 16 times the GPU tier)")
+	fs.StringVar(&c.nvmeDir, "nvme-dir", "", "keep the NVMe tier in this directory (this user's only, created 0700) so that a restart adopts its blocks (default: a temporary directory, removed at exit)")
+	strategy := fs.String("strategy", "cost", "how the cache is used: cost (load or recompute, per the cost model), reload, recompute, gpu-only or none (the server as its own baseline)")
+	fs.StringVar(&c.policy, "policy", "lru", "eviction policy of every tier: lru, s3fifo or 2q")
+	fs.StringVar(&c.costGPU, "cost-gpu", "h200", "GPU preset of the cost model (kvtier calc's names)")
+	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
+	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
+	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
+	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
+	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
+	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	var err error
+	if c.strategy, err = engine.ParseStrategy(*strategy); err != nil {
+		return c, fmt.Errorf("-strategy: %w", err)
+	}
+	return c, c.validate()
+}
+
+// validate names the first flag that is wrong.
+func (c *config) validate() error {
+	switch c.device {
+	case "auto", "gpu", "cpu":
+	default:
+		return fmt.Errorf("-device %q: want auto, gpu or cpu", c.device)
+	}
+	switch c.policy {
+	case "lru", "s3fifo", "2q":
+	default:
+		return fmt.Errorf("-policy %q: want lru, s3fifo or 2q", c.policy)
+	}
+	switch {
+	case c.blockTokens < 0:
+		return fmt.Errorf("-block-tokens %d is negative", c.blockTokens)
+	case c.context < 0:
+		return fmt.Errorf("-context %d is negative", c.context)
+	case c.maxQueue < 1:
+		return fmt.Errorf("-max-queue %d: want at least 1", c.maxQueue)
+	case c.maxBatch < 1:
+		return fmt.Errorf("-max-batch %d: want at least 1", c.maxBatch)
+	case c.defaultMaxTokens < 1:
+		return fmt.Errorf("-default-max-tokens %d: want at least 1", c.defaultMaxTokens)
+	case c.drainTimeout <= 0:
+		return errors.New("-drain-timeout must be positive")
+	}
+	_, err := c.modelConfig()
+	return err
+}
+
+// modelConfig is the -model's shape with -block-tokens, 16 by default for
+// the presets (tiny keeps its 4).
+func (c *config) modelConfig() (model.Config, error) {
+	bt := c.blockTokens
+	if bt == 0 && !strings.EqualFold(c.modelName, "tiny") {
+		bt = 16
+	}
+	m, err := model.Lookup(c.modelName, bt)
+	if err != nil {
+		return m, fmt.Errorf("-model: %w", err)
+	}
+	return m, nil
+}
+
+// shape is the model and the sizes the flags imply, with defaults filled.
+type shape struct {
+	model                model.Config
+	context              int
+	cacheSlots, scratch  int
+	hostBytes, nvmeBytes int64
+	blockBytes, sequence int64 // one block; the longest sequence's blocks
+}
+
+func (c *config) shape() (shape, error) {
+	m, err := c.modelConfig()
+	if err != nil {
+		return shape{}, err
+	}
+	s := shape{model: m, context: c.context, blockBytes: m.BlockBytes()}
+	if s.context == 0 {
+		s.context = 16384
+		if m.Name == "tiny" {
+			s.context = 1024
+		}
+	}
+	s.sequence = int64(m.Blocks(s.context))
+	s.cacheSlots = 256
+	if c.gpuKVBytes > 0 {
+		s.cacheSlots = int(c.gpuKVBytes / s.blockBytes)
+	}
+	if s.cacheSlots < 1 {
+		return s, fmt.Errorf("-gpu-kv %s holds no block of %s", bytesize.Format(c.gpuKVBytes), bytesize.Format(s.blockBytes))
+	}
+	s.scratch = int(2 * s.sequence)
+	if c.scratchBytes > 0 {
+		s.scratch = int(c.scratchBytes / s.blockBytes)
+	}
+	if int64(s.scratch) < s.sequence {
+		return s, fmt.Errorf("-scratch %s: the longest sequence (-context %d) takes %d blocks of %s", bytesize.Format(c.scratchBytes), s.context, s.sequence, bytesize.Format(s.blockBytes))
+	}
+	gpuBytes := int64(s.cacheSlots) * s.blockBytes
+	s.hostBytes, s.nvmeBytes = c.hostBytes, c.nvmeBytes
+	if s.hostBytes == 0 {
+		s.hostBytes = 4 * gpuBytes
+	}
+	if s.nvmeBytes == 0 {
+		s.nvmeBytes = 16 * gpuBytes
+	}
+	return s, nil
+}

@@ -1,0 +1,33 @@
+// Package engine is the model server's scheduler: it implements
+// httpapi.Backend over a model Runner (the GPU model, or the CPU reference
+// over the simulated device) and a kvtier.Cache.
+//
+// One goroutine owns the model. It prefills queued requests one at a time
+// in arrival order and, between two prefills, runs one decode step of every
+// sequence that is generating (iteration-level continuous batching: the
+// model's forward pass takes one sequence, so the steps of a batch run back
+// to back rather than in one kernel).
+//
+// A request's prompt goes through kvtier as follows: Lookup (the longest
+// cached prefix, leased), Plan (the strategy's planner: the cost model, load
+// all, recompute all), Onboard (copies into GPU slots), Insert of the
+// prompt's full blocks into the GPU tier (slots for the blocks to compute),
+// one forward pass that computes the blocks not present (the head the
+// planner chose to recompute, misses, the suffix) and waits, layer by
+// layer, only for that layer's loads (Lease.WaitLayer through
+// model.Plan.Ready), Commit once the pass has written the KV, and Release
+// when the sequence ends. Write-through copies the committed blocks down to
+// the host tier and on to NVMe in the background.
+//
+// A load that fails (a corrupt NVMe block: the store drops it) ends the
+// pass before the layer that needed it; the request is looked up again and
+// the lost blocks are recomputed. Wrong KV is never read and the failure is
+// never fatal: it is counted (kvserve_failed_loads_total).
+//
+// Slots: the KV region is the cache's GPU tier (slots [0, CacheSlots)) and
+// after it ScratchSlots slots the engine hands out itself, for what kvtier
+// does not hold: the prompt's last partial block, the generated tokens, and
+// full blocks the GPU tier had no room for (or every block of a no-cache
+// request). A request waits in the queue until the scratch slots it may
+// need are free.
+package engine

@@ -1,0 +1,246 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"kvtier.dev/examples/server/internal/httpapi"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/kvtier"
+)
+
+// maxAttempts bounds the lookups of one prefill whose loads keep failing;
+// after them the request runs without the cache.
+const maxAttempts = 3
+
+// prefill computes s's prompt and sends its first token. It reports whether
+// s goes on to decode; if not, s has ended.
+func (e *Engine) prefill(s *seq) bool {
+	if err := s.ctx.Err(); err != nil {
+		e.end(s, err)
+		return false
+	}
+	start := time.Now()
+	s.tokens = append(make([]int32, 0, s.positions()+1), s.req.Tokens...)
+	var next int32
+	var err error
+	if s.noCache {
+		next, err = e.prefillScratch(s)
+	} else {
+		next, err = e.prefillCached(s)
+	}
+	if err != nil {
+		e.end(s, err)
+		return false
+	}
+	e.prefillSecs.Observe(time.Since(start).Seconds())
+	return e.emit(s, next)
+}
+
+// prefillScratch computes the whole prompt in scratch slots, with no
+// lookup and no insert: a no-cache request.
+func (e *Engine) prefillScratch(s *seq) (int32, error) {
+	n := len(s.req.Tokens)
+	s.scratch = e.scratch.take(s.scratch, e.cfg.Model.Blocks(s.positions()))
+	s.slots = append(s.slots[:0], s.scratch...)
+	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(n)], Compute: appendRange(nil, 0, n)}
+	return e.cfg.Runner.Forward(s.tokens, p, nil)
+}
+
+// prefillCached is the kvtier path of the package doc. A failed load makes
+// it start again from the lookup, the lost blocks then recomputed.
+func (e *Engine) prefillCached(s *seq) (int32, error) {
+	lost := make([]bool, (len(s.req.Tokens)-1)/e.bt)
+	for attempt := 1; ; attempt++ {
+		next, err := e.attempt(s, lost)
+		if !errors.Is(err, kvtier.ErrMove) {
+			return next, err
+		}
+		e.failedLoads.Inc()
+		e.log.Warn("engine: a KV load failed; recomputing", "request", s.req.ID, "attempt", attempt, "err", err)
+		e.releaseLeases(s)
+		if attempt == maxAttempts {
+			s.usage = httpapi.Usage{RecomputedTokens: countTrue(lost) * e.bt}
+			return e.prefillScratch(s)
+		}
+	}
+}
+
+// attempt runs one lookup, plan, onboard, insert, forward pass and commit.
+// An error wrapping kvtier.ErrMove means a load failed: nothing computed
+// was committed or sent, the leases are still held (the caller releases
+// them), and lost marks the blocks that were loading.
+func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
+	m, c, bt := e.cfg.Cache, e.cfg.Model, e.bt
+	prompt := s.req.Tokens
+	// The cache serves the full blocks before the one holding the last
+	// position: that block is always computed (its logits are the first
+	// token), in scratch, so that no pass writes into a block the cache
+	// holds.
+	n, full := len(prompt), (len(prompt)-1)/bt
+	if err := m.Lookup(s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+		return 0, err
+	}
+	s.leased = true
+	if err := m.Plan(&s.look); err != nil {
+		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
+	}
+	if err := m.Onboard(&s.look); err != nil {
+		return 0, err
+	}
+	if err := m.Insert(s.req.Salt, prompt[:full*bt], kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
+		return 0, err
+	}
+
+	// The slot of each full block, and which of them to compute: Insert's
+	// answer where it reached (a reserved slot to write, or the block
+	// ready or loading in the GPU), else the lookup's (used or loading),
+	// else a scratch slot.
+	byPos := make([]*kvtier.Block, full)
+	for i := range s.look.Blocks {
+		if b := &s.look.Blocks[i]; b.Position < full {
+			byPos[b.Position] = b
+		}
+	}
+	s.slots = s.slots[:0]
+	compute := make([]bool, full)
+	var fromCache []int32
+	need := c.Blocks(s.positions()) - full
+	for b := range full {
+		lb := byPos[b]
+		switch {
+		case b < len(s.ins.Blocks):
+			ib := &s.ins.Blocks[b]
+			s.slots = append(s.slots, int32(ib.Slot))
+			compute[b] = ib.Write
+		case lb != nil && lb.Loading:
+			s.slots = append(s.slots, int32(lb.GPUSlot))
+		case lb != nil && lb.Action == kvtier.Use:
+			s.slots = append(s.slots, int32(lb.Slot))
+		default:
+			s.slots = append(s.slots, -1) // a scratch slot, below
+			compute[b] = true
+			need++
+		}
+		if !compute[b] {
+			fromCache = append(fromCache, s.slots[b])
+		}
+	}
+	s.scratch = e.scratch.take(s.scratch[:0], need)
+	k := 0
+	for b, slot := range s.slots {
+		if slot < 0 {
+			s.slots[b] = s.scratch[k]
+			k++
+		}
+	}
+	s.slots = append(s.slots, s.scratch[k:]...)
+
+	pos := model.AppendBlockPositions(nil, bt, n, compute)
+	pos = appendRange(pos, full*bt, n) // the block of the last position
+	p := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: func(l int) error { return s.look.WaitLayer(s.ctx, l) }}
+	next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
+	if werr := m.Wait(s.ctx, &s.look); werr != nil {
+		for b := range full {
+			if lb := byPos[b]; lb != nil && lb.Loading {
+				lost[b] = true
+			}
+		}
+		_ = m.Commit(&s.ins, werr)
+		if errors.Is(werr, kvtier.ErrMove) {
+			return 0, werr
+		}
+		return 0, fmt.Errorf("engine: request %s: waiting for its loads: %w", s.req.ID, werr)
+	}
+	if ferr != nil {
+		_ = m.Commit(&s.ins, ferr)
+		return 0, ferr
+	}
+	if err := m.Commit(&s.ins, nil); err != nil {
+		return 0, err
+	}
+	e.account(s, byPos, compute, lost)
+	return next, nil
+}
+
+// account fills s.usage from where each full block's KV came from.
+func (e *Engine) account(s *seq, byPos []*kvtier.Block, compute, lost []bool) {
+	u := &s.usage
+	for b, comp := range compute {
+		lb := byPos[b]
+		switch {
+		case comp && (lb != nil || lost[b]):
+			u.RecomputedTokens += e.bt
+		case comp:
+		case lb != nil && lb.Loading:
+			u.LoadedTokens[lb.Tier] += e.bt
+			u.LoadedBytes[lb.Tier] += e.block
+		default:
+			u.LoadedTokens[kvtier.GPU] += e.bt
+		}
+	}
+}
+
+// decode runs one step of s. It reports whether s goes on; if not, s has
+// ended.
+func (e *Engine) decode(s *seq) bool {
+	if err := s.ctx.Err(); err != nil {
+		e.end(s, err)
+		return false
+	}
+	pos := len(s.tokens) - 1
+	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(pos+1)], Compute: []int32{int32(pos)}}
+	next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	if err != nil {
+		e.end(s, fmt.Errorf("engine: request %s: decode at position %d: %w", s.req.ID, pos, err))
+		return false
+	}
+	return e.emit(s, next)
+}
+
+// emit sends one token; it reports whether s goes on.
+func (e *Engine) emit(s *seq, tok int32) bool {
+	s.out.Send(tok)
+	s.sent++
+	s.tokens = append(s.tokens, tok)
+	if s.sent == s.req.MaxTokens {
+		e.end(s, nil)
+		return false
+	}
+	return true
+}
+
+// end releases what s holds and finishes its stream.
+func (e *Engine) end(s *seq, err error) {
+	e.releaseLeases(s)
+	e.scratch.give(s.scratch)
+	s.scratch = s.scratch[:0]
+	s.out.Finish(s.usage, err)
+}
+
+func (e *Engine) releaseLeases(s *seq) {
+	if !s.leased {
+		return
+	}
+	e.cfg.Cache.Release(&s.ins)
+	e.cfg.Cache.Release(&s.look)
+	s.leased = false
+}
+
+func appendRange(dst []int32, from, to int) []int32 {
+	for p := from; p < to; p++ {
+		dst = append(dst, int32(p))
+	}
+	return dst
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
