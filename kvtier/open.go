@@ -159,6 +159,11 @@ func (c *Cache) growHost(start time.Time) {
 // bounce slots for GPU-to-NVMe copies.
 const openStagingSlots, openBounceSlots = 2, 4
 
+// openChunkBytes is the pinned pool's registration unit (0: pinned's
+// default); tests make it small to put registration boundaries inside a
+// small host tier.
+var openChunkBytes int64
+
 // Open checks o, allocates the pinned host memory and starts registering it,
 // and builds the copy engines, the NVMe store, the DeviceMover and the
 // Manager with sizes that agree (for each GPU, with Shards). It returns once
@@ -322,6 +327,7 @@ func allocHost(ctx context.Context, dev cudastream.Device, hostSlots, slotBytes 
 	pool, err := pinned.Alloc(ctx, extra+hostSlots*slotBytes, pinned.Options{
 		Registrar:     dev,
 		ChunkMultiple: slotBytes,
+		ChunkBytes:    openChunkBytes,
 		NUMANodes:     []int{dev.Info().NUMANode},
 		Background:    true,
 	})
@@ -340,11 +346,17 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o Options, dirs []string
 		return fmt.Errorf("host tier: %w", err)
 	}
 	mem := p.pool.Bytes()
+	reg := p.pool.ChunkBytes()
 	staging := [][]byte{mem[:2*slotBytes], mem[2*slotBytes : 4*slotBytes]}
-	bounceHost := transfer.HostLayout{Pool: mem[4*slotBytes : extra], SlotBytes: slotBytes}
 	// A slot of the pool never straddles a registration: the region's
-	// chunks are multiples of slotBytes from its start, and so from extra.
-	p.Host = transfer.HostLayout{Pool: mem[extra:p.pool.Size()], SlotBytes: slotBytes, RegistrationBytes: p.pool.ChunkBytes()}
+	// chunks are multiples of slotBytes from its start. The bounce slots
+	// and the host tier start inside the first chunk, so their layouts say
+	// where: the copy engine then never coalesces a copy across a chunk
+	// boundary (the driver refuses one that spans two registrations).
+	bounceHost := transfer.HostLayout{Pool: mem[4*slotBytes : extra], SlotBytes: slotBytes,
+		RegistrationBytes: reg, RegistrationOffset: (4 * slotBytes) % reg}
+	p.Host = transfer.HostLayout{Pool: mem[extra:p.pool.Size()], SlotBytes: slotBytes,
+		RegistrationBytes: reg, RegistrationOffset: extra % reg}
 
 	var now func() time.Duration
 	if sim, ok := sh.Device.(*cudastream.Sim); ok {

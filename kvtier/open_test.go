@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier/transfer"
@@ -247,5 +248,63 @@ func TestOpenShardsErrors(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenHostTierAcrossRegistrations: the host tier starts after the
+// staging and bounce slots, inside the pinned pool's first registration;
+// an offload of consecutive blocks into consecutive host slots across the
+// next registration boundary must be split there (the driver, and the
+// sim, refuse a copy that spans two registrations). Found on the H200,
+// where 2 MiB blocks in a 1 GiB chunk failed 10% of write-throughs.
+func TestOpenHostTierAcrossRegistrations(t *testing.T) {
+	openChunkBytes = 2 << 20 // 512 host slots of 4 KiB a registration
+	defer func() { openChunkBytes = 0 }()
+	const blocks = 600
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	region, err := sim.Alloc(blocks << 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := transfer.BlockFirstLayout(region, 2, 2, blocks, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(context.Background(), Options{Device: sim, GPU: gpu, BlockTokens: 1, HostBytes: blocks << 12,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for c.CapacitySlots(Host) < blocks || c.Ranks[0].readyHostSlots() < blocks {
+		time.Sleep(time.Millisecond) // the pool registers in the background
+	}
+	tokens := make([]int32, blocks)
+	for i := range tokens {
+		tokens[i] = int32(i)
+	}
+	var w Lease
+	if err := c.Insert(1, tokens, GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Offload(&w, Host); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(context.Background(), &w); err != nil {
+		t.Fatalf("offload of %d consecutive blocks across a registration boundary: %v", blocks, err)
+	}
+	c.Release(&w)
+	if got := c.Metrics().Tiers[Host].ResidentBlocks; got != blocks {
+		t.Errorf("%d blocks in the host tier, want %d", got, blocks)
 	}
 }

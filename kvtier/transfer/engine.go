@@ -179,6 +179,9 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	if r := cfg.Host.RegistrationBytes; r < 0 || (r > 0 && r < int64(len(cfg.Host.Pool)) && r%cfg.Host.SlotBytes != 0) {
 		return nil, fmt.Errorf("transfer: Config.Host.RegistrationBytes %d is not a multiple of SlotBytes %d: a slot would straddle two registrations", r, cfg.Host.SlotBytes)
 	}
+	if o := cfg.Host.RegistrationOffset; o < 0 || o%cfg.Host.SlotBytes != 0 || (o > 0 && o >= cfg.Host.RegistrationBytes) {
+		return nil, fmt.Errorf("transfer: Config.Host.RegistrationOffset %d is not a multiple of SlotBytes %d below RegistrationBytes %d: a slot would straddle two registrations", o, cfg.Host.SlotBytes, cfg.Host.RegistrationBytes)
+	}
 	if cfg.Host.Slots() == 0 {
 		return nil, fmt.Errorf("transfer: Config.Host.Pool (%d bytes) holds no slot of %d bytes", len(cfg.Host.Pool), cfg.Host.SlotBytes)
 	}

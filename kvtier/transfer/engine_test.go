@@ -427,6 +427,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"small staging", Config{GPU: f.gpu, Host: f.host, Staging: [][]byte{make([]byte, 8)}}, "Staging[0]"},
 		{"negative batch", Config{GPU: f.gpu, Host: f.host, MaxBatch: -1}, "MaxBatch"},
 		{"slot straddles a registration", Config{GPU: f.gpu, Host: HostLayout{Pool: f.host.Pool, SlotBytes: f.host.SlotBytes, RegistrationBytes: f.host.SlotBytes + 4096}}, "RegistrationBytes"},
+		{"pool starts mid-slot in its registration", Config{GPU: f.gpu, Host: HostLayout{Pool: f.host.Pool, SlotBytes: f.host.SlotBytes, RegistrationBytes: 2 * f.host.SlotBytes, RegistrationOffset: 4096}}, "RegistrationOffset"},
+		{"offset past the registration", Config{GPU: f.gpu, Host: HostLayout{Pool: f.host.Pool, SlotBytes: f.host.SlotBytes, RegistrationBytes: 2 * f.host.SlotBytes, RegistrationOffset: 2 * f.host.SlotBytes}}, "RegistrationOffset"},
 		{"bad layout", Config{Host: f.host}, "Layers"},
 	} {
 		if _, err := New(f.sim, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {

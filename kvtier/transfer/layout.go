@@ -138,12 +138,19 @@ type HostLayout struct {
 	// slot MUST NOT straddle one: RegistrationBytes is a multiple of
 	// SlotBytes (pinned.Options.ChunkMultiple arranges it).
 	RegistrationBytes int64
+	// RegistrationOffset is where Pool starts within its registration,
+	// when Pool is not the start of the registered region: registrations
+	// begin at Pool offsets k*RegistrationBytes - RegistrationOffset. For
+	// a pool carved out of a pinned.Region after n other slots, it is
+	// n*SlotBytes modulo RegistrationBytes. A multiple of SlotBytes, below
+	// RegistrationBytes.
+	RegistrationOffset int64
 }
 
 // startsRegistration reports whether slot s is the first of a registration
 // (other than the pool's first).
 func (h *HostLayout) startsRegistration(s int32) bool {
-	return h.RegistrationBytes > 0 && s > 0 && (int64(s)*h.SlotBytes)%h.RegistrationBytes == 0
+	return h.RegistrationBytes > 0 && s > 0 && (h.RegistrationOffset+int64(s)*h.SlotBytes)%h.RegistrationBytes == 0
 }
 
 // Slots is the number of whole slots in the pool.

@@ -113,6 +113,17 @@ func TestCoalescing(t *testing.T) {
 			t.Fatalf("ops = %+v, want copies of 2, 2 and 1 slots split at every second slot", c.ops)
 		}
 	})
+	t.Run("block-first, a pool that starts inside its registration", func(t *testing.T) {
+		g, _ := BlockFirstLayout(1<<20, layers, parts, blocks, part)
+		reg := host
+		reg.RegistrationBytes, reg.RegistrationOffset = 3*host.SlotBytes, host.SlotBytes
+		var c coalescer
+		c.addBlocks(&g, &reg, base, []Pair{{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}}, true)
+		// Registrations begin at pool slots 2 and 5: copies of 2 and 3 slots.
+		if len(c.ops) != 2 || c.ops[0].Bytes != 2*host.SlotBytes || c.ops[1].Bytes != 3*host.SlotBytes {
+			t.Fatalf("ops = %+v, want copies of 2 and 3 slots split at slot 2", c.ops)
+		}
+	})
 	t.Run("layer-first, per layer: K and V are separate tensors", func(t *testing.T) {
 		g, _ := LayerFirstLayout(1<<20, layers, parts, blocks, part)
 		var c coalescer
