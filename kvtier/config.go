@@ -58,10 +58,10 @@ type Config struct {
 	// Planner decides, per looked-up block, load or recompute. Nil means
 	// LoadAll.
 	Planner Planner
-	// RecomputeCost, when set, tells cost-aware policies what losing the
+	// RecomputeSeconds, when set, tells cost-aware policies what losing the
 	// block at a position would cost in seconds of prefill (kvtier/cost): a
 	// block deep in a long prefix costs more than an early one. Nil means 0.
-	RecomputeCost func(position int) float64
+	RecomputeSeconds func(position int) float64
 	// MaxHoleBlocks lets a lookup go on past missing blocks (holes), up to
 	// this many per lookup, and return the cached blocks after them, so
 	// that the planner can recompute the holes and load the rest. Example:

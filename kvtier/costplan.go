@@ -96,11 +96,11 @@ func (c *CostPlanner) Last() cost.PlanResult {
 	return c.last
 }
 
-// RecomputeCostFunc returns a Config.RecomputeCost built from p: the prefill
+// RecomputeSecondsFunc returns a Config.RecomputeSeconds built from p: the prefill
 // seconds of the block at position when the blocks before it are present.
 // p's costs are read atomically (BlockRecomputeCost), so the function is
 // safe for concurrent use even while a CostPlanner plans with p.
-func RecomputeCostFunc(p *cost.Planner) func(position int) float64 {
+func RecomputeSecondsFunc(p *cost.Planner) func(position int) float64 {
 	return func(position int) float64 {
 		return p.BlockRecomputeCost(max(position, 0)).Seconds()
 	}

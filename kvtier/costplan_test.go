@@ -168,7 +168,7 @@ func TestCostPlannerInManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := mustNew(t, Config{BlockTokens: 16, Tiers: [NumTiers]TierConfig{Host: tierCfg(t, 32)}, Planner: cp, RecomputeCost: RecomputeCostFunc(p)})
+	m := mustNew(t, Config{BlockTokens: 16, Tiers: [NumTiers]TierConfig{Host: tierCfg(t, 32)}, Planner: cp, RecomputeSeconds: RecomputeSecondsFunc(p)})
 	tokens := make([]int32, 16*6)
 	for i := range tokens {
 		tokens[i] = int32(i)
@@ -206,7 +206,7 @@ func TestCostPlannerInManager(t *testing.T) {
 
 func TestRecomputeCostFunc(t *testing.T) {
 	p := newCostPlanner(t, "pcie5-pinned", 16)
-	f := RecomputeCostFunc(p)
+	f := RecomputeSecondsFunc(p)
 	if got, want := f(3), p.BlockRecomputeCost(3).Seconds(); got != want || got <= 0 {
 		t.Errorf("f(3) = %g, want %g (> 0)", got, want)
 	}

@@ -197,7 +197,7 @@ func (m *Manager) dropInvalid(ref BlockRef) {
 func (m *Manager) meta(t Tier, r *record) policy.Meta {
 	meta := policy.Meta{Bytes: m.tiers[t].slotBytes}
 	if m.recompute != nil {
-		meta.RecomputeCost = m.recompute(int(r.depth))
+		meta.RecomputeSeconds = m.recompute(int(r.depth))
 	}
 	return meta
 }

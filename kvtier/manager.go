@@ -158,7 +158,7 @@ func New(cfg Config) (*Manager, error) {
 		writeThrough: cfg.WriteThrough,
 		mover:        cfg.Mover,
 		planner:      cfg.Planner,
-		recompute:    cfg.RecomputeCost,
+		recompute:    cfg.RecomputeSeconds,
 		slots:        slots,
 		stripes:      make([]stripe, stripeCount()),
 	}

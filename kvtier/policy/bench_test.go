@@ -26,7 +26,7 @@ func BenchmarkTouch(b *testing.B) {
 		b.Run(np.name, func(b *testing.B) {
 			p := mustMake(b, np, capacity)
 			for k := range uint64(capacity) {
-				p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
+				p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: 1})
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -48,7 +48,7 @@ func BenchmarkInsertEvict(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/keys=%d/inuse=1in%d", np.name, capacity, busy), func(b *testing.B) {
 					p := mustMake(b, np, capacity)
 					for k := range uint64(capacity) {
-						p.Insert(k, Meta{Bytes: 1, RecomputeCost: float64(1 + k%7)})
+						p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: float64(1 + k%7)})
 					}
 					var evictable func(uint64) bool
 					if busy > 0 {
@@ -61,7 +61,7 @@ func BenchmarkInsertEvict(b *testing.B) {
 						if _, ok := p.Evict(evictable); !ok {
 							b.Fatal("nothing evictable")
 						}
-						p.Insert(next, Meta{Bytes: 1, RecomputeCost: float64(1 + next%7)})
+						p.Insert(next, Meta{Bytes: 1, RecomputeSeconds: float64(1 + next%7)})
 						next++
 					}
 				})

@@ -14,7 +14,7 @@ import (
 //
 // set when k is inserted or touched, where
 //
-//   - c(k) is Meta.RecomputeCost, the seconds of prefill that losing k costs
+//   - c(k) is Meta.RecomputeSeconds, the seconds of prefill that losing k costs
 //     (a block deep in a long prefix costs more than an early one); zero
 //     (unknown), negative, NaN or infinite counts as 1, so a CostAware given
 //     no costs is GDSF with uniform cost;
@@ -130,7 +130,7 @@ func (p *CostAware[K]) Insert(key K, meta Meta) {
 }
 
 func costPerByte(meta Meta) float64 {
-	c := meta.RecomputeCost
+	c := meta.RecomputeSeconds
 	if !(c > 0) || math.IsInf(c, 1) {
 		c = 1
 	}

@@ -137,11 +137,11 @@ func TestReusedKeyIsFresh(t *testing.T) {
 				p := mustMake(t, np, 16)
 				for k := range uint64(16) {
 					if k != reused {
-						p.Insert(k, Meta{Bytes: 1, RecomputeCost: float64(1 + k%3)})
+						p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: float64(1 + k%3)})
 					}
 				}
 				// old is used heavily: most recent, top counter, high priority.
-				p.Insert(old, Meta{Bytes: 1, RecomputeCost: 100})
+				p.Insert(old, Meta{Bytes: 1, RecomputeSeconds: 100})
 				for range 5 {
 					p.Touch(old)
 				}

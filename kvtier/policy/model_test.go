@@ -29,7 +29,7 @@ func checkAgainstModel(t *testing.T, p Policy[uint64], m model, seed uint64, key
 		k := rng.Uint64N(keys)
 		switch op := rng.IntN(16); {
 		case op < 6:
-			meta := Meta{Bytes: int64(1 + rng.IntN(8)), RecomputeCost: rng.Float64()}
+			meta := Meta{Bytes: int64(1 + rng.IntN(8)), RecomputeSeconds: rng.Float64()}
 			p.Insert(k, meta)
 			m.insert(k, meta)
 		case op < 10:
@@ -357,8 +357,8 @@ func (m *costModel) tick() {
 	}
 }
 func (m *costModel) insert(k uint64, meta Meta) {
-	cpb := meta.RecomputeCost / float64(meta.Bytes) // the test's metas are valid
-	if meta.RecomputeCost == 0 {
+	cpb := meta.RecomputeSeconds / float64(meta.Bytes) // the test's metas are valid
+	if meta.RecomputeSeconds == 0 {
 		cpb = 1 / float64(meta.Bytes)
 	}
 	if e, ok := m.keys[k]; ok {

@@ -17,10 +17,10 @@ package policy
 type Meta struct {
 	// Bytes is the key's size in the tier.
 	Bytes int64
-	// RecomputeCost is what losing the key would cost, in seconds of prefill
+	// RecomputeSeconds is what losing the key would cost, in seconds of prefill
 	// (kvtier/cost). A block deep in a long prefix costs more to recompute
 	// than an early one. Zero means unknown.
-	RecomputeCost float64
+	RecomputeSeconds float64
 }
 
 // Policy orders the keys resident in one tier for eviction.

@@ -138,7 +138,7 @@ func TestRandomOperationsKeepContract(t *testing.T) {
 				k := rng.Uint64N(64)
 				switch op := rng.IntN(10); {
 				case op < 4:
-					p.Insert(k, Meta{Bytes: int64(1 + rng.IntN(4)), RecomputeCost: rng.Float64()})
+					p.Insert(k, Meta{Bytes: int64(1 + rng.IntN(4)), RecomputeSeconds: rng.Float64()})
 					tracked[k] = true
 				case op < 6:
 					p.Touch(k)
@@ -204,7 +204,7 @@ func TestNoAllocations(t *testing.T) {
 						phase = k % 97
 						p.Evict(evictable)
 					}
-					p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
+					p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: 1})
 				}
 			}
 			for range 200 {
@@ -227,7 +227,7 @@ func TestNoAllocations(t *testing.T) {
 					p.Evict(evictable)
 					for {
 						if k := rng.Uint64N(4 * capacity); !p.Contains(k) {
-							p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
+							p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: 1})
 							break
 						}
 					}
@@ -265,7 +265,7 @@ func TestEvictDoesNotRewalkPinnedKeys(t *testing.T) {
 		t.Run(np.name, func(t *testing.T) {
 			p := mustMake(t, np, keys)
 			for k := range uint64(keys) {
-				p.Insert(k, Meta{Bytes: 1, RecomputeCost: 1})
+				p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: 1})
 			}
 			calls := 0
 			evictable := func(k uint64) bool { calls++; return k >= pinned }
@@ -275,7 +275,7 @@ func TestEvictDoesNotRewalkPinnedKeys(t *testing.T) {
 				if !ok || v < pinned {
 					t.Fatalf("evicted %d, %v", v, ok)
 				}
-				p.Insert(next, Meta{Bytes: 1, RecomputeCost: 1})
+				p.Insert(next, Meta{Bytes: 1, RecomputeSeconds: 1})
 				next++
 			}
 			t.Logf("%d evictions with %d keys in use: %d calls of evictable", evictions, pinned, calls)

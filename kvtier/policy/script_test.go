@@ -72,7 +72,7 @@ func runScriptLine(p *tracker, line string, dense bool) (string, error) {
 		case strings.HasPrefix(a, "bytes="):
 			meta.Bytes, err = strconv.ParseInt(a[6:], 10, 64)
 		case strings.HasPrefix(a, "cost="):
-			meta.RecomputeCost, err = strconv.ParseFloat(a[5:], 64)
+			meta.RecomputeSeconds, err = strconv.ParseFloat(a[5:], 64)
 		case strings.HasPrefix(a, "busy="):
 			for _, s := range strings.Split(a[5:], ",") {
 				k, perr := strconv.ParseUint(s, 10, 64)

@@ -156,7 +156,7 @@ func replayFlat(p tracker, seq []uint64, capacity int) float64 {
 
 // replayPrefix is the prefix-aware replay of traces/README.md: a request
 // hits the leading run of its blocks that are cached; then all its blocks
-// are inserted or touched, in order. cost(j, n) is block j's RecomputeCost
+// are inserted or touched, in order. cost(j, n) is block j's RecomputeSeconds
 // in a request of n blocks, which only CostAware reads.
 func replayPrefix(p tracker, reqs [][]uint64, capacity int, cost blockCost) float64 {
 	hits, total := 0, 0
@@ -176,13 +176,13 @@ func replayPrefix(p tracker, reqs [][]uint64, capacity int, cost blockCost) floa
 			if p.Len() >= capacity {
 				p.Evict(nil)
 			}
-			p.Insert(k, Meta{Bytes: 1, RecomputeCost: cost(j, len(r))})
+			p.Insert(k, Meta{Bytes: 1, RecomputeSeconds: cost(j, len(r))})
 		}
 	}
 	return float64(hits) / float64(total)
 }
 
-// blockCost gives block j of an n-block request its RecomputeCost.
+// blockCost gives block j of an n-block request its RecomputeSeconds.
 type blockCost func(j, n int) float64
 
 var (

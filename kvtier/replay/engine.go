@@ -170,7 +170,7 @@ func (e *engine) start(blockTokens int) error {
 	mc := kvtier.Config{
 		BlockTokens: blockTokens,
 		Mover:       e,
-		RecomputeCost: func(pos int) float64 {
+		RecomputeSeconds: func(pos int) float64 {
 			return cp.BlockRecomputeCost(pos).Seconds()
 		},
 		WriteThrough:  cfg.WriteThrough,
