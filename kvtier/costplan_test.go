@@ -11,7 +11,7 @@ import (
 
 func newCostPlanner(t testing.TB, hostLink string, maxBlocks int) *cost.Planner {
 	t.Helper()
-	cfg, err := cost.NewPlannerConfig("llama-3.1-8b", "h200", hostLink, "nvme-gen5", 1, 16, maxBlocks)
+	cfg, err := cost.NewPlannerConfig(cost.Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: hostLink, NVMe: "nvme-gen5", BlockTokens: 16, MaxBlocks: maxBlocks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestCostPlannerMapsActions(t *testing.T) {
 // a long one is sooner than recomputing it (recompute grows with the
 // context).
 func TestCostPlannerSlowLink(t *testing.T) {
-	cfg, err := cost.NewPlannerConfig("llama-3.1-8b", "h200", "pcie5-pinned", "", 1, 16, 2048)
+	cfg, err := cost.NewPlannerConfig(cost.Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", BlockTokens: 16, MaxBlocks: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

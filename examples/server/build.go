@@ -162,7 +162,7 @@ func costPlanner(c *config, s shape) (kvtier.Planner, error) {
 // plannerConfig is the cost model of the flags' presets and, with
 // -cost-calibration, the measured figures that replace theirs.
 func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
-	pc, err := cost.NewPlannerConfig(s.model.Name, c.costGPU, c.costLink, c.costNVMe, 1, s.model.BlockTokens, s.model.Blocks(s.context))
+	pc, err := cost.NewPlannerConfig(cost.Presets{Model: s.model.Name, GPU: c.costGPU, HostLink: c.costLink, NVMe: c.costNVMe, BlockTokens: s.model.BlockTokens, MaxBlocks: s.model.Blocks(s.context)})
 	if err != nil {
 		return pc, fmt.Errorf("cost model: %w", err)
 	}

@@ -394,7 +394,7 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 	}
 	wrong, right := prior(2), prior(1)
 	planners := func(c *Calibration) *Planner {
-		cfg, err := NewPlannerConfig("llama-3.1-8b", "h200", "pcie4-pinned", "nvme-gen4", 1, 64, 0)
+		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -514,7 +514,7 @@ func TestPrefixRatePricesPairsWithThePrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := NewPlannerConfig("llama-3.1-8b", "h200", "pcie4-pinned", "nvme-gen4", 1, 64, 0)
+		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

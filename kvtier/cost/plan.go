@@ -780,23 +780,36 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	return c.finish(end, 0), nil
 }
 
-// NewPlannerConfig builds a PlannerConfig from preset names: the model, the
-// GPU, the GPU's host link (the ingress every load crosses: "pcie5-pinned",
-// "nvlink-c2c-gh200") and the NVMe drives ("nvme-gen5", "nvme-gen4-x4"; ""
-// leaves the NVMe tier without a path). Host blocks load over the host link,
-// NVMe blocks over the drives then the host link, pipelined, and remote
-// blocks over rdma-400g then the host link. Adjust any field before
-// NewPlanner; SetIngress swaps in a measured host link.
-func NewPlannerConfig(model, gpu, hostLink, nvme string, tp, blockTokens, maxBlocks int) (PlannerConfig, error) {
-	m, err := LookupModel(model)
+// Presets names what NewPlannerConfig builds a PlannerConfig from.
+type Presets struct {
+	// Model and GPU are preset names, e.g. "llama-3.1-8b" and "h200".
+	Model, GPU string
+	// HostLink is the GPU's host link, the ingress every load crosses:
+	// "pcie5-pinned", "nvlink-c2c-gh200".
+	HostLink string
+	// NVMe is the drives' preset ("nvme-gen5", "nvme-gen4-x4"); "" leaves
+	// the NVMe tier without a path.
+	NVMe string
+	// TP is the tensor-parallel degree (0 means 1).
+	TP int
+	// BlockTokens and MaxBlocks: see PlannerConfig.
+	BlockTokens, MaxBlocks int
+}
+
+// NewPlannerConfig builds a PlannerConfig from preset names. Host blocks
+// load over the host link, NVMe blocks over the drives then the host link,
+// pipelined, and remote blocks over rdma-400g then the host link. Adjust
+// any field before NewPlanner; SetIngress swaps in a measured host link.
+func NewPlannerConfig(ps Presets) (PlannerConfig, error) {
+	m, err := LookupModel(ps.Model)
 	if err != nil {
 		return PlannerConfig{}, err
 	}
-	g, err := LookupGPU(gpu)
+	g, err := LookupGPU(ps.GPU)
 	if err != nil {
 		return PlannerConfig{}, err
 	}
-	host, err := LookupLink(hostLink)
+	host, err := LookupLink(ps.HostLink)
 	if err != nil {
 		return PlannerConfig{}, err
 	}
@@ -804,11 +817,11 @@ func NewPlannerConfig(model, gpu, hostLink, nvme string, tp, blockTokens, maxBlo
 	if err != nil {
 		return PlannerConfig{}, err
 	}
-	cfg := PlannerConfig{Model: m, GPU: g, TP: tp, BlockTokens: blockTokens, MaxBlocks: maxBlocks}
+	cfg := PlannerConfig{Model: m, GPU: g, TP: max(ps.TP, 1), BlockTokens: ps.BlockTokens, MaxBlocks: ps.MaxBlocks}
 	cfg.Paths[TierHost] = DirectPath(host)
 	cfg.Paths[TierRemote] = Path{Source: rdma, Ingress: host, Pipelined: true}
-	if nvme != "" {
-		drive, err := LookupLink(nvme)
+	if ps.NVMe != "" {
+		drive, err := LookupLink(ps.NVMe)
 		if err != nil {
 			return PlannerConfig{}, err
 		}

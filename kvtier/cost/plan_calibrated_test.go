@@ -37,7 +37,7 @@ func TestPlanPrefersTheSafeSide(t *testing.T) {
 		blocks[i].Tier = TierHost
 	}
 	plan := func(cal *Calibration) (PlanResult, int) {
-		cfg, err := NewPlannerConfig("llama-3.1-8b", "b200", "pcie5-pinned", "", 1, 512, 0)
+		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestPlannerFollowsItsCalibration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := NewPlannerConfig("llama-3.1-8b", "b200", "pcie5-pinned", "", 1, 512, 0)
+	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512})
 	if err != nil {
 		t.Fatal(err)
 	}

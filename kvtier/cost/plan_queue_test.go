@@ -32,7 +32,7 @@ func longPrefix(n int) []BlockSource {
 
 func longPlanner(t testing.TB) *Planner {
 	t.Helper()
-	cfg, err := NewPlannerConfig("llama-3.1-8b", "h200", "pcie5-pinned", "nvme-gen4", 1, 16, 0)
+	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", NVMe: "nvme-gen4", BlockTokens: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestPlanBehindABusyLink(t *testing.T) {
 // TestPlanBehindABusyGPU: a prefix that a fast GPU recomputes on an idle
 // system is loaded, more of it the longer the prefill queued ahead of it.
 func TestPlanBehindABusyGPU(t *testing.T) {
-	cfg, err := NewPlannerConfig("llama-3.1-8b", "b200", "pcie5-pageable", "", 1, 16, 0)
+	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pageable", BlockTokens: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -317,7 +317,7 @@ func BenchmarkPlan128OneTier(b *testing.B) {
 }
 
 func TestNewPlannerConfig(t *testing.T) {
-	cfg, err := NewPlannerConfig("llama-3.1-70b", "h200", "pcie5-pinned", "nvme-gen5-x4", 1, 16, 256)
+	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-70b", GPU: "h200", HostLink: "pcie5-pinned", NVMe: "nvme-gen5-x4", BlockTokens: 16, MaxBlocks: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestNewPlannerConfig(t *testing.T) {
 	if p.BlockRecomputeCost(255) <= p.BlockRecomputeCost(0) {
 		t.Error("a later block must cost more to recompute (it attends to more context)")
 	}
-	cfg2, _ := NewPlannerConfig("llama-3.1-8b", "h100-sxm", "pcie4-pinned", "", 1, 16, 8)
+	cfg2, _ := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h100-sxm", HostLink: "pcie4-pinned", BlockTokens: 16, MaxBlocks: 8})
 	if cfg2.Paths[TierNVMe] != (Path{}) {
 		t.Error("nvme \"\" must leave the tier unplanned")
 	}
@@ -354,7 +354,7 @@ func TestNewPlannerConfig(t *testing.T) {
 		{"llama-3.1-8b", "h200", "nope", ""},
 		{"llama-3.1-8b", "h200", "pcie5-pinned", "nope"},
 	} {
-		if _, err := NewPlannerConfig(bad[0], bad[1], bad[2], bad[3], 1, 16, 8); !errors.Is(err, ErrUnknownName) {
+		if _, err := NewPlannerConfig(Presets{Model: bad[0], GPU: bad[1], HostLink: bad[2], NVMe: bad[3], BlockTokens: 16, MaxBlocks: 8}); !errors.Is(err, ErrUnknownName) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
