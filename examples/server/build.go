@@ -112,7 +112,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache
 		return nil, err
 	}
 	o := kvtier.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
-		WriteThrough: true, Logger: c.log, Policy: newPolicy(c.policy)}
+		WriteThrough: true, MaxHoleBlocks: c.maxHoles, Logger: c.log, Policy: newPolicy(c.policy)}
 	switch c.strategy {
 	case engine.Cost:
 		if o.Planner, err = costPlanner(c, s); err != nil {

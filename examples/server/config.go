@@ -30,6 +30,7 @@ type config struct {
 	nvmeDir      string // "": a temporary directory, removed at exit
 	strategy     engine.Strategy
 	policy       string
+	maxHoles     int // kvtier.Options.MaxHoleBlocks
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
@@ -86,6 +87,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
 	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
+	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
 	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
@@ -120,6 +122,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-block-tokens %d is negative", c.blockTokens)
 	case c.context < 0:
 		return fmt.Errorf("-context %d is negative", c.context)
+	case c.maxHoles < 0:
+		return fmt.Errorf("-max-hole-blocks %d is negative", c.maxHoles)
 	case c.maxQueue < 1:
 		return fmt.Errorf("-max-queue %d: want at least 1", c.maxQueue)
 	case c.maxBatch < 1:

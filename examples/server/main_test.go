@@ -395,6 +395,7 @@ func TestArgs(t *testing.T) {
 		{[]string{"-model", "gpt-9"}, `-model`},
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
+		{[]string{"-max-hole-blocks", "-1"}, `-max-hole-blocks -1`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
