@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/examples/server/internal/engine"
@@ -14,6 +15,7 @@ import (
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/remote"
 	"kvtier.dev/kvtier/transfer"
 )
 
@@ -23,6 +25,7 @@ type parts struct {
 	region  cudastream.DevicePtr
 	runner  engine.Runner
 	cache   *kvtier.Cache
+	remote  *kvtier.RemoteTier // nil without -remote
 	onGPU   bool
 	closers []func() error // in the order to call them
 }
@@ -100,7 +103,36 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 		return p, err
 	}
 	p.closers = append(p.closers, p.cache.Close)
+	if c.remote != "" {
+		if p.remote, err = openRemote(c, p); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
+}
+
+// openRemote connects the cache to the shared remote tier on the Redis
+// Cluster at -remote: a request's blocks missing here are fetched from it
+// into the host tier, and host blocks seen twice are published to it.
+// Closed before the cache (closers run in reverse).
+func openRemote(c *config, p *parts) (*kvtier.RemoteTier, error) {
+	cache := p.cache
+	st, err := remote.NewRedis(remote.RedisConfig{Addrs: strings.Split(c.remote, ",")})
+	if err != nil {
+		return nil, fmt.Errorf("-remote: %w", err)
+	}
+	p.closers = append(p.closers, st.Close)
+	rc, err := remote.New(remote.Config{Store: st, Prefix: c.remotePrefix, BlockBytes: int(cache.Host.SlotBytes)})
+	if err != nil {
+		return nil, fmt.Errorf("-remote: %w", err)
+	}
+	p.closers = append(p.closers, rc.Close) // before the store: it flushes its writes
+	rt, err := kvtier.NewRemoteTier(cache.Manager, kvtier.RemoteTierConfig{Cache: rc, HostSlot: func(s kvtier.Slot) []byte { return cache.Host.Slot(int32(s)) }})
+	if err != nil {
+		return nil, fmt.Errorf("-remote: %w", err)
+	}
+	c.log.Info("server: remote tier", "nodes", c.remote, "prefix", c.remotePrefix)
+	return rt, nil
 }
 
 // openCache opens kvtier over the region's first cacheSlots blocks, sized

@@ -30,7 +30,9 @@ type config struct {
 	nvmeDir      string // "": a temporary directory, removed at exit
 	strategy     engine.Strategy
 	policy       string
-	maxHoles     int // kvtier.Options.MaxHoleBlocks
+	maxHoles     int    // kvtier.Options.MaxHoleBlocks
+	remote       string // Redis Cluster nodes, comma separated; "": no remote tier
+	remotePrefix string
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
@@ -88,6 +90,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
 	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
 	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
+	fs.StringVar(&c.remote, "remote", "", "the shared remote tier: Redis Cluster nodes, comma separated (host:port); blocks missing here are fetched from it, blocks seen twice published to it")
+	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
 	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
@@ -122,6 +126,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("-block-tokens %d is negative", c.blockTokens)
 	case c.context < 0:
 		return fmt.Errorf("-context %d is negative", c.context)
+	case c.remote != "" && (c.strategy == engine.None || c.strategy == engine.GPUOnly):
+		return fmt.Errorf("-remote with -strategy %v: it loads nothing from the host tier, where fetched blocks land", c.strategy)
+	case c.remotePrefix == "":
+		return errors.New("-remote-prefix is empty: give each deployment a prefix of its own")
 	case c.maxHoles < 0:
 		return fmt.Errorf("-max-hole-blocks %d is negative", c.maxHoles)
 	case c.maxQueue < 1:

@@ -19,6 +19,7 @@ import (
 
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/openai"
+	"kvtier.dev/internal/redistest"
 )
 
 // childEnv makes the test binary run the server's main instead of the
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(redistest.RunMain(m))
 }
 
 // child is the server running in a process of its own.

@@ -83,7 +83,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
 		reg.MustRegister(moverCollectors(p.cache.Mover)...)
 	}
-	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, CacheSlots: s.cacheSlots,
+	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
 		MaxBatch: c.maxBatch, Registerer: reg, Logger: c.log})
 	if err != nil {

@@ -396,6 +396,8 @@ func TestArgs(t *testing.T) {
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
 		{[]string{"-max-hole-blocks", "-1"}, `-max-hole-blocks -1`},
+		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},
+		{[]string{"-remote-prefix", ""}, `-remote-prefix is empty`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)

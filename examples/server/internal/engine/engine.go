@@ -42,6 +42,10 @@ type Config struct {
 	// ContextTokens is the longest sequence, prompt plus generated tokens,
 	// e.g. 16384.
 	ContextTokens int
+	// Remote, if set, is the shared remote tier behind Cache: a lookup's
+	// missing blocks are fetched from it into the host tier, and the host
+	// blocks a prompt finds are published to it.
+	Remote *kvtier.RemoteTier
 	// Strategy says how the cache is used (see Strategy).
 	Strategy Strategy
 	// MaxQueue is the most requests waiting to prefill; one more gets

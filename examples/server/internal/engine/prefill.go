@@ -83,6 +83,19 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 		return 0, err
 	}
 	s.leased = true
+	if r := e.cfg.Remote; r != nil {
+		// The shared tier first: what other servers computed past the
+		// local prefix comes into the host tier (s.look is looked up
+		// again), and the host blocks of this prompt are offered to it
+		// (write-behind; the admitter sends those seen twice). Neither
+		// fails the request.
+		if _, err := r.Fetch(s.ctx, s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+			e.log.Debug("engine: remote fetch", "request", s.req.ID, "err", err)
+		}
+		if _, err := r.Publish(s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+			e.log.Debug("engine: remote publish", "request", s.req.ID, "err", err)
+		}
+	}
 	if err := m.Plan(&s.look); err != nil {
 		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
 	}
