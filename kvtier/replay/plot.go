@@ -133,28 +133,40 @@ func (r *Report) sweepPlot() (*plot.Plot, error) {
 	p.Add(plotter.NewGrid())
 	pts := slices.Clone(r.HostSweep)
 	slices.SortStableFunc(pts, func(a, b SweepPoint) int { return int(a.HostBytes>>20 - b.HostBytes>>20) })
-	series := []struct {
-		name string
-		get  func(TierRatios) float64
-	}{
-		{"all tiers", func(t TierRatios) float64 { return t.Overall }},
-		{"gpu", func(t TierRatios) float64 { return t.GPU }},
-		{"host", func(t TierRatios) float64 { return t.Host }},
-		{"nvme", func(t TierRatios) float64 { return t.NVMe }},
+	err := addLines(p, pts, func(pt SweepPoint) float64 { return float64(pt.HostBytes) / (1 << 30) }, []lineSeries[SweepPoint]{
+		{"all tiers", func(pt SweepPoint) float64 { return pt.HitRatio.Overall }},
+		{"gpu", func(pt SweepPoint) float64 { return pt.HitRatio.GPU }},
+		{"host", func(pt SweepPoint) float64 { return pt.HitRatio.Host }},
+		{"nvme", func(pt SweepPoint) float64 { return pt.HitRatio.NVMe }},
+	})
+	if err != nil {
+		return nil, err
 	}
+	return p, nil
+}
+
+// lineSeries is one line of a plot over points P: its legend and its y.
+type lineSeries[P any] struct {
+	name string
+	y    func(P) float64
+}
+
+// addLines draws each series over pts as a line with points, colored and
+// shaped by its index, with a legend entry.
+func addLines[P any](p *plot.Plot, pts []P, x func(P) float64, series []lineSeries[P]) error {
 	for i, s := range series {
 		xys := make(plotter.XYs, len(pts))
 		for j, pt := range pts {
-			xys[j] = plotter.XY{X: float64(pt.HostBytes) / (1 << 30), Y: s.get(pt.HitRatio)}
+			xys[j] = plotter.XY{X: x(pt), Y: s.y(pt)}
 		}
 		l, sc, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, fmt.Errorf("replay: plot: %w", err)
+			return fmt.Errorf("replay: plot: %w", err)
 		}
 		l.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
 		sc.Shape = plotutil.Shape(i)
 		p.Add(l, sc)
 		p.Legend.Add(s.name, l, sc)
 	}
-	return p, nil
+	return nil
 }

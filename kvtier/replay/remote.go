@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
@@ -323,27 +322,13 @@ func (r *Report) remotePlot() (*plot.Plot, error) {
 	p.Add(plotter.NewGrid())
 	pts := slices.Clone(sw.Points)
 	slices.SortStableFunc(pts, func(a, b RemotePoint) int { return cmp.Compare(a.RemoteBytes, b.RemoteBytes) })
-	series := []struct {
-		name string
-		get  func(Percentiles) float64
-	}{
-		{"p90", func(t Percentiles) float64 { return t.P90 }},
-		{"mean", func(t Percentiles) float64 { return t.Mean }},
-		{"p50", func(t Percentiles) float64 { return t.P50 }},
-	}
-	for i, s := range series {
-		xys := make(plotter.XYs, len(pts))
-		for j, pt := range pts {
-			xys[j] = plotter.XY{X: float64(pt.RemoteBytes) / (1 << 30), Y: s.get(pt.TTFT)}
-		}
-		l, sc, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return nil, fmt.Errorf("replay: plot: %w", err)
-		}
-		l.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
-		sc.Shape = plotutil.Shape(i)
-		p.Add(l, sc)
-		p.Legend.Add(s.name, l, sc)
+	err := addLines(p, pts, func(pt RemotePoint) float64 { return float64(pt.RemoteBytes) / (1 << 30) }, []lineSeries[RemotePoint]{
+		{"p90", func(pt RemotePoint) float64 { return pt.TTFT.P90 }},
+		{"mean", func(pt RemotePoint) float64 { return pt.TTFT.Mean }},
+		{"p50", func(pt RemotePoint) float64 { return pt.TTFT.P50 }},
+	})
+	if err != nil {
+		return nil, err
 	}
 	return p, nil
 }
