@@ -790,7 +790,8 @@ type Presets struct {
 	// NVMe is the drives' preset ("nvme-gen5", "nvme-gen4-x4"); "" leaves
 	// the NVMe tier without a path.
 	NVMe string
-	// TP is the tensor-parallel degree (0 means 1).
+	// TP is the tensor-parallel degree (0 means 1; NewPlanner refuses a
+	// negative one).
 	TP int
 	// BlockTokens and MaxBlocks: see PlannerConfig.
 	BlockTokens, MaxBlocks int
@@ -817,7 +818,11 @@ func NewPlannerConfig(ps Presets) (PlannerConfig, error) {
 	if err != nil {
 		return PlannerConfig{}, err
 	}
-	cfg := PlannerConfig{Model: m, GPU: g, TP: max(ps.TP, 1), BlockTokens: ps.BlockTokens, MaxBlocks: ps.MaxBlocks}
+	tp := ps.TP
+	if tp == 0 {
+		tp = 1
+	}
+	cfg := PlannerConfig{Model: m, GPU: g, TP: tp, BlockTokens: ps.BlockTokens, MaxBlocks: ps.MaxBlocks}
 	cfg.Paths[TierHost] = DirectPath(host)
 	cfg.Paths[TierRemote] = Path{Source: rdma, Ingress: host, Pipelined: true}
 	if ps.NVMe != "" {

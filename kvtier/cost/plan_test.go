@@ -358,6 +358,16 @@ func TestNewPlannerConfig(t *testing.T) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
+	if cfg2.TP != 1 {
+		t.Errorf("Presets.TP 0: PlannerConfig.TP %d, want 1", cfg2.TP)
+	}
+	neg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", TP: -2, BlockTokens: 16, MaxBlocks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewPlanner(neg); err == nil || !strings.Contains(err.Error(), "tp") {
+		t.Errorf("Presets.TP -2: NewPlanner %v, want an error naming tp", err)
+	}
 }
 
 // TestPlanPassFloor: no plan is shorter than one forward pass's read of the
