@@ -26,6 +26,7 @@ type parts struct {
 	runner  engine.Runner
 	cache   *kvtier.Cache
 	remote  *kvtier.RemoteTier // nil without -remote
+	cal     *calibration       // nil: the model has no cost preset, or neither -cost-learn nor -cost-calibration
 	onGPU   bool
 	closers []func() error // in the order to call them
 }
@@ -96,6 +97,9 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 		p.runner = r
 		c.log.Info("server: model on the CPU (reference backend); KV copies on the simulated device with the H200's link model", "model", s.model.Name, "params", s.model.Params())
 	}
+	if p.cal, err = openCalibration(c, s); err != nil {
+		return p, err
+	}
 	if c.strategy == engine.None {
 		return p, nil
 	}
@@ -147,7 +151,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache
 		WriteThrough: true, MaxHoleBlocks: c.maxHoles, Logger: c.log, Policy: newPolicy(c.policy)}
 	switch c.strategy {
 	case engine.Cost:
-		if o.Planner, err = costPlanner(c, s); err != nil {
+		if o.Planner, err = costPlanner(c, s, p.cal); err != nil {
 			return nil, err
 		}
 	case engine.Reload:
@@ -173,9 +177,10 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache
 	return kvtier.Open(ctx, o)
 }
 
-// costPlanner is the cost model of the flags' presets, or LoadAll (said in
-// the log) for a model kvtier/cost has no preset of (tiny).
-func costPlanner(c *config, s shape) (kvtier.Planner, error) {
+// costPlanner is the cost model of the flags' presets priced by cal (nil:
+// the presets, taken as exact), or LoadAll (said in the log) for a model
+// kvtier/cost has no preset of (tiny).
+func costPlanner(c *config, s shape, cal *calibration) (kvtier.Planner, error) {
 	if _, err := cost.LookupModel(s.model.Name); err != nil {
 		c.log.Info("server: the cost model has no preset of this model: loading every cached block", "model", s.model.Name)
 		return kvtier.LoadAll{}, nil
@@ -184,6 +189,9 @@ func costPlanner(c *config, s shape) (kvtier.Planner, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cal != nil {
+		pc.Calibration = cal.cal
+	}
 	cp, err := cost.NewPlanner(pc)
 	if err != nil {
 		return nil, fmt.Errorf("cost model: %w", err)
@@ -191,17 +199,11 @@ func costPlanner(c *config, s shape) (kvtier.Planner, error) {
 	return kvtier.NewCostPlanner(cp)
 }
 
-// plannerConfig is the cost model of the flags' presets and, with
-// -cost-calibration, the measured figures that replace theirs.
+// plannerConfig is the cost model of the flags' presets.
 func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 	pc, err := cost.NewPlannerConfig(cost.Presets{Model: s.model.Name, GPU: c.costGPU, HostLink: c.costLink, NVMe: c.costNVMe, BlockTokens: s.model.BlockTokens, MaxBlocks: s.model.Blocks(s.context)})
 	if err != nil {
 		return pc, fmt.Errorf("cost model: %w", err)
-	}
-	if c.costCalibration != "" {
-		if pc.Calibration, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
-			return pc, fmt.Errorf("-cost-calibration: %w", err)
-		}
 	}
 	return pc, nil
 }

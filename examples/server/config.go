@@ -12,6 +12,7 @@ import (
 	"kvtier.dev/examples/server/internal/engine"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/bytesize"
+	"kvtier.dev/kvtier/cost"
 )
 
 // config is the server's command line.
@@ -36,6 +37,8 @@ type config struct {
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
+	costCalibrationOut          string // where to write the calibration at shutdown; "": nowhere
+	costLearn                   bool   // feed the calibration the engine's measurements
 
 	maxQueue, maxBatch, defaultMaxTokens int
 	drainTimeout                         time.Duration
@@ -89,6 +92,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
 	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
+	fs.BoolVar(&c.costLearn, "cost-learn", true, "the cost model learns from this server's prefills and host loads (its calibration starts from -cost-calibration, or the presets)")
+	fs.StringVar(&c.costCalibrationOut, "cost-calibration-out", "", "at shutdown, write the calibration (what -cost-learn learned) to this file, for the next start's -cost-calibration or kvtier replay --calibration")
 	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
 	fs.StringVar(&c.remote, "remote", "", "the shared remote tier: Redis Cluster nodes, comma separated (host:port); blocks missing here are fetched from it, blocks seen twice published to it")
 	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
@@ -141,8 +146,19 @@ func (c *config) validate() error {
 	case c.drainTimeout <= 0:
 		return errors.New("-drain-timeout must be positive")
 	}
-	_, err := c.modelConfig()
-	return err
+	m, err := c.modelConfig()
+	if err != nil {
+		return err
+	}
+	if c.costCalibrationOut != "" {
+		if _, err := cost.LookupModel(m.Name); err != nil {
+			return fmt.Errorf("-cost-calibration-out: the cost model has no preset of %s, so nothing is calibrated", m.Name)
+		}
+		if !c.costLearn && c.costCalibration == "" {
+			return errors.New("-cost-calibration-out with -cost-learn=false and no -cost-calibration: there is nothing to write")
+		}
+	}
+	return nil
 }
 
 // modelConfig is the -model's shape with -block-tokens, 16 by default for

@@ -85,7 +85,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
-		MaxBatch: c.maxBatch, Registerer: reg, Logger: c.log})
+		MaxBatch: c.maxBatch, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
 	if err != nil {
 		return errors.Join(err, p.close())
 	}
@@ -146,7 +146,7 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, p.close())
+	errs = append(errs, p.cal.close(c.costCalibrationOut), p.close())
 	err := errors.Join(errs...)
 	if err == nil {
 		c.log.Info("server: stopped cleanly")

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"kvtier.dev/internal/openai"
+	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/nvme"
 )
@@ -399,6 +400,8 @@ func TestArgs(t *testing.T) {
 		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},
 		{[]string{"-remote-prefix", ""}, `-remote-prefix is empty`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
+		{[]string{"-cost-calibration-out", "cal.json"}, `-cost-calibration-out: the cost model has no preset of tiny`},
+		{[]string{"-model", "llama-3.1-8b", "-cost-learn=false", "-cost-calibration-out", "cal.json"}, `-cost-calibration-out with -cost-learn=false`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -413,34 +416,70 @@ func TestArgs(t *testing.T) {
 	if err != nil || sh.model.BlockTokens != 16 || sh.cacheSlots != 1024 || sh.context != 16384 || sh.scratch != 2048 {
 		t.Fatalf("llama-3.1-8b with -gpu-kv 2GiB: %+v, %v; want blocks of 16 tokens, 1024 cache slots, context 16384, 2048 scratch slots", sh, err)
 	}
-	pc, err := plannerConfig(&c, sh)
-	if err != nil || pc.Calibration != nil {
-		t.Fatalf("no -cost-calibration: calibration %v, %v; want none", pc.Calibration, err)
+	k, err := openCalibration(&c, sh)
+	if err != nil || k == nil || k.cal.Current().Prefill.Samples != 0 || k.observer() == nil {
+		t.Fatalf("no -cost-calibration: %+v, %v; want the presets as the prior, learning", k, err)
+	}
+	c.costLearn = false
+	if k, err := openCalibration(&c, sh); err != nil || k != nil {
+		t.Fatalf("-cost-learn=false and no -cost-calibration: %+v, %v; want none (the presets, exact)", k, err)
 	}
 	cal := filepath.Join("..", "..", "benchmarks", "serve", "calibration", "h200-go-nvme-1.16GiBps.json")
-	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-calibration", cal}, io.Discard)
+	c, err = parseArgs([]string{"-model", "llama-3.1-8b", "-cost-calibration", cal, "-cost-learn=false"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sh, err = c.shape(); err != nil {
 		t.Fatal(err)
 	}
-	pc, err = plannerConfig(&c, sh)
+	if k, err = openCalibration(&c, sh); err != nil {
+		t.Fatal(err)
+	}
+	if k.observer() != nil {
+		t.Error("-cost-learn=false: the engine would feed the calibration")
+	}
+	pc, err := plannerConfig(&c, sh)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nvme, _ := pc.Calibration.Current().Link(pc.Paths[cost.TierNVMe].Source)
+	nvme, _ := k.cal.Current().Link(pc.Paths[cost.TierNVMe].Source)
 	if want := 1.16 * (1 << 30); math.Abs(nvme.BandwidthBytesPerS-want) > 1 {
 		t.Errorf("-cost-calibration %s: the NVMe link at %g bytes/s, want the file's %g", cal, nvme.BandwidthBytesPerS, want)
 	}
+	pc.Calibration = k.cal
 	if _, err := cost.NewPlanner(pc); err != nil {
 		t.Errorf("the planner refuses the calibration: %v", err)
 	}
 	for _, bad := range []string{filepath.Join(t.TempDir(), "absent.json"), "main.go"} {
 		c.costCalibration = bad
-		if _, err := plannerConfig(&c, sh); err == nil || !strings.Contains(err.Error(), "-cost-calibration") {
+		if _, err := openCalibration(&c, sh); err == nil || !strings.Contains(err.Error(), "-cost-calibration") {
 			t.Errorf("-cost-calibration %s: %v; want an error naming the flag", bad, err)
 		}
+	}
+
+	// What the engine reports reaches the fit, and -cost-calibration-out
+	// writes it where the next start (and kvtier replay) read it.
+	c.costCalibration, c.costLearn = "", true
+	if k, err = openCalibration(&c, sh); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		k.Pass(0, 512<<(i%4), time.Duration(20<<(i%4))*time.Millisecond)
+		k.Load(kvtier.Host, 64<<20, 1300*time.Microsecond)
+		k.Load(kvtier.NVMe, 64<<20, time.Second) // two hops: not a sample
+	}
+	out := filepath.Join(t.TempDir(), "learned.json")
+	if err := k.close(out); err != nil {
+		t.Fatal(err)
+	}
+	back, err := cost.LoadCalibrationFile(out, pc.GPU, pc.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := back.Current()
+	host, _ := f.Link(pc.Paths[cost.TierHost].Ingress)
+	if f.Prefill.Samples != 8 || len(f.Links) != 1 || host.BandwidthBytesPerS > 60e9 || host.BandwidthBytesPerS < 45e9 {
+		t.Errorf("written calibration: %d prefill samples, links %+v; want 8 and the host link near 51.6 GB/s (64 MiB in 1.3 ms)", f.Prefill.Samples, f.Links)
 	}
 	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
 	if err != nil {

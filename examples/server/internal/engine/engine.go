@@ -54,8 +54,12 @@ type Config struct {
 	// MaxBatch is the most sequences decoding at once; 0 means 16.
 	MaxBatch int
 	// Registerer, if set, receives the engine's own series
-	// (kvserve_failed_loads_total, kvserve_prefill_seconds).
+	// (kvserve_failed_loads_total, kvserve_prefill_seconds,
+	// kvserve_decode_step_seconds).
 	Registerer prometheus.Registerer
+	// Observer, if set, learns from the engine's measured passes and loads
+	// (the cost model's calibration).
+	Observer Observer
 	// Logger, nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -76,6 +80,7 @@ type Engine struct {
 
 	failedLoads prometheus.Counter
 	prefillSecs prometheus.Histogram
+	decodeSecs  prometheus.Histogram
 }
 
 // New checks cfg and starts the scheduler. The caller MUST Close the
@@ -118,8 +123,11 @@ func New(cfg Config) (*Engine, error) {
 	e.prefillSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_prefill_seconds",
 		Help:    "Time from the start of a request's prefill (its lookup) to its first token, queueing excluded.",
 		Buckets: prometheus.ExponentialBucketsRange(0.0005, 120, 24)})
+	e.decodeSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_decode_step_seconds",
+		Help:    "Time of one decode step of one sequence (a forward pass of one position); the steps of the sequences decoding run one after the other between two prefills.",
+		Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 24)})
 	if cfg.Registerer != nil {
-		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs} {
+		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs, e.decodeSecs} {
 			if err := cfg.Registerer.Register(col); err != nil {
 				return nil, fmt.Errorf("engine: metrics: %w", err)
 			}

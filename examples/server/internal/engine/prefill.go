@@ -45,7 +45,12 @@ func (e *Engine) prefillScratch(s *seq) (int32, error) {
 	s.scratch = e.scratch.take(s.scratch, e.cfg.Model.Blocks(s.positions()))
 	s.slots = append(s.slots[:0], s.scratch...)
 	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(n)], Compute: appendRange(nil, 0, n)}
-	return e.cfg.Runner.Forward(s.tokens, p, nil)
+	t0 := time.Now()
+	next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	if err == nil && e.cfg.Observer != nil {
+		e.cfg.Observer.Pass(0, n, time.Since(t0))
+	}
+	return next, err
 }
 
 // prefillCached is the kvtier path of the package doc. A failed load makes
@@ -99,6 +104,7 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 	if err := m.Plan(&s.look); err != nil {
 		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
 	}
+	lc := loadClock{onboard: time.Now()}
 	if err := m.Onboard(&s.look); err != nil {
 		return 0, err
 	}
@@ -114,6 +120,9 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 	for i := range s.look.Blocks {
 		if b := &s.look.Blocks[i]; b.Position < full {
 			byPos[b.Position] = b
+			if b.Loading {
+				lc.add(b.Tier, e.block)
+			}
 		}
 	}
 	s.slots = s.slots[:0]
@@ -152,8 +161,16 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 
 	pos := model.AppendBlockPositions(nil, bt, n, compute)
 	pos = appendRange(pos, full*bt, n) // the block of the last position
-	p := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: func(l int) error { return s.look.WaitLayer(s.ctx, l) }}
+	ready := func(l int) error {
+		if l == c.Layers-1 && lc.bytes > 0 {
+			return lc.wait(func() error { return s.look.WaitLayer(s.ctx, l) })
+		}
+		return s.look.WaitLayer(s.ctx, l)
+	}
+	p := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: ready}
+	t0 := time.Now()
 	next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
+	passTime := time.Since(t0)
 	if werr := m.Wait(s.ctx, &s.look); werr != nil {
 		for b := range full {
 			if lb := byPos[b]; lb != nil && lb.Loading {
@@ -174,6 +191,12 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 		return 0, err
 	}
 	e.account(s, byPos, compute, lost)
+	if o := e.cfg.Observer; o != nil {
+		lc.report(o)
+		if k, ok := suffixStart(compute); ok && lc.bytes == 0 {
+			o.Pass(k*bt, len(pos), passTime)
+		}
+	}
 	return next, nil
 }
 
@@ -204,7 +227,9 @@ func (e *Engine) decode(s *seq) bool {
 	}
 	pos := len(s.tokens) - 1
 	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(pos+1)], Compute: []int32{int32(pos)}}
+	t0 := time.Now()
 	next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	e.decodeSecs.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		e.end(s, fmt.Errorf("engine: request %s: decode at position %d: %w", s.req.ID, pos, err))
 		return false

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"kvtier.dev/examples/server/internal/engine"
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+)
+
+// calibration is the server's cost-model calibration (kvtier/cost): what
+// the planner prices prefills and host loads by. With -cost-learn the
+// engine feeds it every clean measurement (engine.Observer), so that a
+// server started on the presets, or on a file made elsewhere, comes to plan
+// by what its own GPU and link do; -cost-calibration-out keeps what it
+// learned for the next start or for `kvtier replay --calibration`.
+type calibration struct {
+	cal   *cost.Calibration
+	model cost.Model
+	host  cost.Link // the host tier's link to the GPU, as the planner names it
+	learn bool
+	log   *slog.Logger
+}
+
+// openCalibration loads -cost-calibration, or starts from the presets
+// with -cost-learn. It returns nil for a model kvtier/cost has no preset
+// of (tiny), and when there is neither a file nor learning (the presets,
+// taken as exact).
+func openCalibration(c *config, s shape) (*calibration, error) {
+	if _, err := cost.LookupModel(s.model.Name); err != nil || (c.costCalibration == "" && !c.costLearn) {
+		return nil, nil // config.validate refused -cost-calibration-out here
+	}
+	pc, err := plannerConfig(c, s)
+	if err != nil {
+		return nil, err
+	}
+	k := &calibration{model: pc.Model, host: pc.Paths[cost.TierHost].Ingress, learn: c.costLearn, log: c.log}
+	if c.costCalibration != "" {
+		if k.cal, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
+			return nil, fmt.Errorf("-cost-calibration: %w", err)
+		}
+	} else if k.cal, err = cost.NewCalibration(pc.GPU); err != nil {
+		return nil, fmt.Errorf("cost model: %w", err)
+	}
+	return k, nil
+}
+
+// observer is what the engine feeds, or nil when the server does not learn.
+func (k *calibration) observer() engine.Observer {
+	if k == nil || !k.learn {
+		return nil
+	}
+	return k
+}
+
+// Pass implements engine.Observer: one prefill sample.
+func (k *calibration) Pass(prefix, tokens int, d time.Duration) {
+	if err := k.cal.AddPrefill(k.model, 1, prefix, tokens, d); err != nil {
+		k.log.Debug("server: calibration: prefill sample refused", "err", err)
+	}
+}
+
+// Load implements engine.Observer: a copy sample of the host link. Loads
+// from NVMe cross two hops (the drive, then the host link through a
+// staging buffer) and are not taken: their time is not one link's.
+func (k *calibration) Load(tier kvtier.Tier, bytes int64, d time.Duration) {
+	if tier != kvtier.Host {
+		return
+	}
+	if err := k.cal.AddCopy(k.host, bytes, d); err != nil {
+		k.log.Debug("server: calibration: copy sample refused", "err", err)
+	}
+}
+
+// close writes the calibration to -cost-calibration-out, and says in the
+// log what it learned.
+func (k *calibration) close(path string) error {
+	if k == nil {
+		return nil
+	}
+	f := k.cal.Current()
+	attrs := []any{"prefill_samples", f.Prefill.Samples, "outliers", f.Prefill.Outliers, "error_width", f.Prefill.ErrorWidth}
+	for _, l := range f.Links {
+		attrs = append(attrs, "link_"+l.Name+"_GBps", l.BandwidthBytesPerS/1e9, "link_"+l.Name+"_samples", l.Samples)
+	}
+	k.log.Info("server: calibration", attrs...)
+	if path == "" {
+		return nil
+	}
+	if err := k.cal.WriteFile(path); err != nil {
+		return fmt.Errorf("-cost-calibration-out: %w", err)
+	}
+	return nil
+}

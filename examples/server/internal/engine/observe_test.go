@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/examples/server/internal/httpapi"
+	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/transfer"
+)
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu     sync.Mutex
+	passes [][2]int // prefix, tokens
+	loads  []kvtier.Tier
+	bytes  []int64
+}
+
+func (r *recorder) Pass(prefix, tokens int, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d <= 0 {
+		panic("a pass of no time")
+	}
+	r.passes = append(r.passes, [2]int{prefix, tokens})
+}
+
+func (r *recorder) Load(t kvtier.Tier, b int64, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loads, r.bytes = append(r.loads, t), append(r.bytes, b)
+}
+
+func (r *recorder) take() (passes [][2]int, loads []kvtier.Tier, bytes []int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	passes, loads, bytes = r.passes, r.loads, r.bytes
+	r.passes, r.loads, r.bytes = nil, nil, nil
+	return
+}
+
+// newTinyEngine is an engine over the tiny model on the CPU runner and a
+// cache of 32 GPU and 64 host blocks on the simulated device.
+func newTinyEngine(t *testing.T, obs Observer) (*Engine, *kvtier.Cache) {
+	t.Helper()
+	c := model.Tiny()
+	const cacheSlots, scratch, ctxTokens = 32, 64, 128
+	slots := cacheSlots + scratch
+	dev, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: int64(slots)*c.BlockBytes() + 1<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	region, err := dev.Alloc(int64(slots) * c.BlockBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.NewCPU(c, 1, slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewCPURunner(m, dev, region, cacheSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	layout, err := transfer.BlockFirstLayout(region, c.Layers, 2, cacheSlots, c.PartBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := kvtier.Open(context.Background(), kvtier.Options{Device: dev, GPU: layout, BlockTokens: c.BlockTokens,
+		HostBytes: 64 * ((c.BlockBytes() + 4095) &^ 4095), WriteThrough: true, Planner: kvtier.LoadAll{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cache.Close() })
+	e, err := New(Config{Model: c, Runner: r, Cache: cache, CacheSlots: cacheSlots, ScratchSlots: scratch,
+		ContextTokens: ctxTokens, Strategy: Reload, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, cache
+}
+
+// complete runs one request to its end.
+func complete(t *testing.T, e *Engine, id string, prompt []int32) httpapi.Usage {
+	t.Helper()
+	req := &httpapi.Request{ID: id, Tokens: prompt, MaxTokens: 2, Arrival: time.Now()}
+	out := httpapi.NewStream(req.MaxTokens)
+	if err := e.Submit(context.Background(), req, out); err != nil {
+		t.Fatal(err)
+	}
+	for range out.Tokens() {
+	}
+	u, err := out.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestObserverSeesCleanMeasurements: the engine reports a prefill from
+// scratch and a suffix after GPU hits as passes of the right prefix and
+// tokens, never a pass that waited for loads, and a load only as one of
+// the host tier's bytes.
+func TestObserverSeesCleanMeasurements(t *testing.T) {
+	rec := &recorder{}
+	e, cache := newTinyEngine(t, rec)
+	bt := e.cfg.Model.BlockTokens
+	prompt := make([]int32, 10*bt+2) // 10 full blocks and 2 tokens
+	for i := range prompt {
+		prompt[i] = int32(7 + i%300)
+	}
+
+	complete(t, e, "first", prompt)
+	passes, loads, _ := rec.take()
+	// The cache serves the full blocks before the one of the last
+	// position: 10, all computed here.
+	if len(passes) != 1 || passes[0] != [2]int{0, len(prompt)} || len(loads) != 0 {
+		t.Fatalf("a prefill from scratch: passes %v loads %v, want one pass of %d tokens after 0", passes, loads, len(prompt))
+	}
+
+	u := complete(t, e, "again", prompt)
+	passes, loads, _ = rec.take()
+	if u.LoadedTokens[kvtier.GPU] != 10*bt {
+		t.Fatalf("the same prompt again found %d tokens on the GPU, want %d", u.LoadedTokens[kvtier.GPU], 10*bt)
+	}
+	if len(passes) != 1 || passes[0] != [2]int{10 * bt, 2} || len(loads) != 0 {
+		t.Fatalf("a suffix after GPU hits: passes %v loads %v, want one pass of 2 tokens after %d", passes, loads, 10*bt)
+	}
+
+	// Down to the host tier: the next request loads every block.
+	ctx := context.Background()
+	if err := cache.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cache.Evict(ctx, 0, prompt[:10*bt], kvtier.Host); err != nil {
+		t.Fatal(err)
+	}
+	u = complete(t, e, "loaded", prompt)
+	passes, loads, bytes := rec.take()
+	if u.LoadedTokens[kvtier.Host] != 10*bt {
+		t.Fatalf("after eviction %v tokens per tier loaded, want %d from the host", u.LoadedTokens, 10*bt)
+	}
+	if len(passes) != 0 {
+		t.Fatalf("a pass that waited for loads was reported: %v", passes)
+	}
+	for i, tier := range loads { // the wait may not have blocked: then no sample
+		if tier != kvtier.Host || bytes[i] != 10*e.block {
+			t.Fatalf("load sample %d: %d bytes from %v, want %d from the host", i, bytes[i], tier, 10*e.block)
+		}
+	}
+}
+
+func TestSuffixStart(t *testing.T) {
+	for _, c := range []struct {
+		compute []bool
+		k       int
+		ok      bool
+	}{
+		{nil, 0, true},
+		{[]bool{true, true}, 0, true},
+		{[]bool{false, false}, 2, true},
+		{[]bool{false, true, true}, 1, true},
+		{[]bool{true, false, true}, 0, false}, // a recomputed head before a present block
+		{[]bool{false, true, false}, 0, false}, // a hole
+	} {
+		k, ok := suffixStart(c.compute)
+		if k != c.k || ok != c.ok {
+			t.Errorf("suffixStart(%v) = %d, %v; want %d, %v", c.compute, k, ok, c.k, c.ok)
+		}
+	}
+}
