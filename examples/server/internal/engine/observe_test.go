@@ -168,7 +168,7 @@ func TestSuffixStart(t *testing.T) {
 		{[]bool{true, true}, 0, true},
 		{[]bool{false, false}, 2, true},
 		{[]bool{false, true, true}, 1, true},
-		{[]bool{true, false, true}, 0, false}, // a recomputed head before a present block
+		{[]bool{true, false, true}, 0, false},  // a recomputed head before a present block
 		{[]bool{false, true, false}, 0, false}, // a hole
 	} {
 		k, ok := suffixStart(c.compute)
