@@ -147,6 +147,26 @@ func TestServeEndToEnd(t *testing.T) {
 	if c := other.Usage.PromptTokensDetails.CachedTokens; c != 0 {
 		t.Errorf("another tenant's request: %d cached tokens, want 0 (salts must not share KV)", c)
 	}
+	// Logprobs: the greedy token is the most likely, cached or not, and
+	// the CPU backend computes the cached prefix's KV bit for bit as the
+	// reference does (same products): equal log-probabilities.
+	lpCached := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6), Logprobs: maxTokens(3)})
+	lpRef := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6), Logprobs: maxTokens(3), NoCache: true})
+	for _, r := range []*openai.Result{lpCached, lpRef} {
+		if len(r.Logprobs) != 6 || !slices.Equal(r.Tokens, first.Tokens) {
+			t.Fatalf("with logprobs: tokens %v, %d logprobs; want %v and 6", r.Tokens, len(r.Logprobs), first.Tokens)
+		}
+		for i, lp := range r.Logprobs {
+			if len(lp.Top) != 3 || lp.Top[0].ID != r.Tokens[i] || lp.Top[0].Logprob != lp.Logprob || lp.Logprob > 0 || lp.Top[1].Logprob > lp.Logprob {
+				t.Fatalf("position %d: %+v; want the greedy token first among 3, log-probabilities at most 0 and falling", i, lp)
+			}
+		}
+	}
+	for i := range lpCached.Logprobs {
+		if lpCached.Logprobs[i].Logprob != lpRef.Logprobs[i].Logprob {
+			t.Errorf("position %d: cached logprob %g, reference %g", i, lpCached.Logprobs[i].Logprob, lpRef.Logprobs[i].Logprob)
+		}
+	}
 	text := s.complete(t, openai.CompletionRequest{Prompt: openai.Prompt{Text: "Hello, kvtier! A text prompt of some length."}, MaxTokens: maxTokens(3)})
 	if len(text.Tokens) != 3 || text.FinishReason != "length" {
 		t.Errorf("text prompt: %d tokens, finish %q", len(text.Tokens), text.FinishReason)

@@ -2,6 +2,7 @@ package benchserve
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -69,21 +70,75 @@ func TestPercentiles(t *testing.T) {
 
 func TestCompareAnswers(t *testing.T) {
 	r := func(toks ...int32) *openai.Result { return &openai.Result{Tokens: toks, TokenCount: len(toks)} }
-	if m := compareAnswers(0, r(1, 2, 3), r(1, 2, 3)); m != nil {
+	if m, _ := compareAnswers(0, r(1, 2, 3), r(1, 2, 3), 0); m != nil {
 		t.Fatalf("equal answers differ: %+v", m)
 	}
-	if m := compareAnswers(4, r(1, 2, 3), r(1, 5, 3)); m == nil || m.Position != 1 || m.Request != 4 {
-		t.Fatalf("%+v", m)
+	if m, _ := compareAnswers(4, r(1, 2, 3), r(1, 5, 3), 1); m == nil || m.Position != 1 || m.Request != 4 || m.Tie || m.Gap != -1 {
+		t.Fatalf("no logprobs: %+v; want a difference, gap unknown", m)
 	}
-	if m := compareAnswers(0, r(1, 2), r(1, 2, 3)); m == nil || m.Position != 2 || m.Tokens != 2 || m.RefTokens != 3 {
+	if m, _ := compareAnswers(0, r(1, 2), r(1, 2, 3), 1); m == nil || m.Position != 2 || m.Tokens != 2 || m.RefTokens != 3 || m.Tie {
 		t.Fatalf("a shorter answer: %+v", m)
 	}
 	// Without token ids the text is compared.
-	if m := compareAnswers(0, &openai.Result{Text: "abc"}, &openai.Result{Text: "abd"}); m == nil || m.Position != 2 {
+	if m, _ := compareAnswers(0, &openai.Result{Text: "abc"}, &openai.Result{Text: "abd"}, 1); m == nil || m.Position != 2 {
 		t.Fatalf("text: %+v", m)
 	}
-	if m := compareAnswers(0, &openai.Result{Text: "abc"}, &openai.Result{Text: "abc"}); m != nil {
+	if m, _ := compareAnswers(0, &openai.Result{Text: "abc"}, &openai.Result{Text: "abc"}, 0); m != nil {
 		t.Fatalf("equal text: %+v", m)
+	}
+
+	// With logprobs: position 0 agrees (drift 0.01), position 1 differs
+	// (7 against 5).
+	lp := func(own float64, top ...openai.TopLogprob) openai.TokenLogprob {
+		return openai.TokenLogprob{Logprob: own, Top: top}
+	}
+	got, ref := r(1, 7), r(1, 5)
+	got.Logprobs = []openai.TokenLogprob{lp(-1.00), lp(-2.00, openai.TopLogprob{ID: 7, Logprob: -2.00}, openai.TopLogprob{ID: 5, Logprob: -2.01})}
+	ref.Logprobs = []openai.TokenLogprob{lp(-1.01), lp(-2.00, openai.TopLogprob{ID: 5, Logprob: -2.00}, openai.TopLogprob{ID: 7, Logprob: -2.03})}
+	m, drift := compareAnswers(0, got, ref, 0.05)
+	if m == nil || !m.Tie || math.Abs(m.Gap-0.03) > 1e-9 || math.Abs(drift-0.01) > 1e-9 {
+		t.Fatalf("a near tie: %+v drift %g; want a tie of gap 0.03 and drift 0.01", m, drift)
+	}
+	if m, _ := compareAnswers(0, got, ref, 0.02); m == nil || m.Tie {
+		t.Fatalf("a gap of 0.03 with tolerance 0.02: %+v; want a difference", m)
+	}
+	ref.Logprobs[1].Top = ref.Logprobs[1].Top[:1] // 7 not among the reference's top
+	if m, _ := compareAnswers(0, got, ref, 1); m == nil || m.Tie || m.Gap != -1 {
+		t.Fatalf("the other's token not listed: %+v; want a difference, gap unknown", m)
+	}
+}
+
+// TestVerifyReportCounts: ties and differences are counted apart, the
+// drift is the largest seen, and per-request records come back in trace
+// order whatever order the answers came in.
+func TestVerifyReportCounts(t *testing.T) {
+	a := &Config{Verify: 1, VerifyLogprobs: 2, VerifyTolerance: 0.05, PerRequest: true}
+	c := newCollector(a)
+	res := &openai.Result{Tokens: []int32{1}, TokenCount: 1, TTFT: time.Millisecond,
+		Usage: &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4, CachedTokensByTier: &openai.TierTokens{Host: 4}, RecomputedTokens: 2}}}
+	j := func(i int) *job { return &job{index: i, arrival: time.Duration(i) * time.Second} }
+	c.add(j(2), outcome{res: res, verified: true, mismatch: &Mismatch{Tie: true, Gap: 0.01}, drift: 0.002})
+	c.add(j(0), outcome{res: res, verified: true, mismatch: &Mismatch{Gap: -1}, drift: 0.004})
+	c.add(j(1), outcome{res: res, verified: true})
+	c.add(j(3), outcome{err: errors.New("refused")})
+	v := c.verify
+	if v.Compared != 3 || v.Mismatches != 2 || v.Ties != 1 || v.Differences != 1 || v.MaxDrift != 0.004 {
+		t.Fatalf("%+v", v)
+	}
+	rep := c.report(a, trace.NewReader(strings.NewReader(""), trace.Options{}), time.Second)
+	if len(rep.Requests) != 4 {
+		t.Fatalf("%d records", len(rep.Requests))
+	}
+	for i, r := range rep.Requests {
+		if r.Index != i || r.ArrivalSeconds != float64(i) {
+			t.Fatalf("record %d: %+v", i, r)
+		}
+	}
+	if r := rep.Requests[0]; r.CachedTokens != 4 || r.ByTier.Host != 4 || r.RecomputedTokens != 2 || r.TTFTSeconds != 0.001 {
+		t.Errorf("record 0: %+v", r)
+	}
+	if r := rep.Requests[3]; r.Error != "refused" {
+		t.Errorf("record 3: %+v", r)
 	}
 }
 

@@ -45,6 +45,20 @@ type Config struct {
 	// Verify, when above 0, sends every Verify-th request again with no
 	// cache and compares the answers.
 	Verify int
+	// VerifyLogprobs is how many most likely tokens per position a
+	// verified request and its reference ask for (the logprobs field), so
+	// that a differing token can be told a near tie; 0 asks for none (every
+	// differing token is then a difference).
+	VerifyLogprobs int
+	// VerifyTolerance, in nats: a first differing token is a near tie, not
+	// a difference, when in each answer the other's token is among its top
+	// tokens no more than VerifyTolerance below its own choice. For example
+	// 0.05: the bf16 rounding of KV computed in other shapes (see
+	// VerifyReport).
+	VerifyTolerance float64
+	// PerRequest adds one record per request to the report
+	// (Report.Requests), to compare request by request with a replay.
+	PerRequest bool
 	// Vocab: prompt token ids are drawn from [0, Vocab). For example 256
 	// for a byte-level model, 128256 for Llama 3.
 	Vocab int
@@ -109,6 +123,8 @@ func (c *Config) Validate() error {
 		{c.Duration < 0, "duration", c.Duration, "want 0 (no limit) or more"},
 		{c.Timeout <= 0, "timeout", c.Timeout, "want more than 0"},
 		{c.Verify < 0, "verify", c.Verify, "want 0 (off) or more"},
+		{c.VerifyLogprobs < 0 || c.VerifyLogprobs > openai.MaxLogprobs, "verify-logprobs", c.VerifyLogprobs, fmt.Sprintf("want 0 to %d", openai.MaxLogprobs)},
+		{!(c.VerifyTolerance >= 0) || math.IsInf(c.VerifyTolerance, 0), "verify-tolerance", c.VerifyTolerance, "want 0 (exact tokens) or more, in nats"},
 		{c.Vocab < 1 || c.Vocab > math.MaxInt32, "vocab", c.Vocab, "want 1 to 2147483647"},
 		{c.BlockTokens < 0 || c.BlockTokens > trace.MaxBlockTokens, "block-tokens", c.BlockTokens,
 			fmt.Sprintf("want 0 (the trace's) to %d", trace.MaxBlockTokens)},

@@ -58,6 +58,9 @@ type Report struct {
 	Cache CacheReport `json:"cache"`
 	// Verify is set with --verify.
 	Verify *VerifyReport `json:"verify,omitempty"`
+	// Requests has one record per request sent, in dispatch order, with
+	// Config.PerRequest.
+	Requests []RequestRecord `json:"requests,omitempty"`
 
 	ttftQ, itlQ []float64 // 0th to 100th percentiles, seconds, for plot
 }
@@ -87,11 +90,51 @@ type CacheReport struct {
 	CachedFraction float64 `json:"cached_fraction"`
 }
 
-// VerifyReport is --verify's outcome.
+// RequestRecord is one request's outcome (Config.PerRequest): where it sat
+// in the trace, when it was sent, what it measured and what the server
+// reported of its prompt's KV.
+type RequestRecord struct {
+	// Index is the request's position in the trace (dispatch order, from
+	// 0); ArrivalSeconds its arrival in the trace, before --speed.
+	Index          int     `json:"index"`
+	ArrivalSeconds float64 `json:"arrival_s"`
+	// SentSeconds is when it was sent, from the run's start.
+	SentSeconds    float64 `json:"sent_s"`
+	TTFTSeconds    float64 `json:"ttft_s"`
+	LatencySeconds float64 `json:"latency_s"`
+	PromptTokens   int     `json:"prompt_tokens"`
+	Tokens         int     `json:"tokens"`
+	// CachedTokens by tier and RecomputedTokens are the server's usage.
+	CachedTokens     int                `json:"cached_tokens"`
+	ByTier           *openai.TierTokens `json:"cached_tokens_by_tier,omitempty"`
+	RecomputedTokens int                `json:"recomputed_tokens"`
+	// Error is set for a request that failed; Cancelled for one the run's
+	// end cut short.
+	Error     string `json:"error,omitempty"`
+	Cancelled bool   `json:"cancelled,omitempty"`
+}
+
+// VerifyReport is --verify's outcome. A cached answer and its no-cache
+// reference can differ without any KV being wrong: the cached prefix's KV
+// was computed in other passes, of other shapes, whose bf16 products round
+// differently, and a greedy choice between two tokens closer than that
+// rounding flips. With logprobs the first differing token is told apart: a
+// near tie (within Tolerance in both answers) or a difference.
 type VerifyReport struct {
-	Every       int        `json:"every"`
-	Compared    int        `json:"compared"`
-	Mismatches  int        `json:"mismatches"`
+	Every    int `json:"every"`
+	Compared int `json:"compared"`
+	// Mismatches are answers whose tokens differ from the reference's;
+	// Ties of them differed first at a near tie, Differences did not (or
+	// could not be told: no logprobs, or a token outside the other's top).
+	Mismatches  int `json:"mismatches"`
+	Ties        int `json:"ties"`
+	Differences int `json:"differences"`
+	// TopLogprobs and Tolerance (nats) are the settings; MaxDrift is the
+	// largest difference between the two answers' log-probabilities of a
+	// token both chose, before their first difference: the rounding noise.
+	TopLogprobs int        `json:"top_logprobs"`
+	Tolerance   float64    `json:"tolerance"`
+	MaxDrift    float64    `json:"max_drift"`
 	Errors      int        `json:"errors"`
 	ErrorSample string     `json:"error_sample,omitempty"`
 	Examples    []Mismatch `json:"examples,omitempty"`
@@ -104,7 +147,7 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 	r := &Report{URL: a.URL, Trace: a.Trace, Format: rd.Format().String(), SkippedLines: rd.Skipped(),
 		WallSeconds: wall.Seconds(), Sent: c.sent, Completed: c.completed, Cancelled: c.cancelled,
 		Errors: c.errors, ErrorSamples: c.errorSamples, CutPrompts: c.cut,
-		PromptTokens: c.promptTokens, CompletionTokens: c.completionTokens, Verify: c.verify}
+		PromptTokens: c.promptTokens, CompletionTokens: c.completionTokens, Verify: c.verify, Requests: c.records}
 	r.Prompts = PromptSettings{Model: a.Model, Vocab: a.Vocab, Seed: a.Seed, BlockTokens: a.BlockTokens,
 		MaxPromptTokens: a.MaxPromptTokens, MaxTokens: a.MaxTokens, Requests: a.Requests}
 	if a.Concurrency > 0 {
@@ -117,6 +160,7 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 		r.InputTokensPerSecond = float64(c.promptTokens) / s
 		r.OutputTokensPerSecond = float64(c.completionTokens) / s
 	}
+	slices.SortFunc(c.records, func(x, y RequestRecord) int { return x.Index - y.Index })
 	for _, ds := range [][]time.Duration{c.ttft, c.itl, c.e2e} {
 		slices.Sort(ds)
 	}
@@ -203,10 +247,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	if v := r.Verify; v != nil {
-		fmt.Fprintf(w, "verify (every %d): %d compared, %d differ, %d reference requests failed\n", v.Every, v.Compared, v.Mismatches, v.Errors)
+		fmt.Fprintf(w, "verify (every %d): %d compared, %d differ: %d near ties (within %g nats), %d differences; %d reference requests failed; largest drift of a shared token's logprob %.4f nats\n",
+			v.Every, v.Compared, v.Mismatches, v.Ties, v.Tolerance, v.Differences, v.Errors, v.MaxDrift)
 		for _, m := range v.Examples {
-			fmt.Fprintf(w, "  request %d: first difference at token %d (%d cached prompt tokens; %d tokens against %d)\n",
-				m.Request, m.Position, m.CachedTokens, m.Tokens, m.RefTokens)
+			kind := "difference"
+			if m.Tie {
+				kind = "near tie"
+			}
+			gap := "unknown"
+			if m.Gap >= 0 {
+				gap = fmt.Sprintf("%.4f nats", m.Gap)
+			}
+			fmt.Fprintf(w, "  request %d: first difference at token %d, a %s (gap %s; %d cached prompt tokens; %d tokens against %d)\n",
+				m.Request, m.Position, kind, gap, m.CachedTokens, m.Tokens, m.RefTokens)
 		}
 		if v.ErrorSample != "" {
 			fmt.Fprintf(w, "  e.g. %s\n", v.ErrorSample)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -26,10 +27,14 @@ type outcome struct {
 	res       *openai.Result
 	err       error
 	cancelled bool // the run ended (--duration, a signal) before the answer
-	// verified and verifyErr are the no-cache reference's comparison.
+	// verified and verifyErr are the no-cache reference's comparison;
+	// drift is the comparison's largest logprob difference of a shared
+	// token.
 	verified  bool
 	mismatch  *Mismatch
+	drift     float64
 	verifyErr error
+	sent      time.Duration // from the run's start
 }
 
 // Run replays cfg's trace against the server and returns the report. A
@@ -67,14 +72,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	pm := promptMaker{vocab: uint32(a.Vocab), seed: a.Seed, blockTokens: a.BlockTokens, maxTokens: a.MaxPromptTokens}
 	col := newCollector(&a)
+	start := time.Now()
 	send := func(j job) {
+		sent := time.Since(start)
 		o := sendOne(ctx, client, &a, j)
+		o.sent = sent
 		col.add(&j, o)
 		if a.OnDone != nil {
 			a.OnDone()
 		}
 	}
-	start := time.Now()
 	var wg sync.WaitGroup
 	var readErr error
 	if a.Concurrency > 0 {
@@ -168,6 +175,10 @@ func dispatch(ctx context.Context, rd *trace.Reader, a *Config, pm *promptMaker,
 		j := job{index: i, arrival: tr.Arrival, req: openai.CompletionRequest{
 			Model: a.Model, Prompt: openai.TokenPrompt(toks), MaxTokens: &maxTokens, Temperature: &zero,
 			ReturnTokenIDs: true}}
+		if verified(a, i) && a.VerifyLogprobs > 0 {
+			k := a.VerifyLogprobs
+			j.req.Logprobs = &k // the reference is sent with the same
+		}
 		if tr.Salt != 0 {
 			j.req.Salt = strconv.FormatUint(tr.Salt, 10)
 		}
@@ -189,7 +200,7 @@ func sendOne(ctx context.Context, client *openai.Client, a *Config, j job) outco
 		o.cancelled = ctx.Err() != nil
 		return o
 	}
-	if a.Verify == 0 || j.index%a.Verify != a.Verify-1 {
+	if !verified(a, j.index) {
 		return o
 	}
 	ref := j.req
@@ -202,9 +213,12 @@ func sendOne(ctx context.Context, client *openai.Client, a *Config, j job) outco
 		return o
 	}
 	o.verified = true
-	o.mismatch = compareAnswers(j.index, o.res, refRes)
+	o.mismatch, o.drift = compareAnswers(j.index, o.res, refRes, a.VerifyTolerance)
 	return o
 }
+
+// verified reports whether request index is one --verify compares.
+func verified(a *Config, index int) bool { return a.Verify > 0 && index%a.Verify == a.Verify-1 }
 
 // Mismatch is a cached answer that differs from its no-cache reference.
 type Mismatch struct {
@@ -214,33 +228,72 @@ type Mismatch struct {
 	CachedTokens int `json:"cached_tokens"`
 	Tokens       int `json:"tokens"`
 	RefTokens    int `json:"reference_tokens"`
+	// Gap is, at Position, the larger of the two answers' margins (nats)
+	// between their own token and the other's, -1 when it cannot be told
+	// (no logprobs there, or the other's token not among the top ones);
+	// Tie reports Gap within the tolerance.
+	Gap float64 `json:"gap"`
+	Tie bool    `json:"tie"`
 }
 
 // compareAnswers compares the generated token ids (the text, when the
-// server sent no ids) of a cached answer and its reference.
-func compareAnswers(index int, got, ref *openai.Result) *Mismatch {
-	m := &Mismatch{Request: index, Tokens: got.TokenCount, RefTokens: ref.TokenCount, Position: -1}
+// server sent no ids) of a cached answer and its reference, with tol the
+// near-tie tolerance in nats. It returns the mismatch (nil when equal) and
+// the largest logprob drift of a token both chose before it.
+func compareAnswers(index int, got, ref *openai.Result, tol float64) (*Mismatch, float64) {
+	m := &Mismatch{Request: index, Tokens: got.TokenCount, RefTokens: ref.TokenCount, Position: -1, Gap: -1}
 	if got.Usage != nil && got.Usage.PromptTokensDetails != nil {
 		m.CachedTokens = got.Usage.PromptTokensDetails.CachedTokens
 	}
+	drift := 0.0
 	if len(got.Tokens) > 0 || len(ref.Tokens) > 0 {
 		for i := range max(len(got.Tokens), len(ref.Tokens)) {
 			if i >= len(got.Tokens) || i >= len(ref.Tokens) || got.Tokens[i] != ref.Tokens[i] {
 				m.Position = i
-				return m
+				if i < len(got.Tokens) && i < len(ref.Tokens) {
+					m.Gap = tieGap(got, ref, i)
+					m.Tie = m.Gap >= 0 && m.Gap <= tol
+				}
+				return m, drift
+			}
+			if i < len(got.Logprobs) && i < len(ref.Logprobs) {
+				drift = max(drift, math.Abs(got.Logprobs[i].Logprob-ref.Logprobs[i].Logprob))
 			}
 		}
-		return nil
+		return nil, drift
 	}
 	if got.Text != ref.Text {
 		for i := range max(len(got.Text), len(ref.Text)) {
 			if i >= len(got.Text) || i >= len(ref.Text) || got.Text[i] != ref.Text[i] {
 				m.Position = i // a byte offset: the server sent no ids
-				return m
+				return m, 0
 			}
 		}
 	}
-	return nil
+	return nil, 0
+}
+
+// tieGap returns, at position i where got and ref chose different tokens,
+// the larger of the margins by which each answer preferred its own token to
+// the other's; -1 when an answer has no logprobs there or does not list
+// the other's token among its top ones.
+func tieGap(got, ref *openai.Result, i int) float64 {
+	if i >= len(got.Logprobs) || i >= len(ref.Logprobs) {
+		return -1
+	}
+	margin := func(lp openai.TokenLogprob, other int32) float64 {
+		for _, t := range lp.Top {
+			if t.ID == other {
+				return max(0, lp.Logprob-t.Logprob)
+			}
+		}
+		return -1
+	}
+	a, b := margin(got.Logprobs[i], ref.Tokens[i]), margin(ref.Logprobs[i], got.Tokens[i])
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return max(a, b)
 }
 
 // errorKey names an error's kind in the report: the HTTP status, "stream"
@@ -274,14 +327,37 @@ type collector struct {
 	recomputed        int64
 	withUsage, byTier int
 	verify            *VerifyReport
+	perRequest        bool
+	records           []RequestRecord
 }
 
 func newCollector(a *Config) *collector {
-	c := &collector{errors: map[string]int{}, errorSamples: map[string]string{}}
+	c := &collector{errors: map[string]int{}, errorSamples: map[string]string{}, perRequest: a.PerRequest}
 	if a.Verify > 0 {
-		c.verify = &VerifyReport{Every: a.Verify}
+		c.verify = &VerifyReport{Every: a.Verify, TopLogprobs: a.VerifyLogprobs, Tolerance: a.VerifyTolerance}
 	}
 	return c
+}
+
+// record keeps j's outcome with Config.PerRequest; the caller holds c.mu.
+func (c *collector) record(j *job, o *outcome) {
+	if !c.perRequest {
+		return
+	}
+	rec := RequestRecord{Index: j.index, ArrivalSeconds: j.arrival.Seconds(), SentSeconds: o.sent.Seconds(),
+		PromptTokens: len(j.req.Prompt.Tokens), Cancelled: o.cancelled}
+	switch {
+	case o.err != nil && !o.cancelled:
+		rec.Error = o.err.Error()
+	case o.res != nil:
+		r := o.res
+		rec.TTFTSeconds, rec.LatencySeconds, rec.Tokens = r.TTFT.Seconds(), r.Latency.Seconds(), r.TokenCount
+		if u := r.Usage; u != nil && u.PromptTokensDetails != nil {
+			d := u.PromptTokensDetails
+			rec.CachedTokens, rec.ByTier, rec.RecomputedTokens = d.CachedTokens, d.CachedTokensByTier, d.RecomputedTokens
+		}
+	}
+	c.records = append(c.records, rec)
 }
 
 func (c *collector) cutPrompt() {
@@ -293,6 +369,7 @@ func (c *collector) cutPrompt() {
 func (c *collector) add(j *job, o outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.record(j, &o)
 	c.sent++
 	switch {
 	case o.cancelled:
@@ -337,8 +414,14 @@ func (c *collector) add(j *job, o outcome) {
 			}
 		case o.verified:
 			v.Compared++
+			v.MaxDrift = max(v.MaxDrift, o.drift)
 			if o.mismatch != nil {
 				v.Mismatches++
+				if o.mismatch.Tie {
+					v.Ties++
+				} else {
+					v.Differences++
+				}
 				if len(v.Examples) < maxMismatchExamples {
 					v.Examples = append(v.Examples, *o.mismatch)
 				}

@@ -45,6 +45,23 @@ type Result struct {
 	// Latency is the time from sending the request to the end of the
 	// response.
 	Latency time.Duration
+	// Logprobs has one entry per generated token when the request asked
+	// for logprobs and the server sent them by id (kvtier's top_token_ids);
+	// empty otherwise.
+	Logprobs []TokenLogprob
+}
+
+// TokenLogprob is one generated token's log-probability and the most
+// likely tokens at its position, most likely first.
+type TokenLogprob struct {
+	Logprob float64
+	Top     []TopLogprob
+}
+
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	ID      int32
+	Logprob float64
 }
 
 // StatusError is a response the server refused or failed: an error status
@@ -179,6 +196,17 @@ func (r *Result) add(c *CompletionResponse, text *strings.Builder) int {
 			n += len(ch.TokenIDs)
 		case ch.Text != "":
 			n++
+		}
+		if lp := ch.Logprobs; lp != nil && len(lp.TopTokenIDs) == len(lp.TokenLogprobs) && len(lp.TopTokenLogprobs) == len(lp.TokenLogprobs) {
+			for i, v := range lp.TokenLogprobs {
+				t := TokenLogprob{Logprob: v}
+				for j, id := range lp.TopTokenIDs[i] {
+					if j < len(lp.TopTokenLogprobs[i]) {
+						t.Top = append(t.Top, TopLogprob{ID: id, Logprob: lp.TopTokenLogprobs[i][j]})
+					}
+				}
+				r.Logprobs = append(r.Logprobs, t)
+			}
 		}
 		if ch.FinishReason != nil {
 			r.FinishReason = *ch.FinishReason

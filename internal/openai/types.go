@@ -24,7 +24,14 @@ type CompletionRequest struct {
 	NoCache bool `json:"no_cache,omitempty"`
 	// ReturnTokenIDs asks for the generated token ids in each choice.
 	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
+	// Logprobs, when given (0 to MaxLogprobs), asks for each generated
+	// token's log-probability and the Logprobs most likely tokens at its
+	// position (OpenAI's completions parameter).
+	Logprobs *int `json:"logprobs,omitempty"`
 }
+
+// MaxLogprobs is the most top tokens a request may ask for per position.
+const MaxLogprobs = 20
 
 // StreamOptions are the options of a streamed response.
 type StreamOptions struct {
@@ -53,9 +60,28 @@ type Choice struct {
 	// TokenIDs are the generated tokens of this choice (of this chunk, when
 	// streamed).
 	TokenIDs []int32 `json:"token_ids,omitempty"`
+	// Logprobs are the generated tokens' log-probabilities, when the
+	// request asked for them.
+	Logprobs *Logprobs `json:"logprobs,omitempty"`
 	// FinishReason is "length" (max_tokens reached) or "stop" (the model
 	// ended the sequence); null on the chunks before the last.
 	FinishReason *string `json:"finish_reason"`
+}
+
+// Logprobs are a choice's log-probabilities (natural logarithms), one entry
+// per generated token, in OpenAI's completions form, with kvtier's
+// extension keyed by token id: the text keys of TopLogprobs collide for the
+// ids the byte-level tokenizer cannot spell (they all read U+FFFD), so a
+// client that compares tokens reads TopTokenIDs and TopTokenLogprobs.
+type Logprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+	// TopTokenIDs[i] are the most likely tokens at position i, most likely
+	// first, and TopTokenLogprobs[i] their log-probabilities.
+	TopTokenIDs      [][]int32   `json:"top_token_ids,omitempty"`
+	TopTokenLogprobs [][]float64 `json:"top_token_logprobs,omitempty"`
 }
 
 // Usage counts a request's tokens.

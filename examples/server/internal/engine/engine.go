@@ -18,12 +18,13 @@ import (
 // gpu.Model behind an adapter). The engine calls it from one goroutine.
 type Runner interface {
 	// Forward computes p over tokens (see model.Plan) and returns the
-	// greedy next token. fromCache lists the region slots of p whose KV
+	// last position's logits (valid until the next call) and the greedy
+	// next token. fromCache lists the region slots of p whose KV
 	// kvtier provides (found in or loaded into the GPU tier) rather than
 	// this runner: a runner whose memory is not the device's reads them
 	// after p.Ready(layer), layer by layer. When Forward returns, the KV
 	// it computed is in the device's slots, where kvtier copies it from.
-	Forward(tokens []int32, p model.Plan, fromCache []int32) (int32, error)
+	Forward(tokens []int32, p model.Plan, fromCache []int32) ([]float32, int32, error)
 }
 
 // Config configures an Engine.

@@ -23,44 +23,45 @@ func (e *Engine) prefill(s *seq) bool {
 	}
 	start := time.Now()
 	s.tokens = append(make([]int32, 0, s.positions()+1), s.req.Tokens...)
+	var logits []float32
 	var next int32
 	var err error
 	if s.noCache {
-		next, err = e.prefillScratch(s)
+		logits, next, err = e.prefillScratch(s)
 	} else {
-		next, err = e.prefillCached(s)
+		logits, next, err = e.prefillCached(s)
 	}
 	if err != nil {
 		e.end(s, err)
 		return false
 	}
 	e.prefillSecs.Observe(time.Since(start).Seconds())
-	return e.emit(s, next)
+	return e.emit(s, logits, next)
 }
 
 // prefillScratch computes the whole prompt in scratch slots, with no
 // lookup and no insert: a no-cache request.
-func (e *Engine) prefillScratch(s *seq) (int32, error) {
+func (e *Engine) prefillScratch(s *seq) ([]float32, int32, error) {
 	n := len(s.req.Tokens)
 	s.scratch = e.scratch.take(s.scratch, e.cfg.Model.Blocks(s.positions()))
 	s.slots = append(s.slots[:0], s.scratch...)
 	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(n)], Compute: appendRange(nil, 0, n)}
 	t0 := time.Now()
-	next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	logits, next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
 	if err == nil && e.cfg.Observer != nil {
 		e.cfg.Observer.Pass(0, n, time.Since(t0))
 	}
-	return next, err
+	return logits, next, err
 }
 
 // prefillCached is the kvtier path of the package doc. A failed load makes
 // it start again from the lookup, the lost blocks then recomputed.
-func (e *Engine) prefillCached(s *seq) (int32, error) {
+func (e *Engine) prefillCached(s *seq) ([]float32, int32, error) {
 	lost := make([]bool, (len(s.req.Tokens)-1)/e.bt)
 	for attempt := 1; ; attempt++ {
-		next, err := e.attempt(s, lost)
+		logits, next, err := e.attempt(s, lost)
 		if !errors.Is(err, kvtier.ErrMove) {
-			return next, err
+			return logits, next, err
 		}
 		e.failedLoads.Inc()
 		e.log.Warn("engine: a KV load failed; recomputing", "request", s.req.ID, "attempt", attempt, "err", err)
@@ -76,7 +77,7 @@ func (e *Engine) prefillCached(s *seq) (int32, error) {
 // An error wrapping kvtier.ErrMove means a load failed: nothing computed
 // was committed or sent, the leases are still held (the caller releases
 // them), and lost marks the blocks that were loading.
-func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
+func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 	m, c, bt := e.cfg.Cache, e.cfg.Model, e.bt
 	prompt := s.req.Tokens
 	// The cache serves the full blocks before the one holding the last
@@ -85,7 +86,7 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 	// holds.
 	n, full := len(prompt), (len(prompt)-1)/bt
 	if err := m.Lookup(s.req.Salt, prompt[:full*bt], &s.look); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	s.leased = true
 	if r := e.cfg.Remote; r != nil {
@@ -106,10 +107,10 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 	}
 	lc := loadClock{onboard: time.Now()}
 	if err := m.Onboard(&s.look); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if err := m.Insert(s.req.Salt, prompt[:full*bt], kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		return 0, err
+		return nil, 0, err
 	}
 
 	// The slot of each full block, and which of them to compute: Insert's
@@ -169,7 +170,7 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 	}
 	p := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: ready}
 	t0 := time.Now()
-	next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
+	logits, next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
 	passTime := time.Since(t0)
 	if werr := m.Wait(s.ctx, &s.look); werr != nil {
 		for b := range full {
@@ -179,16 +180,16 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 		}
 		_ = m.Commit(&s.ins, werr)
 		if errors.Is(werr, kvtier.ErrMove) {
-			return 0, werr
+			return nil, 0, werr
 		}
-		return 0, fmt.Errorf("engine: request %s: waiting for its loads: %w", s.req.ID, werr)
+		return nil, 0, fmt.Errorf("engine: request %s: waiting for its loads: %w", s.req.ID, werr)
 	}
 	if ferr != nil {
 		_ = m.Commit(&s.ins, ferr)
-		return 0, ferr
+		return nil, 0, ferr
 	}
 	if err := m.Commit(&s.ins, nil); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	e.account(s, byPos, compute, lost)
 	if o := e.cfg.Observer; o != nil {
@@ -197,7 +198,7 @@ func (e *Engine) attempt(s *seq, lost []bool) (int32, error) {
 			o.Pass(k*bt, len(pos), passTime)
 		}
 	}
-	return next, nil
+	return logits, next, nil
 }
 
 // account fills s.usage from where each full block's KV came from.
@@ -228,18 +229,23 @@ func (e *Engine) decode(s *seq) bool {
 	pos := len(s.tokens) - 1
 	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(pos+1)], Compute: []int32{int32(pos)}}
 	t0 := time.Now()
-	next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	logits, next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
 	e.decodeSecs.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		e.end(s, fmt.Errorf("engine: request %s: decode at position %d: %w", s.req.ID, pos, err))
 		return false
 	}
-	return e.emit(s, next)
+	return e.emit(s, logits, next)
 }
 
-// emit sends one token; it reports whether s goes on.
-func (e *Engine) emit(s *seq, tok int32) bool {
-	s.out.Send(tok)
+// emit sends one token, with its log-probabilities from logits when the
+// request asked for them; it reports whether s goes on.
+func (e *Engine) emit(s *seq, logits []float32, tok int32) bool {
+	if s.req.Logprobs {
+		s.out.SendLogprobs(tok, topLogprobs(logits, s.req.TopLogprobs, tok))
+	} else {
+		s.out.Send(tok)
+	}
 	s.sent++
 	s.tokens = append(s.tokens, tok)
 	if s.sent == s.req.MaxTokens {

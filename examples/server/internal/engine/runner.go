@@ -13,9 +13,8 @@ import (
 type GPURunner struct{ M *gpu.Model }
 
 // Forward implements Runner.
-func (r GPURunner) Forward(tokens []int32, p model.Plan, _ []int32) (int32, error) {
-	_, next, err := r.M.Forward(tokens, p)
-	return next, err
+func (r GPURunner) Forward(tokens []int32, p model.Plan, _ []int32) ([]float32, int32, error) {
+	return r.M.Forward(tokens, p)
 }
 
 // CPURunner runs the CPU reference model for a server on the simulated
@@ -48,7 +47,7 @@ func NewCPURunner(m *model.CPU, dev cudastream.Device, region cudastream.DeviceP
 func (r *CPURunner) Close() error { return r.st.Destroy() }
 
 // Forward implements Runner.
-func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) (int32, error) {
+func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) ([]float32, int32, error) {
 	c := r.m.Config()
 	bb, lb := c.BlockBytes(), 2*c.PartBytes() // a layer's K and V are adjacent in a block
 	ready := p.Ready
@@ -69,9 +68,9 @@ func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) (in
 		}
 		return r.st.Synchronize()
 	}
-	_, next, err := r.m.Forward(tokens, p)
+	logits, next, err := r.m.Forward(tokens, p)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	// Write back the cache's blocks this pass computed into.
 	last := int32(-1)
@@ -83,11 +82,11 @@ func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) (in
 		last = s
 		off := int64(s) * bb
 		if err := r.st.CopyHtoD(r.region+cudastream.DevicePtr(off), r.m.Region()[off:off+bb]); err != nil {
-			return 0, fmt.Errorf("engine: write slot %d to the device: %w", s, err)
+			return nil, 0, fmt.Errorf("engine: write slot %d to the device: %w", s, err)
 		}
 	}
 	if err := r.st.Synchronize(); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	return next, nil
+	return logits, next, nil
 }

@@ -86,6 +86,47 @@ func TestCompletionWhole(t *testing.T) {
 	}
 }
 
+// TestCompletionLogprobs: logprobs asked for come back per token, in
+// OpenAI's form and by id, whole and streamed (read through openai.Client,
+// as bench-serve reads them); not asked for, there are none.
+func TestCompletionLogprobs(t *testing.T) {
+	b := newTestBackend()
+	_, srv := newTestServer(t, b, Config{})
+	resp, body := post(t, srv.URL, `{"prompt":[1,2,300],"max_tokens":3,"logprobs":2}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var cr openai.CompletionResponse
+	if err := json.Unmarshal(body, &cr); err != nil {
+		t.Fatal(err)
+	}
+	want := expectedTokens([]int32{1, 2, 300}, 3, 512)
+	lp := cr.Choices[0].Logprobs
+	if lp == nil || len(lp.TokenLogprobs) != 3 || len(lp.TopTokenIDs) != 3 || len(lp.TopLogprobs) != 3 || len(lp.TextOffset) != 3 {
+		t.Fatalf("logprobs %+v: want 3 positions", lp)
+	}
+	for i, tok := range want {
+		if lp.TokenLogprobs[i] != -0.5 || !slicesEqual(lp.TopTokenIDs[i], []int32{tok, (tok + 1) % 512}) ||
+			lp.TopTokenLogprobs[i][0] != -0.5 || lp.TopTokenLogprobs[i][1] != -1.5 || lp.TextOffset[i] != len(cr.Choices[0].Text[:lp.TextOffset[i]]) {
+			t.Errorf("position %d: %v %v %v", i, lp.TokenLogprobs[i], lp.TopTokenIDs[i], lp.TopTokenLogprobs[i])
+		}
+	}
+	if _, body := post(t, srv.URL, `{"prompt":[1,2,300],"max_tokens":3}`); bytes.Contains(body, []byte("logprobs")) {
+		t.Errorf("logprobs not asked for, yet sent: %s", body)
+	}
+
+	client := &openai.Client{URL: srv.URL + openai.CompletionsPath}
+	two := 2
+	res, err := client.Complete(context.Background(), openai.CompletionRequest{Prompt: openai.TokenPrompt([]int32{1, 2, 300}), MaxTokens: &two, Logprobs: &two})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Logprobs) != 2 || res.Logprobs[1].Logprob != -0.5 || len(res.Logprobs[1].Top) != 2 ||
+		res.Logprobs[1].Top[1] != (openai.TopLogprob{ID: (want[1] + 1) % 512, Logprob: -1.5}) {
+		t.Fatalf("streamed logprobs %+v", res.Logprobs)
+	}
+}
+
 // TestCompletionTokenPromptAndSalt: a token-id prompt reaches the engine as
 // is, with max_tokens defaulting to Config.DefaultMaxTokens, and user/salt
 // give the engine different salts (empty: salt 0).
@@ -221,6 +262,9 @@ func TestBadRequests(t *testing.T) {
 		{`{"prompt":"x","stream":"yes"}`, "stream", "want bool"},
 		{`{"prompt":"x","user":5}`, "user", "want string"},
 		{`{"prompt":"x","model":"other"}`, "model", "serves \"test-model\""},
+		{`{"prompt":"x","logprobs":-1}`, "logprobs", "want 0 to 20"},
+		{`{"prompt":"x","logprobs":21}`, "logprobs", "want 0 to 20"},
+		{`{"prompt":"x","logprobs":"all"}`, "logprobs", "want int"},
 	}
 	for _, c := range cases {
 		resp, body := post(t, srv.URL, c.body)

@@ -60,6 +60,25 @@ type Request struct {
 	// Arrival is when the request reached the server; engines prefill in
 	// arrival order.
 	Arrival time.Time
+	// Logprobs asks for each generated token's log-probability and the
+	// TopLogprobs most likely tokens at its position (Stream.SendLogprobs;
+	// TopLogprobs at most openai.MaxLogprobs, 0 for the token's alone).
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// TokenLogprobs is one generated token's log-probability (natural log,
+// under the model's softmax) and the most likely tokens at its position,
+// most likely first.
+type TokenLogprobs struct {
+	Logprob float32
+	Top     []TopToken
+}
+
+// TopToken is one of the most likely tokens at a position.
+type TopToken struct {
+	ID      int32
+	Logprob float32
 }
 
 // Usage is what the engine reports for one finished request: where its
@@ -91,8 +110,12 @@ func (u *Usage) CachedTokens() int {
 // slow client never stalls the engine's batch.
 type Stream struct {
 	tokens chan int32
-	usage  Usage
-	err    error
+	// logprobs[i] is token i's, when the request asked for them: written
+	// by SendLogprobs before the token is sent, read after it is received.
+	logprobs []TokenLogprobs
+	sent     int
+	usage    Usage
+	err      error
 }
 
 // NewStream returns a stream for up to maxTokens tokens. The API makes one
@@ -101,11 +124,39 @@ func NewStream(maxTokens int) *Stream {
 	return &Stream{tokens: make(chan int32, maxTokens)}
 }
 
+// NewLogprobsStream returns a stream for up to maxTokens tokens that also
+// carries their log-probabilities (SendLogprobs).
+func NewLogprobsStream(maxTokens int) *Stream {
+	s := NewStream(maxTokens)
+	s.logprobs = make([]TokenLogprobs, maxTokens)
+	return s
+}
+
+// SendLogprobs is Send with the token's log-probabilities; on a stream
+// made by NewStream they are dropped. The stream keeps lp (the engine MUST
+// NOT reuse lp.Top).
+func (s *Stream) SendLogprobs(token int32, lp TokenLogprobs) {
+	if s.sent < len(s.logprobs) {
+		s.logprobs[s.sent] = lp
+	}
+	s.Send(token)
+}
+
+// Logprobs returns token i's log-probabilities, once token i was received
+// from Tokens; false when the stream carries none.
+func (s *Stream) Logprobs(i int) (TokenLogprobs, bool) {
+	if i < 0 || i >= len(s.logprobs) {
+		return TokenLogprobs{}, false
+	}
+	return s.logprobs[i], true
+}
+
 // Send passes one generated token to the client. It MUST NOT be called more
 // than MaxTokens times, nor after Finish (it panics: an engine bug).
 func (s *Stream) Send(token int32) {
 	select {
 	case s.tokens <- token:
+		s.sent++
 	default:
 		panic("httpapi: Stream.Send beyond the request's MaxTokens")
 	}

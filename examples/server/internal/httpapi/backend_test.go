@@ -83,7 +83,17 @@ func (b *testBackend) run(ctx context.Context, req *Request, out *Stream) {
 			out.Finish(Usage{}, errTestEngine)
 			return
 		}
-		out.Send((sum + int32(i)) % int32(b.lim.VocabSize))
+		tok := (sum + int32(i)) % int32(b.lim.VocabSize)
+		if req.Logprobs {
+			// The token, then the ids above it, each a nat less likely.
+			lp := TokenLogprobs{Logprob: -0.5}
+			for k := range req.TopLogprobs {
+				lp.Top = append(lp.Top, TopToken{ID: (tok + int32(k)) % int32(b.lim.VocabSize), Logprob: -0.5 - float32(k)})
+			}
+			out.SendLogprobs(tok, lp)
+			continue
+		}
+		out.Send(tok)
 	}
 	var u Usage
 	gpu := min(len(req.Tokens), 2)

@@ -33,6 +33,10 @@ type cacheBackend struct {
 	lim         httpapi.Limits
 	blockTokens int
 	corrupt     bool
+	// tie, with corrupt, makes the corrupt token a near tie: with logprobs
+	// asked for, every position lists the token and the next id 0.01 nats
+	// apart, the swapped one too (as bf16 rounding flips a tie).
+	tie bool
 	// fullEvery, when above 0, refuses every such Submit (429).
 	fullEvery int64
 	// hold makes every request wait for its context to end.
@@ -98,10 +102,20 @@ func (b *cacheBackend) run(ctx context.Context, req *httpapi.Request, out *httpa
 	for i := range req.MaxTokens {
 		binary.Write(h, binary.LittleEndian, int32(i))
 		tok := int32(h.Sum64() % uint64(b.lim.VocabSize))
+		next := (tok + 1) % int32(b.lim.VocabSize)
+		lp := httpapi.TokenLogprobs{Logprob: -1, Top: []httpapi.TopToken{{ID: tok, Logprob: -1}, {ID: next, Logprob: -1.01}}}
 		if b.corrupt && u.CachedTokens() > 0 && i == req.MaxTokens-1 {
-			tok = (tok + 1) % int32(b.lim.VocabSize)
+			tok, next = next, tok
+			lp.Top[0].ID, lp.Top[1].ID = tok, next
+			if !b.tie {
+				lp.Top = lp.Top[:1] // the reference's token nowhere near
+			}
 		}
-		out.Send(tok)
+		if req.Logprobs {
+			out.SendLogprobs(tok, lp)
+		} else {
+			out.Send(tok)
+		}
 	}
 	out.Finish(u, nil)
 }
@@ -226,6 +240,32 @@ func TestBenchServeVerifyCatchesDifference(t *testing.T) {
 	// prompt (request 1 the one request 0 sent, request 3 request 2's).
 	if v.Mismatches != 20 {
 		t.Fatalf("%d mismatches, want 20 (every compared request hit the cache)", v.Mismatches)
+	}
+}
+
+// TestBenchServeVerifyTellsNearTies: with logprobs, a cached answer whose
+// first differing token was a near tie in both answers is counted as a tie,
+// not a difference; the same run with the ties beyond the tolerance, or
+// with no logprobs asked for, counts differences.
+func TestBenchServeVerifyTellsNearTies(t *testing.T) {
+	b := newCacheBackend()
+	b.corrupt, b.tie = true, true
+	url, path := serve(t, b), writeTestTrace(t, 40)
+	for _, tc := range []struct {
+		logprobs    int
+		tol         float64
+		ties, diffs int
+	}{{5, 0.05, 20, 0}, {5, 0.005, 0, 20}, {0, 0.05, 0, 20}} {
+		c := benchConfig(url, path)
+		c.Concurrency, c.Verify, c.VerifyLogprobs, c.VerifyTolerance = 1, 2, tc.logprobs, tc.tol
+		rep := runBench(t, c)
+		v := rep.Verify
+		if v == nil || v.Compared != 20 || v.Mismatches != 20 || v.Ties != tc.ties || v.Differences != tc.diffs {
+			t.Fatalf("logprobs %d tolerance %g: verify %+v; want %d ties and %d differences", tc.logprobs, tc.tol, v, tc.ties, tc.diffs)
+		}
+		if tc.logprobs > 0 && v.MaxDrift != 0 {
+			t.Errorf("drift %g: the tokens both chose have equal logprobs here", v.MaxDrift)
+		}
 	}
 }
 

@@ -37,6 +37,10 @@ func (a *API) completions(w http.ResponseWriter, r *http.Request) {
 	breq := &Request{ID: c.id, Tokens: toks, MaxTokens: *req.MaxTokens, Salt: requestSalt(req),
 		NoCache: req.NoCache, Arrival: arrival}
 	c.out = NewStream(breq.MaxTokens)
+	if req.Logprobs != nil {
+		breq.Logprobs, breq.TopLogprobs = true, *req.Logprobs
+		c.out = NewLogprobsStream(breq.MaxTokens)
+	}
 	if err := a.backend.Submit(r.Context(), breq, c.out); err != nil {
 		a.failRequest(w, err)
 		return
@@ -79,7 +83,7 @@ func (c *completion) whole() {
 	}
 	reason := c.finishReason(len(gen))
 	resp := openai.CompletionResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: c.model,
-		Choices: []openai.Choice{{Text: string(text), TokenIDs: gen, FinishReason: &reason}},
+		Choices: []openai.Choice{{Text: string(text), TokenIDs: gen, Logprobs: c.wireLogprobs(gen, 0, 0), FinishReason: &reason}},
 		Usage:   c.wireUsage(&u, len(gen))}
 	body, err := json.Marshal(&resp)
 	if err != nil {
@@ -102,7 +106,7 @@ func (c *completion) stream() {
 	prefix := c.chunkPrefix()
 	buf := make([]byte, 0, 4<<10)
 	var scratch []byte
-	started, n := false, 0
+	started, n, offset := false, 0, 0
 	tokens := c.out.Tokens()
 	for tok := range tokens {
 		buf = buf[:0]
@@ -111,7 +115,12 @@ func (c *completion) stream() {
 			c.timer.token(time.Now())
 			n++
 			scratch = openai.AppendTokenText(scratch[:0], tok)
-			buf = appendTokenEvent(buf, prefix, scratch, tok)
+			var lp []byte
+			if c.wire.Logprobs != nil {
+				lp, _ = json.Marshal(c.wireLogprobs([]int32{tok}, n-1, offset))
+			}
+			offset += len(scratch)
+			buf = appendTokenEvent(buf, prefix, scratch, tok, lp)
 			var ok bool
 			select {
 			case tok, ok = <-tokens:
@@ -233,14 +242,52 @@ func (c *completion) chunkPrefix() []byte {
 	return append(b, `,"choices":[{"index":0,"text":`...)
 }
 
-// appendTokenEvent appends the event of one token's chunk.
-func appendTokenEvent(dst, prefix, text []byte, tok int32) []byte {
+// appendTokenEvent appends the event of one token's chunk; logprobs, if
+// not nil, is the chunk's logprobs object as JSON.
+func appendTokenEvent(dst, prefix, text []byte, tok int32, logprobs []byte) []byte {
 	dst = append(dst, "data: "...)
 	dst = append(dst, prefix...)
 	dst = appendJSONString(dst, text)
 	dst = append(dst, `,"token_ids":[`...)
 	dst = strconv.AppendInt(dst, int64(tok), 10)
-	return append(dst, "],\"finish_reason\":null}]}\n\n"...)
+	dst = append(dst, ']')
+	if logprobs != nil {
+		dst = append(dst, `,"logprobs":`...)
+		dst = append(dst, logprobs...)
+	}
+	return append(dst, ",\"finish_reason\":null}]}\n\n"...)
+}
+
+// wireLogprobs returns the logprobs object of gen, the generated tokens
+// from the first'th, whose text starts at offset bytes into the
+// completion's; nil when the request did not ask for logprobs.
+func (c *completion) wireLogprobs(gen []int32, first, offset int) *openai.Logprobs {
+	if c.wire.Logprobs == nil {
+		return nil
+	}
+	lp := &openai.Logprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{},
+		TopTokenIDs: [][]int32{}, TopTokenLogprobs: [][]float64{}}
+	var text []byte
+	for i, tok := range gen {
+		t, _ := c.out.Logprobs(first + i)
+		text = openai.AppendTokenText(text[:0], tok)
+		lp.Tokens = append(lp.Tokens, string(text))
+		lp.TokenLogprobs = append(lp.TokenLogprobs, float64(t.Logprob))
+		lp.TextOffset = append(lp.TextOffset, offset)
+		offset += len(text)
+		top := make(map[string]float64, len(t.Top))
+		ids, lps := make([]int32, 0, len(t.Top)), make([]float64, 0, len(t.Top))
+		for _, tt := range t.Top {
+			k := string(openai.AppendTokenText(nil, tt.ID))
+			if _, dup := top[k]; !dup { // the most likely of the ids that read the same
+				top[k] = float64(tt.Logprob)
+			}
+			ids, lps = append(ids, tt.ID), append(lps, float64(tt.Logprob))
+		}
+		lp.TopLogprobs = append(lp.TopLogprobs, top)
+		lp.TopTokenIDs, lp.TopTokenLogprobs = append(lp.TopTokenIDs, ids), append(lp.TopTokenLogprobs, lps)
+	}
+	return lp
 }
 
 // appendJSONString appends s as a JSON string: quotes, backslashes and

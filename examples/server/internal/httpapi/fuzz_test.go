@@ -48,7 +48,7 @@ func TestStreamTokenAllocs(t *testing.T) {
 		tok = (tok + 1) % 300
 		c.timer.token(c.timer.start)
 		scratch = openai.AppendTokenText(scratch[:0], tok)
-		buf = appendTokenEvent(buf[:0], prefix, scratch, tok)
+		buf = appendTokenEvent(buf[:0], prefix, scratch, tok, nil)
 	})
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations per token", allocs)

@@ -75,6 +75,9 @@ func checkRequest(req *openai.CompletionRequest, lim Limits, defaultMaxTokens in
 	if req.Model != "" && lim.Model != "" && req.Model != lim.Model {
 		return nil, bad("model", "%q: this server serves %q", req.Model, lim.Model)
 	}
+	if req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > openai.MaxLogprobs) {
+		return nil, bad("logprobs", "%d: want 0 to %d", *req.Logprobs, openai.MaxLogprobs)
+	}
 	maxTokens := defaultMaxTokens
 	if req.MaxTokens != nil {
 		maxTokens = *req.MaxTokens
