@@ -11,9 +11,14 @@
 #
 # BIN_DIR holds the server and kvtier binaries (go build -o BIN_DIR/server
 # ./examples/server; go build -o BIN_DIR/kvtier ./cmd/kvtier). STRATEGY
-# defaults to "cost gpu-only none". SERVER_FLAGS and BENCH_FLAGS replace the
-# defaults below; VERIFY (default 10) is bench-serve's --verify for the
-# cost strategy; PORT (default 8311) the loopback port.
+# defaults to "cost gpu-only none"; LABEL=STRATEGY runs STRATEGY under
+# another name (two runs of one strategy with other flags). SERVER_FLAGS
+# and BENCH_FLAGS replace the defaults below, for every run; FLAGS_<label>
+# (the label's dashes as underscores, e.g. FLAGS_cost_wrong) adds server
+# flags to one run. Each run writes the server's calibration to
+# OUT_DIR/calibration-LABEL.json (-cost-calibration-out) for a model of
+# kvtier/cost. VERIFY (default 10) is bench-serve's --verify for the run
+# labelled cost; PORT (default 8311) the loopback port.
 set -uo pipefail
 if [[ $# -lt 3 ]]; then
 	echo "usage: $0 BIN_DIR TRACE OUT_DIR [STRATEGY...]" >&2
@@ -38,11 +43,16 @@ get() {
 }
 
 status=0
-for s in "${strategies[@]}"; do
-	log=$out/server-$s.log
-	echo "== $s: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]}"
+for arg in "${strategies[@]}"; do
+	label=${arg%%=*} s=${arg#*=}
+	extra_var=FLAGS_${label//-/_}
+	read -r -a extra <<<"${!extra_var:-}"
+	calout=()
+	[[ " ${server_flags[*]} " == *" -model tiny "* ]] || calout=(-cost-calibration-out "$out/calibration-$label.json")
+	log=$out/server-$label.log
+	echo "== $label: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]} ${extra[*]} ${calout[*]}"
 	SECONDS=0
-	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" >"$log" 2>&1 &
+	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" "${extra[@]}" "${calout[@]}" >"$log" 2>&1 &
 	pid=$!
 	up=0
 	for _ in $(seq 1 900); do
@@ -54,7 +64,7 @@ for s in "${strategies[@]}"; do
 		sleep 0.2
 	done
 	if [[ $up != 1 ]]; then
-		echo "server ($s) did not come up:"
+		echo "server ($label) did not come up:"
 		tail -20 "$log"
 		kill -TERM "$pid" 2>/dev/null
 		wait "$pid"
@@ -63,17 +73,17 @@ for s in "${strategies[@]}"; do
 	fi
 	echo "server up after ${SECONDS} s"
 	verify=()
-	[[ $s == cost ]] && verify=(--verify "${VERIFY:-10}")
+	[[ $label == cost ]] && verify=(--verify "${VERIFY:-10}")
 	"$bin/kvtier" bench-serve --url "http://127.0.0.1:$port" --trace "$trace" --json --progress never \
-		"${verify[@]}" "${bench_flags[@]}" >"$out/bench-$s.json" 2>"$out/bench-$s.err"
+		"${verify[@]}" "${bench_flags[@]}" >"$out/bench-$label.json" 2>"$out/bench-$label.err"
 	rc=$?
-	echo "bench-serve ($s): exit $rc"
-	tail -3 "$out/bench-$s.err"
+	echo "bench-serve ($label): exit $rc"
+	tail -3 "$out/bench-$label.err"
 	[[ $rc == 0 ]] || status=1
-	get /metrics >"$out/metrics-$s.txt" 2>/dev/null
+	get /metrics >"$out/metrics-$label.txt" 2>/dev/null
 	kill -TERM "$pid"
 	wait "$pid"
-	echo "server ($s): exit $? after ${SECONDS} s"
+	echo "server ($label): exit $? after ${SECONDS} s"
 	tail -2 "$log"
 done
 exit $status
