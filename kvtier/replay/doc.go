@@ -84,7 +84,10 @@
 //     trace, so memory does not grow with the trace's length (as long as
 //     the modelled server keeps up with it).
 //   - Determinism: the same trace and Config give byte-identical JSON
-//     (Report holds no map and no wall-clock time).
+//     (Report holds no map and no wall-clock time), and byte-identical
+//     request records (Options.OnRequest, RequestLines: one RequestRecord
+//     per request and strategy, as each request ends, to compare request
+//     by request with a measured server's).
 //   - A malformed trace line stops the replay with an error naming its line
 //     (or, with Source.SkipBad, is skipped and counted); a bad Config is an
 //     error naming its JSON field.

@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
@@ -72,6 +73,11 @@ type engine struct {
 
 	res   tally
 	ttfts []time.Duration
+
+	// onRequest, when set, gets each request's record as it ends
+	// (Options.OnRequest); its first error stops the replay.
+	onRequest func(RequestRecord) error
+	recordErr error
 
 	flight inFlight   // the requests in flight and their memory (budget.go)
 	clock  clockGuard // the first event time that overflowed (clock.go)
@@ -244,6 +250,9 @@ func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
 // run replays the trace to its end.
 func (e *engine) run(src *trace.Reader) error {
 	e.src = src
+	if e.usesExt() {
+		e.flight.ext = int64(unsafe.Sizeof(requestExt{}))
+	}
 	if err := e.readNext(); err != nil {
 		return err
 	}
@@ -277,6 +286,9 @@ func (e *engine) run(src *trace.Reader) error {
 		}
 		if e.clock.err != nil {
 			return e.clock.err
+		}
+		if e.recordErr != nil {
+			return e.recordErr
 		}
 		if invariants.Enabled {
 			e.check()
