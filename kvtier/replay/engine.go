@@ -62,6 +62,10 @@ type engine struct {
 
 	computeRunning int // requests running a segment of prefill
 
+	// With Config.DecodeOnGPU (decode.go):
+	decoding []*request // the requests decoding, in the order they started
+	inRound  bool       // a decode round is running on the GPU
+
 	inFlight int        // copies submitted and not completed
 	waiting  []*request // requests waiting for GPU space (write-back)
 	retry    []*request // the other buffer of waiting
@@ -275,6 +279,8 @@ func (e *engine) run(src *trace.Reader) error {
 			e.computeDone(ev.r, ev.phase)
 		case evDecodeDone:
 			e.decodeDone(ev.r)
+		case evRoundDone:
+			e.roundDone()
 		case evRemoteDone:
 			e.fetchDone(ev.r)
 		}

@@ -99,4 +99,4 @@ func (e *engine) record(r *request) {
 func recordSeconds(d time.Duration) float64 { return float64(d) / 1e9 }
 
 // usesExt reports whether the replay's requests carry a requestExt.
-func (e *engine) usesExt() bool { return e.onRequest != nil }
+func (e *engine) usesExt() bool { return e.cfg.DecodeOnGPU || e.onRequest != nil }

@@ -55,6 +55,7 @@ func TestRequestRecordsDeterministic(t *testing.T) {
 	}{
 		{"default", func(*Config) {}},
 		{"write-back", func(c *Config) { c.WriteThrough = false }},
+		{"decode on the GPU", func(c *Config) { c.DecodeOnGPU, c.DecodeTokenTime = true, Duration(10*time.Millisecond) }},
 	} {
 		cfg := testConfig()
 		c.edit(&cfg)
@@ -81,20 +82,20 @@ func TestRequestRecordsDeterministic(t *testing.T) {
 		}
 		for i := range rep.Results {
 			res := &rep.Results[i]
-			checkAgainstResult(t, byStrategy[res.Strategy], res, n)
+			checkAgainstResult(t, byStrategy[res.Strategy], res, n, cfg)
 		}
 	}
 }
 
 // checkAgainstResult checks one strategy's records against its result.
-func checkAgainstResult(t *testing.T, recs []RequestRecord, res *StrategyResult, n int) {
+func checkAgainstResult(t *testing.T, recs []RequestRecord, res *StrategyResult, n int, cfg Config) {
 	t.Helper()
 	if len(recs) != n {
 		t.Fatalf("%s: %d records of %d requests", res.Strategy, len(recs), n)
 	}
 	seen := make([]bool, n)
 	byIndex := make([]*RequestRecord, n)
-	var used, host, nvme, recomputed, missed int64
+	var used, host, nvme, recomputed, missed, steps int64
 	var ttftSum, ttftMax float64
 	for i := range recs {
 		r := &recs[i]
@@ -116,6 +117,7 @@ func checkAgainstResult(t *testing.T, recs []RequestRecord, res *StrategyResult,
 		nvme += int64(r.LoadedNVMeBlocks)
 		recomputed += int64(r.RecomputedBlocks)
 		missed += int64(r.MissedBlocks)
+		steps += int64(max(0, r.OutputTokens-1))
 		ttftSum += r.TTFTSeconds
 		ttftMax = max(ttftMax, r.TTFTSeconds)
 	}
@@ -138,6 +140,10 @@ func checkAgainstResult(t *testing.T, recs []RequestRecord, res *StrategyResult,
 			t.Errorf("%s: request %d's prefill started at %.9f s, before request %d's ended at %.9f s", res.Strategy, i,
 				r.StartSeconds, i-1, prev.ArrivalSeconds+prev.TTFTSeconds)
 		}
+	}
+	if cfg.DecodeOnGPU && (res.DecodeSteps != steps || ns(res.DecodeBusySeconds) != time.Duration(steps)*time.Duration(cfg.DecodeTokenTime)) {
+		t.Errorf("%s: %d decode steps, %v busy; the records' output tokens make %d steps", res.Strategy, res.DecodeSteps,
+			ns(res.DecodeBusySeconds), steps)
 	}
 }
 

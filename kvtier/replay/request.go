@@ -37,18 +37,19 @@ type request struct {
 	inserted  bool // its GPU blocks are reserved (InsertKeys)
 	floorAt   time.Duration
 	fetchEnd  int // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
-	// ext is what only some replays need (Options.OnRequest); nil in the
-	// others, so that the request, and the memory estimate of the requests
-	// in flight, stay as they were.
+	// ext is what only some replays need (Config.DecodeOnGPU,
+	// Options.OnRequest); nil in the others, so that the request, and the
+	// memory estimate of the requests in flight, stay as they were.
 	ext *requestExt
 }
 
 // requestExt is the part of a request that only the replays with
-// Options.OnRequest keep (engine.usesExt); the memory estimate then counts
-// it (budget.go).
+// Config.DecodeOnGPU or Options.OnRequest keep (engine.usesExt); the
+// memory estimate then counts it (budget.go).
 type requestExt struct {
 	index      int64         // its position in the trace, from 0
 	firstToken time.Duration // its prefill ended
+	decodeLeft int           // with Config.DecodeOnGPU: its decode steps still to run
 	// What its prefill did with its blocks, for its RequestRecord.
 	used, recomputed, missed int
 	loadedFrom               [kvtier.NumTiers]int
@@ -133,6 +134,9 @@ func (e *engine) arrive() error {
 	}
 	e.res.LastArrival = r.arrival
 	e.res.OfferedPrefill += e.prefill.Time(r.inputTokens, 0)
+	if e.cfg.DecodeOnGPU {
+		e.res.OfferedDecode += time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
+	}
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
 	e.res.Blocks += int64(len(r.keys))
@@ -152,10 +156,12 @@ func (e *engine) arrive() error {
 // blocks (free slots, or blocks no request is using). A waiting request
 // holds nothing: like a server's scheduler, the replay looks its prefix up
 // and reserves its GPU blocks only when it starts. A request larger than the
-// GPU starts once nothing else holds GPU blocks, and keeps what fits.
+// GPU starts once nothing else holds GPU blocks, and keeps what fits. With
+// Config.DecodeOnGPU a prefill also waits for the decode round running on
+// the GPU, and for fewer than Config.MaxBatch requests decoding (decode.go).
 func (e *engine) admit() {
 	slots := e.cfg.PrefillSlots
-	for e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) {
+	for e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) && e.mayPrefill() {
 		r := e.admitQueue[e.admitHead]
 		if !e.fits(r) {
 			return
@@ -386,7 +392,9 @@ func (e *engine) computeDone(r *request, ph phase) {
 	e.prefilled(r)
 }
 
-// prefilled ends the request's prefill: its first token is out.
+// prefilled ends the request's prefill: its first token is out. Its
+// decode follows: beside the GPU, or with Config.DecodeOnGPU on it
+// (decode.go).
 func (e *engine) prefilled(r *request) {
 	if x := r.ext; x != nil {
 		x.firstToken = e.now
@@ -394,7 +402,11 @@ func (e *engine) prefilled(r *request) {
 	e.ttfts = append(e.ttfts, e.now-r.arrival)
 	e.res.QueueWait += r.started - r.arrival
 	e.inPrefill--
-	defer e.admit()
+	if e.cfg.DecodeOnGPU {
+		defer e.prefilledOnGPU(r)
+	} else {
+		defer e.admit()
+	}
 	if e.m != nil {
 		// Wait returns at once: every load of l1 has landed (and Wait
 		// would block the single-threaded replay otherwise).
@@ -405,6 +417,9 @@ func (e *engine) prefilled(r *request) {
 		if err := e.m.Commit(&r.l2, nil); err != nil {
 			panic(fmt.Sprintf("replay: Commit: %v", err))
 		}
+	}
+	if e.cfg.DecodeOnGPU {
+		return
 	}
 	decode := time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
 	e.schedule(event{at: e.now + decode, kind: evDecodeDone, r: r})
