@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +35,9 @@ type replayArgs struct {
 	progress    string
 	// cpuProfile is a file for a CPU profile of the replay ("" for none).
 	cpuProfile string
+	// requestsOut is a file for a JSON line per request and strategy
+	// (replay.RequestRecord; "" for none).
+	requestsOut string
 }
 
 func runReplay(args []string, stdout, stderr io.Writer) int {
@@ -58,6 +62,15 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}()
 	}
 	opts := replay.Options{SweepHost: a.sweepHost, SweepRemote: a.sweepRemote, RemoteLink: a.remoteLink}
+	var records *requestsFile
+	if a.requestsOut != "" {
+		if records, err = createRequestsFile(a.requestsOut); err != nil {
+			fmt.Fprintf(stderr, "kvtier replay: --requests-out: %v\n", err)
+			return 2
+		}
+		defer records.f.Close() // after close, on an error
+		opts.OnRequest = replay.RequestLines(records.w)
+	}
 	var bar *progressbar.ProgressBar
 	if showProgress(a.progress, stderr) {
 		bar = progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("replaying"),
@@ -85,6 +98,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 1
+	}
+	if records != nil {
+		if err := records.close(); err != nil {
+			fmt.Fprintf(stderr, "kvtier replay: --requests-out: %v\n", err)
+			return 1
+		}
 	}
 	if a.plotDir != "" {
 		files, err := rep.Plot(a.plotDir)
@@ -148,6 +167,8 @@ flags:
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
 	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once, each with the GPU's full rate to itself (1: one GPU, prefills queue); 0: no limit")
+	fs.BoolVar(&c.DecodeOnGPU, "decode-on-gpu", def.DecodeOnGPU, "decode shares the GPU with prefill, as the model server (examples/server) schedules it: between two prefills, one step (--decode-token-time) of every request decoding; needs --prefill-slots 1")
+	fs.IntVar(&c.MaxBatch, "max-batch", def.MaxBatch, "with --decode-on-gpu: the most requests decoding at once; no prefill starts while that many decode (the server's -max-batch; 0: 16)")
 	fs.IntVar(&c.MaxHoleBlocks, "max-hole-blocks", def.MaxHoleBlocks, "a lookup goes on past up to this many missing blocks, recomputed while the cached blocks after them load (0: it stops at the first)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
@@ -161,13 +182,14 @@ flags:
 	remoteLink := fs.String("remote-link", "", "the remote tier's link: a results file that measured it (`kvtier probe --remote ADDRS --json FILE`, or benchmarks/remote's)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay (go tool pprof) to this file")
+	requestsOut := fs.String("requests-out", "", "write one JSON line per request and strategy to this file, as each request ends (replay.RequestRecord): strategy, index (trace order, from 0), arrival_s, start_s (its prefill), ttft_s, end_s, input_tokens, output_tokens, blocks, used_gpu_blocks, loaded_host_blocks, loaded_nvme_blocks, recomputed_blocks, missed_blocks, and planned_s under cost")
 	if err := fs.Parse(args); err != nil {
 		return replayArgs{}, err
 	}
 	if fs.NArg() > 0 {
 		return replayArgs{}, fmt.Errorf("unexpected argument %q (the trace is --trace FILE)", fs.Arg(0))
 	}
-	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress, cpuProfile: *cpuProfile}
+	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress, cpuProfile: *cpuProfile, requestsOut: *requestsOut}
 	switch *progress {
 	case "auto", "always", "never":
 	default:
@@ -322,10 +344,33 @@ var replayOverrides = []struct {
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
 	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
+	{"decode-on-gpu", func(d, s *replay.Config) { d.DecodeOnGPU = s.DecodeOnGPU }},
+	{"max-batch", func(d, s *replay.Config) { d.MaxBatch = s.MaxBatch }},
 	{"max-hole-blocks", func(d, s *replay.Config) { d.MaxHoleBlocks = s.MaxHoleBlocks }},
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
 	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},
+}
+
+// requestsFile is --requests-out's file, buffered.
+type requestsFile struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// createRequestsFile creates (or truncates) path before the replay, so that
+// a path that cannot be written fails at once rather than after it.
+func createRequestsFile(path string) (*requestsFile, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &requestsFile{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
+}
+
+// close flushes the lines and closes the file.
+func (r *requestsFile) close() error {
+	return errors.Join(r.w.Flush(), r.f.Close())
 }
 
 // startCPUProfile starts a CPU profile into path; stop ends it and closes

@@ -180,6 +180,10 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"--remote-link", remoteLinkFile}, "--remote-link without --remote"},
 		{[]string{"--remote", "16GiB,x", "--remote-link", remoteLinkFile}, "--remote: "},
 		{[]string{"--remote", "16GiB", "--remote-link", bad}, "--remote-link: " + bad},
+		{[]string{"--decode-on-gpu", "--prefill-slots", "2"}, "decode_on_gpu: needs prefill_slots 1"},
+		{[]string{"--max-batch", "4"}, "max_batch: 4 without decode_on_gpu"},
+		{[]string{"--decode-on-gpu", "--max-batch", "-1"}, "max_batch: -1 is negative"},
+		{[]string{"--requests-out", filepath.Join(dir, "absent", "requests.jsonl")}, "--requests-out"},
 	}
 	for _, c := range cases {
 		code, _, errs := runReplayArgs(t, c.args...)
@@ -267,5 +271,59 @@ func TestReplayHelp(t *testing.T) {
 	code, _, errs := runReplayArgs(t, "-h")
 	if code != 0 || !strings.Contains(errs, "--config") && !strings.Contains(errs, "-config") {
 		t.Errorf("-h: exit %d, %q", code, errs)
+	}
+}
+
+// TestReplayDecodeOnGPUAndRequestsOut: --decode-on-gpu and --max-batch,
+// from a config file or flags, reach the report; --requests-out writes one
+// JSON line per request, the same bytes on every run.
+func TestReplayDecodeOnGPUAndRequestsOut(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "cfg.json")
+	if err := os.WriteFile(cfgPath, []byte(`{"decode_on_gpu": true, "max_batch": 4, "baselines": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var lines [2][]byte
+	var rep replay.Report
+	for i := range lines {
+		path := filepath.Join(dir, "requests.jsonl")
+		args := append(quickArgs(t), "--config", cfgPath, "--max-batch", "8", "--decode-token-time", "10ms", "--json", "--requests-out", path)
+		code, out, errs := runReplayArgs(t, args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if lines[i], err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(lines[0], lines[1]) {
+		t.Fatal("two runs wrote different request lines")
+	}
+	if c := rep.Config; !c.DecodeOnGPU || c.MaxBatch != 8 || len(rep.Results) != 1 {
+		t.Fatalf("config %+v, %d results", c, len(rep.Results))
+	}
+	res := rep.Results[0]
+	if res.DecodeSteps == 0 || res.DecodeBusySeconds <= 0 || res.MaxDecoding == 0 || res.MaxDecoding > 8 {
+		t.Errorf("decode on the GPU: %d steps, %.3f s, at most %d decoding", res.DecodeSteps, res.DecodeBusySeconds, res.MaxDecoding)
+	}
+	var n int64
+	for _, line := range bytes.Split(bytes.TrimSuffix(lines[0], []byte("\n")), []byte("\n")) {
+		var r replay.RequestRecord
+		d := json.NewDecoder(bytes.NewReader(line))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&r); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		if r.Strategy != "cost" || r.TTFTSeconds <= 0 || r.PlannedSeconds <= 0 {
+			t.Errorf("record %s", line)
+		}
+		n++
+	}
+	if n != res.Requests {
+		t.Errorf("%d lines for %d requests", n, res.Requests)
 	}
 }

@@ -30,13 +30,16 @@ func requestBytes(keys int) int64 {
 type inFlight struct {
 	requests, peakRequests int64
 	bytes, peakBytes       int64
+	// ext is what each request holds beside requestBytes: its requestExt,
+	// in the replays that keep one (engine.usesExt).
+	ext int64
 }
 
 // arrive adds a request of keys blocks, read at line of the trace called
 // name; past budget bytes (0: no limit) it returns an error that says so.
 func (f *inFlight) arrive(keys int, budget Bytes, name string, line int) error {
 	f.requests++
-	f.bytes += requestBytes(keys)
+	f.bytes += requestBytes(keys) + f.ext
 	f.peakRequests = max(f.peakRequests, f.requests)
 	f.peakBytes = max(f.peakBytes, f.bytes)
 	if budget > 0 && f.bytes > int64(budget) {
@@ -49,7 +52,7 @@ func (f *inFlight) arrive(keys int, budget Bytes, name string, line int) error {
 // done removes a finished request of keys blocks.
 func (f *inFlight) done(keys int) {
 	f.requests--
-	f.bytes -= requestBytes(keys)
+	f.bytes -= requestBytes(keys) + f.ext
 }
 
 // mib formats n bytes in MiB.

@@ -26,6 +26,9 @@ func (e *engine) check() {
 	invariants.Check(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",
 		e.gpuHeld, e.inPrefill, e.computeRunning)
 	invariants.Check(e.cfg.PrefillSlots == 0 || e.inPrefill <= e.cfg.PrefillSlots, "%d prefilling, %d slots", e.inPrefill, e.cfg.PrefillSlots)
+	invariants.Check(!e.inRound || e.inPrefill == 0, "a decode round and %d prefills on the GPU at once", e.inPrefill)
+	invariants.Check(e.cfg.DecodeOnGPU || (len(e.decoding) == 0 && !e.inRound), "decode rounds without decode_on_gpu")
+	invariants.Check(len(e.decoding) <= e.cfg.maxBatch(), "%d decoding, max batch %d", len(e.decoding), e.cfg.maxBatch())
 	if e.m != nil {
 		mt := e.m.Metrics()
 		for t := range kvtier.NumTiers {
@@ -39,10 +42,10 @@ func (e *engine) check() {
 // request or reference.
 func (e *engine) checkEnd() error {
 	if e.inFlight != 0 || len(e.waiting) != 0 || e.computeRunning != 0 || e.inPrefill != 0 ||
-		e.admitHead != len(e.admitQueue) || e.gpuHeld != 0 {
+		e.admitHead != len(e.admitQueue) || e.gpuHeld != 0 || len(e.decoding) != 0 || e.inRound {
 		return fmt.Errorf("replay: internal error: ended with %d copies, %d requests waiting for space, %d prefills, "+
-			"%d prefilling, %d queued, %d GPU blocks held", e.inFlight, len(e.waiting), e.computeRunning, e.inPrefill,
-			len(e.admitQueue)-e.admitHead, e.gpuHeld)
+			"%d prefilling, %d queued, %d GPU blocks held, %d decoding (round running: %v)", e.inFlight, len(e.waiting),
+			e.computeRunning, e.inPrefill, len(e.admitQueue)-e.admitHead, e.gpuHeld, len(e.decoding), e.inRound)
 	}
 	if e.m != nil {
 		for t, tm := range e.m.Metrics().Tiers {

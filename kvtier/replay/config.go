@@ -61,12 +61,28 @@ type Config struct {
 
 	// DecodeTokenTime is the time per output token while decoding, e.g.
 	// "30ms"; a request holds its blocks in the GPU until it is done.
+	// With DecodeOnGPU it is the GPU time of one decode step of one
+	// request.
 	DecodeTokenTime Duration `json:"decode_token_time"`
 	// PrefillSlots is how many requests prefill at once, each with the
 	// GPU's full compute to itself (the loads of all share the GPU's
 	// link): 1 models one GPU serving the trace (prefills queue); 0 gives
 	// every request a GPU of its own (no queueing for compute).
 	PrefillSlots int `json:"prefill_slots"`
+	// DecodeOnGPU runs decode on the prefill slot's GPU, as the project's
+	// model server (examples/server) schedules it: the GPU alternates one
+	// prefill and one decode round, a step of DecodeTokenTime for every
+	// request decoding, back to back in the order they started; the next
+	// queued prefill starts after the round, and while nothing is queued
+	// the rounds go on back to back. A request's first token comes at the
+	// end of its prefill, each of its others from a round, starting with
+	// the round right after its prefill. It needs PrefillSlots 1. false:
+	// decode takes no GPU time, and only delays each request's end.
+	DecodeOnGPU bool `json:"decode_on_gpu,omitempty"`
+	// MaxBatch, with DecodeOnGPU, is the most requests decoding at once
+	// (the server's -max-batch): while that many decode, no prefill
+	// starts. 0 means 16, the server's default.
+	MaxBatch int `json:"max_batch,omitempty"`
 
 	// MaxHoleBlocks lets a lookup go on past up to this many missing
 	// blocks (kvtier.Config.MaxHoleBlocks): the holes are recomputed and
@@ -124,6 +140,18 @@ func DefaultConfig() Config {
 	}
 }
 
+// defaultMaxBatch is Config.MaxBatch's 0: the model server's -max-batch
+// default.
+const defaultMaxBatch = 16
+
+// maxBatch is the most requests decoding at once with DecodeOnGPU.
+func (c *Config) maxBatch() int {
+	if c.MaxBatch == 0 {
+		return defaultMaxBatch
+	}
+	return c.MaxBatch
+}
+
 // ConfigError names the Config field (by its JSON name) that is wrong.
 type ConfigError struct {
 	Field string
@@ -162,7 +190,8 @@ func LoadConfig(r io.Reader) (Config, error) {
 	v := reflect.ValueOf(&cfg).Elem()
 	byName := map[string]int{}
 	for i := range v.NumField() {
-		byName[v.Type().Field(i).Tag.Get("json")] = i
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		byName[name] = i
 	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {
@@ -211,6 +240,12 @@ func (c *Config) Validate() error {
 		return cfgErr("decode_token_time", "%v is negative", c.DecodeTokenTime)
 	case c.PrefillSlots < 0:
 		return cfgErr("prefill_slots", "%d is negative", c.PrefillSlots)
+	case c.DecodeOnGPU && c.PrefillSlots != 1:
+		return cfgErr("decode_on_gpu", "needs prefill_slots 1 (decode shares one GPU with its prefills), found %d", c.PrefillSlots)
+	case c.MaxBatch < 0:
+		return cfgErr("max_batch", "%d is negative (0: 16, the server's default)", c.MaxBatch)
+	case c.MaxBatch > 0 && !c.DecodeOnGPU:
+		return cfgErr("max_batch", "%d without decode_on_gpu: it bounds the requests decoding on the GPU", c.MaxBatch)
 	case c.MaxHoleBlocks < 0:
 		return cfgErr("max_hole_blocks", "%d is negative", c.MaxHoleBlocks)
 	case c.MemoryBudget < 0:

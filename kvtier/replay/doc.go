@@ -8,7 +8,8 @@
 // arrive at their trace timestamps and wait, first come first served, for a
 // prefill slot (Config.PrefillSlots) and for GPU memory for all their blocks
 // beside those of the requests prefilling or decoding (a server's
-// scheduler: a waiting request holds nothing). A prefilling request has the
+// scheduler: a waiting request holds nothing), and with Config.DecodeOnGPU
+// for the GPU's decode round (below). A prefilling request has the
 // GPU's compute to itself (one slot is one GPU; with slots 0 every request
 // has its own), so its plan runs as the cost model timed it. When a request
 // starts it
@@ -34,9 +35,26 @@
 //     at least one forward pass, which reads every weight from HBM
 //     (Scenario.PassFloor);
 //  5. emits its first token when its prefill ends (that is its TTFT), commits
-//     its blocks, decodes its output tokens at Config.DecodeTokenTime each
-//     while holding them, then offloads its blocks to the host tier and
+//     its blocks, decodes its other output tokens at Config.DecodeTokenTime
+//     each while holding them, then offloads its blocks to the host tier and
 //     releases them.
+//
+// By default decode takes no GPU time: it only delays a request's end, and
+// the next prefill starts as soon as the one before it has ended. With
+// Config.DecodeOnGPU (one prefill slot) the replay runs the project's
+// model server's scheduler (examples/server): its one GPU alternates one
+// prefill and one decode round, a step of Config.DecodeTokenTime for every
+// request decoding, back to back in the order they started (the request
+// just prefilled joins last: its second token ends the round after its
+// prefill). A request
+// whose step was its last ends when that step does; the next queued
+// prefill starts after the round, when fewer than Config.MaxBatch requests
+// decode (the server's -max-batch), and while none may start the rounds go
+// on back to back. A request that arrives during a round waits for its
+// end, so under load decode delays the prefills after it
+// (TestDecodeOnGPUByHand); the report counts the GPU time the rounds took
+// (StrategyResult.DecodeBusySeconds) and the work offered the GPU, decode
+// included (OfferedGPULoad).
 //
 // Alone on an idle system a request therefore takes the time the Planner
 // predicted for its plan (TestReplayExecutesThePlan); with others in
@@ -84,7 +102,10 @@
 //     trace, so memory does not grow with the trace's length (as long as
 //     the modelled server keeps up with it).
 //   - Determinism: the same trace and Config give byte-identical JSON
-//     (Report holds no map and no wall-clock time).
+//     (Report holds no map and no wall-clock time), and byte-identical
+//     request records (Options.OnRequest, RequestLines: one RequestRecord
+//     per request and strategy, as each request ends, to compare request
+//     by request with a measured server's).
 //   - A malformed trace line stops the replay with an error naming its line
 //     (or, with Source.SkipBad, is skipped and counted); a bad Config is an
 //     error naming its JSON field.

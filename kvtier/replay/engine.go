@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
@@ -61,6 +62,10 @@ type engine struct {
 
 	computeRunning int // requests running a segment of prefill
 
+	// With Config.DecodeOnGPU (decode.go):
+	decoding []*request // the requests decoding, in the order they started
+	inRound  bool       // a decode round is running on the GPU
+
 	inFlight int        // copies submitted and not completed
 	waiting  []*request // requests waiting for GPU space (write-back)
 	retry    []*request // the other buffer of waiting
@@ -72,6 +77,11 @@ type engine struct {
 
 	res   tally
 	ttfts []time.Duration
+
+	// onRequest, when set, gets each request's record as it ends
+	// (Options.OnRequest); its first error stops the replay.
+	onRequest func(RequestRecord) error
+	recordErr error
 
 	flight inFlight   // the requests in flight and their memory (budget.go)
 	clock  clockGuard // the first event time that overflowed (clock.go)
@@ -244,6 +254,9 @@ func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
 // run replays the trace to its end.
 func (e *engine) run(src *trace.Reader) error {
 	e.src = src
+	if e.usesExt() {
+		e.flight.ext = int64(unsafe.Sizeof(requestExt{}))
+	}
 	if err := e.readNext(); err != nil {
 		return err
 	}
@@ -266,6 +279,8 @@ func (e *engine) run(src *trace.Reader) error {
 			e.computeDone(ev.r, ev.phase)
 		case evDecodeDone:
 			e.decodeDone(ev.r)
+		case evRoundDone:
+			e.roundDone()
 		case evRemoteDone:
 			e.fetchDone(ev.r)
 		}
@@ -277,6 +292,9 @@ func (e *engine) run(src *trace.Reader) error {
 		}
 		if e.clock.err != nil {
 			return e.clock.err
+		}
+		if e.recordErr != nil {
+			return e.recordErr
 		}
 		if invariants.Enabled {
 			e.check()

@@ -13,6 +13,7 @@ const (
 	evComputeDone
 	evDecodeDone
 	evRemoteDone // a fetch from the remote tier (remote.go)
+	evRoundDone  // a decode round on the GPU (decode.go)
 )
 
 type event struct {

@@ -284,7 +284,7 @@ func sweepRemote(src Source, cfg Config, s Strategy, opts Options) (*RemoteSweep
 		if err := spec.Validate(); err != nil {
 			return nil, err
 		}
-		res, info, err := runOne(src, cfg, s, opts.Progress, spec)
+		res, info, err := runOne(src, cfg, s, opts.Progress, spec, nil)
 		if err != nil {
 			return nil, fmt.Errorf("replay: sweep at remote %v: %w", size, err)
 		}

@@ -32,6 +32,9 @@ type tally struct {
 	PlannedRecomputeAll           time.Duration
 	PrefillBusy                   time.Duration
 	OfferedPrefill                time.Duration // every prompt prefilled whole, no cache
+	OfferedDecode                 time.Duration // every decode step (Config.DecodeOnGPU)
+	DecodeBusy                    time.Duration // the decode rounds on the GPU (Config.DecodeOnGPU)
+	DecodeSteps, MaxDecoding      int64
 	FirstArrival, LastArrival     time.Duration
 	Running, MaxRunning           int64 // requests prefilling or decoding
 	QueueWait                     time.Duration
@@ -115,6 +118,19 @@ type StrategyResult struct {
 	// per slot; with slots 0, per GPU). Above 1 the GPU cannot keep up
 	// without a cache: requests queue and TTFT grows with the trace.
 	OfferedPrefillLoad float64 `json:"offered_prefill_load"`
+	// With Config.DecodeOnGPU, decode shares the GPU with prefill, and
+	// the report says how much of it it took (without, these are absent):
+	// DecodeBusySeconds is the GPU time of the decode rounds (one step of
+	// decode_token_time per output token after the first), DecodeSteps
+	// the steps, MaxDecoding the most requests decoding at once (at most
+	// max_batch), and OfferedGPULoad the work the trace offers the GPU
+	// over the span of its arrivals, decode included: OfferedPrefillLoad
+	// plus every request's decode steps. Above 1 the GPU cannot keep up
+	// without a cache.
+	DecodeBusySeconds float64 `json:"decode_busy_s,omitempty"`
+	DecodeSteps       int64   `json:"decode_steps,omitempty"`
+	MaxDecoding       int64   `json:"max_decoding,omitempty"`
+	OfferedGPULoad    float64 `json:"offered_gpu_load,omitempty"`
 	// MaxInFlight is the most requests prefilling or decoding at once.
 	MaxInFlight int64          `json:"max_in_flight"`
 	Evictions   TierCounts     `json:"evictions"`
@@ -276,9 +292,15 @@ func (e *engine) result() StrategyResult {
 		PrefillBusySeconds: seconds(t.PrefillBusy),
 		SpanSeconds:        seconds(t.End),
 		MaxInFlight:        t.MaxRunning,
+		DecodeBusySeconds:  seconds(t.DecodeBusy),
+		DecodeSteps:        t.DecodeSteps,
+		MaxDecoding:        t.MaxDecoding,
 	}
 	if span := t.LastArrival - t.FirstArrival; span > 0 {
 		r.OfferedPrefillLoad = seconds(t.OfferedPrefill) / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
+		if e.cfg.DecodeOnGPU { // one prefill slot
+			r.OfferedGPULoad = seconds(t.OfferedPrefill+t.OfferedDecode) / seconds(span)
+		}
 	}
 	for from := range kvtier.NumTiers {
 		for to := range kvtier.NumTiers {
@@ -338,7 +360,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nmodel %s on %s (tp %d): GPU KV %s, host %s over %s, NVMe %s on %s; policy %s, %s, NVMe admission %s\n",
 		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
 		writeMode(c.WriteThrough), c.NVMeAdmission)
-	fmt.Fprintf(&b, "decode %v per token; %s\n", c.DecodeTokenTime, prefillNote(c.PrefillSlots))
+	fmt.Fprintf(&b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
 	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
 		load := r.Results[0].OfferedPrefillLoad
@@ -349,8 +371,15 @@ func (r *Report) WriteText(w io.Writer) error {
 			per = fmt.Sprintf("of the %d prefill slots' capacity", c.PrefillSlots)
 		}
 		fmt.Fprintf(&b, "offered prefill load %.0f%% %s (every prompt prefilled whole)", 100*load, per)
+		gpuLoad := r.Results[0].OfferedGPULoad
+		if c.DecodeOnGPU {
+			fmt.Fprintf(&b, "; with decode, %.0f%% of the GPU's time", 100*gpuLoad)
+		}
 		if load > 1 && c.PrefillSlots > 0 {
 			b.WriteString(": MORE THAN THE GPU CAN PREFILL without a prefix cache; requests queue and TTFT grows with the trace")
+		} else if gpuLoad > 1 {
+			fmt.Fprintf(&b, ": MORE THAN THE GPU CAN SERVE without a prefix cache (decode alone %.0f%%); requests queue and TTFT grows with the trace",
+				100*(gpuLoad-load))
 		}
 		b.WriteString("\n")
 	}
@@ -381,6 +410,17 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw.Flush()
 	if len(r.Results) > 0 {
 		b.WriteString(linksNote(&r.Results[0], c.TP))
+	}
+	if c.DecodeOnGPU {
+		b.WriteString("\ndecode on the GPU, between prefills (GPU time, steps, most requests decoding at once):")
+		for i := range r.Results {
+			s := &r.Results[i]
+			if i > 0 {
+				b.WriteString(";")
+			}
+			fmt.Fprintf(&b, " %s %s, %d, %d", s.Strategy, fmtSeconds(s.DecodeBusySeconds), s.DecodeSteps, s.MaxDecoding)
+		}
+		b.WriteString("\n")
 	}
 	if c.MaxHoleBlocks > 0 {
 		b.WriteString("\nholes (lookups went on past up to " + strconv.Itoa(c.MaxHoleBlocks) + " missing blocks; recomputed, the cached blocks after them served):")
@@ -442,6 +482,14 @@ func writeMode(through bool) string {
 		return "write-through"
 	}
 	return "write-back"
+}
+
+// decodeNote says, with Config.DecodeOnGPU, that decode takes GPU time.
+func decodeNote(c *Config) string {
+	if !c.DecodeOnGPU {
+		return ""
+	}
+	return fmt.Sprintf(", on the GPU between prefills (each round a step of every request decoding, at most %d at once)", c.maxBatch())
 }
 
 func prefillNote(slots int) string {

@@ -34,9 +34,26 @@ type request struct {
 	segs      []segment
 	segNext   int  // the next segment to run
 	computing bool // a segment is running
-	floorAt   time.Duration
 	inserted  bool // its GPU blocks are reserved (InsertKeys)
-	fetchEnd  int  // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
+	floorAt   time.Duration
+	fetchEnd  int // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
+	// ext is what only some replays need (Config.DecodeOnGPU,
+	// Options.OnRequest); nil in the others, so that the request, and the
+	// memory estimate of the requests in flight, stay as they were.
+	ext *requestExt
+}
+
+// requestExt is the part of a request that only the replays with
+// Config.DecodeOnGPU or Options.OnRequest keep (engine.usesExt); the
+// memory estimate then counts it (budget.go).
+type requestExt struct {
+	index      int64         // its position in the trace, from 0
+	firstToken time.Duration // its prefill ended
+	decodeLeft int           // with Config.DecodeOnGPU: its decode steps still to run
+	// What its prefill did with its blocks, for its RequestRecord.
+	used, recomputed, missed int
+	loadedFrom               [kvtier.NumTiers]int
+	planned                  time.Duration // the cost model's prediction (StrategyCost)
 }
 
 // segment is a run of recomputed blocks that wait for the same loads: it
@@ -91,6 +108,12 @@ func (e *engine) newRequest() *request {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
 	r.pendingLoads, r.landed, r.segs, r.segNext, r.computing, r.inserted, r.started = 0, 0, r.segs[:0], 0, false, false, 0
+	if e.usesExt() {
+		if r.ext == nil {
+			r.ext = new(requestExt)
+		}
+		*r.ext = requestExt{index: e.res.Requests}
+	}
 	return r
 }
 
@@ -111,6 +134,9 @@ func (e *engine) arrive() error {
 	}
 	e.res.LastArrival = r.arrival
 	e.res.OfferedPrefill += e.prefill.Time(r.inputTokens, 0)
+	if e.cfg.DecodeOnGPU {
+		e.res.OfferedDecode += time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
+	}
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
 	e.res.Blocks += int64(len(r.keys))
@@ -130,10 +156,12 @@ func (e *engine) arrive() error {
 // blocks (free slots, or blocks no request is using). A waiting request
 // holds nothing: like a server's scheduler, the replay looks its prefix up
 // and reserves its GPU blocks only when it starts. A request larger than the
-// GPU starts once nothing else holds GPU blocks, and keeps what fits.
+// GPU starts once nothing else holds GPU blocks, and keeps what fits. With
+// Config.DecodeOnGPU a prefill also waits for the decode round running on
+// the GPU, and for fewer than Config.MaxBatch requests decoding (decode.go).
 func (e *engine) admit() {
 	slots := e.cfg.PrefillSlots
-	for e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) {
+	for e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) && e.mayPrefill() {
 		r := e.admitQueue[e.admitHead]
 		if !e.fits(r) {
 			return
@@ -167,6 +195,9 @@ func (e *engine) begin(r *request) {
 		r.inserted = true
 		e.plan(r)
 		e.res.MissBlocks += int64(len(r.keys))
+		if x := r.ext; x != nil {
+			x.missed = len(r.keys)
+		}
 		e.advance(r)
 		return
 	}
@@ -191,6 +222,9 @@ func (e *engine) planAndLoad(r *request) {
 	}
 	if e.strategy == StrategyCost {
 		pr := e.planner.last
+		if x := r.ext; x != nil {
+			x.planned = pr.Time
+		}
 		e.res.PlannedTime += pr.Time
 		e.res.PlannedLoadAll += pr.LoadAllTime
 		e.res.PlannedRecomputeAll += pr.RecomputeAllTime
@@ -209,26 +243,34 @@ func (e *engine) planAndLoad(r *request) {
 			panic(fmt.Sprintf("replay: Onboard: %v", err)) // the GPU tier is always present
 		}
 	}
+	var used, recomputed int // this request's, for its record
+	var loaded [kvtier.NumTiers]int
 	for _, b := range r.l1.Blocks {
 		i := b.Position // past holes (MaxHoleBlocks), not the index
 		e.res.HitBlocks[b.Tier]++
 		switch {
 		case b.Action == kvtier.Use:
 			e.res.UsedBlocks++
+			used++
 			e.res.TokensReused += int64(e.blockTokensAt(r, i))
 		case b.Loading:
 			planned--
 			e.res.LoadedBlocks++
 			e.res.LoadsFrom[b.Tier]++
+			loaded[b.Tier]++
 			e.res.TokensReused += int64(e.blockTokensAt(r, i))
 			e.res.LoadSavedCompute += e.blockCost(r, i)
 		default: // Recompute: chosen, or forced when no GPU slot was free
 			e.res.RecomputedBlocks++
+			recomputed++
 			e.res.RecomputeSavedLink += e.loadTime[b.Tier]
 		}
 	}
 	e.res.ForcedRecomputes += int64(planned) // Onboard found no GPU slot for them
 	e.res.MissBlocks += int64(len(r.keys) - r.l1.Len())
+	if x := r.ext; x != nil {
+		x.used, x.loadedFrom, x.recomputed, x.missed = used, loaded, recomputed, len(r.keys)-r.l1.Len()
+	}
 	e.plan(r)
 	e.insert(r)
 }
@@ -350,12 +392,21 @@ func (e *engine) computeDone(r *request, ph phase) {
 	e.prefilled(r)
 }
 
-// prefilled ends the request's prefill: its first token is out.
+// prefilled ends the request's prefill: its first token is out. Its
+// decode follows: beside the GPU, or with Config.DecodeOnGPU on it
+// (decode.go).
 func (e *engine) prefilled(r *request) {
+	if x := r.ext; x != nil {
+		x.firstToken = e.now
+	}
 	e.ttfts = append(e.ttfts, e.now-r.arrival)
 	e.res.QueueWait += r.started - r.arrival
 	e.inPrefill--
-	defer e.admit()
+	if e.cfg.DecodeOnGPU {
+		defer e.prefilledOnGPU(r)
+	} else {
+		defer e.admit()
+	}
 	if e.m != nil {
 		// Wait returns at once: every load of l1 has landed (and Wait
 		// would block the single-threaded replay otherwise).
@@ -367,6 +418,9 @@ func (e *engine) prefilled(r *request) {
 			panic(fmt.Sprintf("replay: Commit: %v", err))
 		}
 	}
+	if e.cfg.DecodeOnGPU {
+		return
+	}
 	decode := time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
 	e.schedule(event{at: e.now + decode, kind: evDecodeDone, r: r})
 }
@@ -376,6 +430,9 @@ func (e *engine) prefilled(r *request) {
 func (e *engine) decodeDone(r *request) {
 	e.res.End = max(e.res.End, e.now)
 	e.res.Running--
+	if e.onRequest != nil {
+		e.record(r)
+	}
 	e.gpuHeld -= int64(len(r.keys))
 	e.flight.done(len(r.keys))
 	if e.m != nil {

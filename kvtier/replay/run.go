@@ -63,6 +63,13 @@ type Options struct {
 	// a size of 0 is the replay without one. It needs a host tier.
 	SweepRemote []Bytes
 	RemoteLink  cost.Link
+	// OnRequest, when set, gets the record of every request of every
+	// strategy of the report (not of the sweeps), as each request ends:
+	// strategy by strategy, in the report's order, and within one in the
+	// order the requests end (RequestRecord.Index gives their trace order).
+	// An error it returns stops the replay, and Run returns it.
+	// RequestLines writes them as JSON lines.
+	OnRequest func(RequestRecord) error
 }
 
 // Run replays src under cfg's strategy and, with cfg.Baselines, under every
@@ -82,7 +89,7 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	}
 	rep := &Report{Trace: src.Name, Config: cfg}
 	for _, s := range order {
-		res, info, err := runOne(src, cfg, s, opts.Progress, nil)
+		res, info, err := runOne(src, cfg, s, opts.Progress, nil, opts.OnRequest)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +101,7 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	for _, host := range opts.SweepHost {
 		c := cfg
 		c.HostBytes = host
-		res, _, err := runOne(src, c, chosen, opts.Progress, nil)
+		res, _, err := runOne(src, c, chosen, opts.Progress, nil, nil)
 		if err != nil {
 			return nil, fmt.Errorf("replay: sweep at host %v: %w", host, err)
 		}
@@ -137,13 +144,16 @@ func noRequestErr(name string, rd *trace.Reader) error {
 
 // runOne replays src under one strategy.
 // With rs, a remote tier of rs's size sits behind the local tiers; the
-// runInfo.remote then holds its counts.
-func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int), rs *RemoteSpec) (StrategyResult, runInfo, error) {
+// runInfo.remote then holds its counts. onRequest, if set, gets each
+// request's record as it ends.
+func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int), rs *RemoteSpec,
+	onRequest func(RequestRecord) error) (StrategyResult, runInfo, error) {
 	e, err := newEngine(cfg, s)
 	if err != nil {
 		return StrategyResult{}, runInfo{}, err
 	}
 	e.rspec = rs
+	e.onRequest = onRequest
 	e.name = src.Name
 	if progress != nil {
 		e.progress = func(n int) { progress(s, n) }
