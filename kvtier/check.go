@@ -48,6 +48,14 @@ func (m *Manager) checkInvariants() {
 		if r.flags&flagInvalid != 0 && r.refs == 0 {
 			fail("record %d (key %#x) is invalidated and unused but still resident", ref, uint64(r.key))
 		}
+		if c := int(r.copying[0]) + int(r.copying[1]) + int(r.copying[2]); c != 2*int(r.xfers) || uint32(r.xfers) > r.refs {
+			fail("record %d (key %#x): %d copies holding %d of its %d references, %v slots copied per tier", ref, uint64(r.key), r.xfers, r.xfers, r.refs, r.copying)
+		}
+		for t, s := range r.state {
+			if s == stateNone && r.copying[t] != 0 {
+				fail("record %d (key %#x): %d copies of its %v slot, which it does not hold", ref, uint64(r.key), r.copying[t], Tier(t))
+			}
+		}
 		for t, s := range r.state {
 			if s == stateNone {
 				if r.slot[t] != noSlot {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"kvtier.dev/internal/invariants"
@@ -46,6 +47,12 @@ func (m *Manager) startCopy(t *Batch, ref BlockRef, from, to Tier, slot Slot) {
 	m.setState(ref, to, stateWriting)
 	m.policyInsert(to, ref)
 	m.ref(ref)
+	if r.xfers == math.MaxUint8 || r.copying[from] == math.MaxUint8 || r.copying[to] == math.MaxUint8 {
+		panic(fmt.Sprintf("kvtier: block %#x: more than %d copies at once", uint64(r.key), math.MaxUint8))
+	}
+	r.xfers++
+	r.copying[from]++
+	r.copying[to]++
 	op := MoveOp{Key: r.key, Ref: ref, Parent: r.parent, Salt: r.salt, Position: int(r.depth),
 		From: from, FromSlot: r.slot[from], To: to, ToSlot: slot}
 	if r.flags&flagTokens != 0 {
@@ -166,6 +173,10 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 			l.err = fmt.Errorf("%w: block %#x from %v slot %d to %v slot %d: %w", ErrMove, uint64(op.Key), op.From, op.FromSlot, op.To, op.ToSlot, err)
 		}
 	}
+	r = m.recs.at(op.Ref)
+	r.xfers--
+	r.copying[op.From]--
+	r.copying[op.To]--
 	m.unref(op.Ref)
 	if t.remaining == 0 {
 		m.finish(t)

@@ -234,8 +234,8 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 		}
 		m.ops++
 		r := m.recs.at(v)
-		if r.state[t] != stateReady || r.refs != 0 {
-			invariants.Failf("policy of %v evicted block %#x that is %v with %d references", t, uint64(r.key), r.state[t], r.refs)
+		if !r.evictableIn(t) {
+			invariants.Failf("policy of %v evicted block %#x that is %v with %d references (%d copies, %d of them in this tier)", t, uint64(r.key), r.state[t], r.refs, r.xfers, r.copying[t])
 		}
 		m.metrics.tier(t).evicted()
 		next := ts.below

@@ -188,10 +188,7 @@ func New(cfg Config) (*Manager, error) {
 		ts.policy = tc.Policy
 		ts.admitter = tc.Admitter
 		m.admitters = m.admitters || tc.Admitter != nil
-		ts.evictable = func(v BlockRef) bool {
-			r := m.recs.at(v)
-			return r.state[t] == stateReady && r.refs == 0
-		}
+		ts.evictable = func(v BlockRef) bool { return m.recs.at(v).evictableIn(t) }
 		below = t
 	}
 	return m, nil

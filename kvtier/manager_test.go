@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -497,5 +498,72 @@ func TestKeyEncodingIsLittleEndian(t *testing.T) {
 	want := []byte{8, 7, 6, 5, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21, 0xfe, 0xff, 0xff, 0xff}
 	if got[0] != Key(xxhash.Sum64(want)) {
 		t.Fatalf("key %#x, want xxhash64 of the little-endian encoding %#x", got[0], xxhash.Sum64(want))
+	}
+}
+
+// TestCopyPinsOnlyItsSlots: with write-through to a slow NVMe tier, a
+// block whose host-to-NVMe copy is still in flight leaves the GPU when the
+// GPU tier needs its slot (the copy reads the host slot, not the GPU's),
+// while its host slot stays pinned until that copy completes. Before copies
+// pinned only their own slots, any copy held the block in every tier, and
+// a server's GPU tier filled with blocks waiting for NVMe writes (Insert
+// found no space and the blocks past it were never cached).
+func TestCopyPinsOnlyItsSlots(t *testing.T) {
+	f := newFakeMover()
+	cfg := Config{BlockTokens: 2, Mover: f, WriteThrough: true}
+	cfg.Tiers[GPU] = tierCfg(t, 2)
+	cfg.Tiers[Host] = tierCfg(t, 2)
+	cfg.Tiers[NVMe] = tierCfg(t, 8)
+	m := mustNew(t, cfg)
+	// completeInto completes the pending copies into tier to, and none
+	// other; it returns how many.
+	completeInto := func(to Tier) int {
+		n := 0
+		for {
+			f.mu.Lock()
+			j := slices.IndexFunc(f.pending, func(p pendingOp) bool { return p.t.Ops[p.i].To == to })
+			if j < 0 {
+				f.mu.Unlock()
+				return n
+			}
+			p := f.pending[j]
+			f.pending = slices.Delete(f.pending, j, j+1)
+			f.copy(p)
+			f.mu.Unlock()
+			p.t.Complete(p.i, nil)
+			n++
+		}
+	}
+	a, b, c := toks(2, 2, 0), toks(2, 2, 100), toks(2, 2, 200)
+	if n := insertReady(t, m, 0, a, GPU); n != 2 {
+		t.Fatalf("a: %d blocks inserted", n)
+	}
+	if n := completeInto(Host); n != 2 {
+		t.Fatalf("a's write-through to the host: %d copies", n)
+	}
+	if f.len() != 2 {
+		t.Fatalf("%d copies pending, want a's two to NVMe", f.len())
+	}
+	m.check(t)
+	// The GPU tier is full of a, whose only copies in flight read the host.
+	if n := insertReady(t, m, 0, b, GPU); n != 2 {
+		t.Fatalf("b: %d of 2 blocks inserted into a GPU tier whose blocks only wait for host-to-NVMe copies", n)
+	}
+	if n := completeInto(Host); n != 0 {
+		t.Fatalf("b's write-through to the host started %d copies before a's host slots were free, want 0", n)
+	}
+	m.check(t)
+	// a's host slots are read by its NVMe copies: c's write-through to
+	// the host finds no slot until they complete.
+	if n := insertReady(t, m, 0, c, GPU); n != 2 {
+		t.Fatalf("c: %d blocks inserted", n)
+	}
+	if got := m.Metrics().Tiers[Host].ResidentBlocks; got != 2 {
+		t.Fatalf("%d host blocks, want a's 2 (pinned by their NVMe copies)", got)
+	}
+	f.drain()
+	m.check(t)
+	if n := lookupLen(t, m, 0, a); n != 2 {
+		t.Fatalf("a after its NVMe copies: %d blocks found", n)
 	}
 }

@@ -33,7 +33,18 @@ type record struct {
 	touched [NumTiers]uint32 // the tier's tick at its last policy insert or touch
 	state   [NumTiers]blockState
 	flags   uint8
-	_       [4]byte
+	// xfers of refs are transfers, and copying[t] the transfers that read
+	// or write the block's slot in tier t. A lease pins the block in every
+	// tier; a copy pins only the two slots it moves between, so that a
+	// block written on from the host tier to NVMe can leave the GPU.
+	copying [NumTiers]uint8
+	xfers   uint8
+}
+
+// evictableIn reports whether tier t may evict the block: ready there, no
+// lease holds it, and no copy reads or writes its slot there.
+func (r *record) evictableIn(t Tier) bool {
+	return r.state[t] == stateReady && r.refs == uint32(r.xfers) && r.copying[t] == 0
 }
 
 func (r *record) best() Tier {
