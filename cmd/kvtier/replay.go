@@ -157,6 +157,7 @@ flags:
 	fs.IntVar(&c.TP, "tp", def.TP, "tensor-parallel degree (tier sizes are per GPU)")
 	fs.IntVar(&c.BlockTokens, "block-tokens", def.BlockTokens, "tokens per block; 0 takes the trace's (512 for Mooncake)")
 	fs.Var(&c.GPUBytes, "gpu-kv", "GPU memory for the KV cache, e.g. 40GiB (it and the weights must fit in the GPU)")
+	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", 0, "cap every request's output tokens, as kvtier bench-serve --max-tokens caps what it sends (0: the trace's)")
 	fs.Var(&c.GPUMemoryBytes, "gpu-memory", "the GPU's memory, replacing the preset's (141GB for an H200), e.g. 94GB")
 	fs.Var(&c.HostBytes, "host", "host tier capacity, e.g. 256GiB (0: none)")
 	fs.Var(&c.NVMeBytes, "nvme", "NVMe tier capacity, e.g. 2TiB (0: none)")
@@ -335,6 +336,7 @@ var replayOverrides = []struct {
 	{"block-tokens", func(d, s *replay.Config) { d.BlockTokens = s.BlockTokens }},
 	{"gpu-kv", func(d, s *replay.Config) { d.GPUBytes = s.GPUBytes }},
 	{"gpu-memory", func(d, s *replay.Config) { d.GPUMemoryBytes = s.GPUMemoryBytes }},
+	{"max-output-tokens", func(d, s *replay.Config) { d.MaxOutputTokens = s.MaxOutputTokens }},
 	{"host", func(d, s *replay.Config) { d.HostBytes = s.HostBytes }},
 	{"nvme", func(d, s *replay.Config) { d.NVMeBytes = s.NVMeBytes }},
 	{"host-link", func(d, s *replay.Config) { d.HostLink = s.HostLink }},

@@ -164,6 +164,16 @@ type PlannerConfig struct {
 //
 //	Time = max(G + floor, pass + max(T, G))
 //
+// The choice is made on those per-position costs, which price a block's
+// pairs with every block before it at the prefix rate. The time reported
+// for a plan (and for loading or recomputing everything) is the plan as it
+// runs: each recomputed block's pairs with the blocks recomputed before it
+// at the attention rate, with the present ones at the prefix rate
+// (PrefillCost.BlockSeconds), and the pass's read of the tokens present
+// added to its cost, so that a suffix recomputed after present blocks
+// takes exactly the fit's Seconds. The two agree when the fit has one
+// attention rate and no read term, as the presets do.
+//
 // The fit reports a relative error width for prefill and for each link.
 // A choice is made on charged costs, c × (1 + prefill width) and s × (1 +
 // the path's widest link width), and reported at nominal costs: the side
@@ -487,8 +497,6 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 			bestQ1, bestQ2, bestT = q, q, tq
 		}
 	}
-	loadAll := math.Max(gpuQ+p.missSuf[0], p.pathSuf[0])
-	recomputeAll := gpuQ + p.recPre[B]
 	// Further passes, only when blocks of different load costs are present:
 	// the nested cut (q1, q2) also recomputes the slow blocks in [q1, q2)
 	// while the fast ones there load, for q1 = 0 and q1 = the best single
@@ -548,15 +556,15 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 		}
 	}
 	planT := bestT
-	if cs.uncertain {
-		// The choice was made on charged costs; report nominal times.
-		bestT = p.simulateCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ, false)
-		loadAll = p.simulateCut(cs, blocks, 0, 0, thr, linkQ, gpuQ, false)
-		recomputeAll = p.simulateCut(cs, blocks, B, B, thr, linkQ, gpuQ, false)
-	}
 	res := PlanResult{}
 	if B > 0 {
-		res.Time, res.LoadAllTime, res.RecomputeAllTime = cs.finish(bestT, gpuQ), cs.finish(loadAll, gpuQ), cs.finish(recomputeAll, gpuQ)
+		// The choice was made on the per-position block costs (charged, when
+		// the fit is uncertain); report each plan's time as it runs: nominal
+		// costs, every pair at the rate of its kind, and the pass's read of
+		// the tokens present (exactCut).
+		res.Time = p.exactCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ)
+		res.LoadAllTime = p.exactCut(cs, blocks, 0, 0, thr, linkQ, gpuQ)
+		res.RecomputeAllTime = p.exactCut(cs, blocks, B, B, thr, linkQ, gpuQ)
 	}
 	for i, b := range blocks {
 		a := cs.action(i, b, bestQ1, bestQ2, thr)
@@ -591,11 +599,43 @@ func (c *plannerCosts) action(i int, b BlockSource, q1, q2 int, thr float64) Act
 	return ActionLoad
 }
 
-// finish turns the longest path T (seconds from now) into the plan's time:
-// the pass cost after the work, no sooner than the floor after the GPU is
-// free.
-func (c *plannerCosts) finish(t, gpuQ float64) time.Duration {
-	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassSeconds+max(t, gpuQ)))
+// exactCut is the time of the plan (q1, q2, thr) from now as it runs
+// (runPlan at nominal costs). With the presets (one attention rate, no read
+// term) it is simulateCut's time plus the pass cost, no sooner than the
+// floor.
+func (p *Planner) exactCut(c *plannerCosts, blocks []BlockSource, q1, q2 int, thr, linkQ, gpuQ float64) time.Duration {
+	return p.runPlan(c, blocks, linkQ, gpuQ, func(i int, b BlockSource) Action { return c.action(i, b, q1, q2, thr) })
+}
+
+// runPlan is the time from now of the plan whose block i takes act(i): the
+// recurrences of simulateCut at nominal costs behind the queues, each
+// recomputed block priced by PrefillCost.BlockSeconds (its pairs with the
+// blocks recomputed before it at the attention rate, with the blocks
+// present at the prefix rate), then the pass's end (its cost and the read
+// of the tokens present), no sooner than the floor after the GPU is free.
+func (p *Planner) runPlan(c *plannerCosts, blocks []BlockSource, linkQ, gpuQ float64, act func(int, BlockSource) Action) time.Duration {
+	bt := p.cfg.BlockTokens
+	loadDone, computeDone, end := 0.0, gpuQ, 0.0
+	computed, present := 0, 0 // tokens before the block
+	for i, b := range blocks {
+		tokens := b.Tokens
+		if tokens == 0 {
+			tokens = bt
+		}
+		switch act(i, b) {
+		case ActionLoad:
+			loadDone = max(loadDone, c.latS[b.Tier], linkQ) + c.loadS[b.Tier]
+			end = math.Max(end, loadDone)
+			present += tokens
+		case ActionRecompute:
+			computeDone = math.Max(computeDone, loadDone) + c.prefill.BlockSeconds(tokens, computed, present)
+			end = math.Max(end, computeDone)
+			computed += tokens
+		default:
+			present += tokens
+		}
+	}
+	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassEndSeconds(present)+max(end, gpuQ)))
 }
 
 // simulateCut runs the plan (q1, q2, thr) through the recurrences, at
@@ -766,18 +806,7 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	if len(blocks) == 0 {
 		return 0, nil
 	}
-	var loadDone, computeDone, end float64
-	for i, b := range blocks {
-		switch actions[i] {
-		case ActionLoad:
-			loadDone = math.Max(loadDone, c.latS[b.Tier]) + c.loadS[b.Tier]
-			end = math.Max(end, loadDone)
-		case ActionRecompute:
-			computeDone = math.Max(computeDone, loadDone) + c.blockCost(i, b.Tokens, p.cfg.BlockTokens)
-			end = math.Max(end, computeDone)
-		}
-	}
-	return c.finish(end, 0), nil
+	return p.runPlan(c, blocks, 0, 0, func(i int, _ BlockSource) Action { return actions[i] }), nil
 }
 
 // Presets names what NewPlannerConfig builds a PlannerConfig from.

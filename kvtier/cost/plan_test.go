@@ -441,3 +441,56 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// TestPlanTimesAsTheFitPrices: a plan's reported time is what the fit
+// says the pass costs, where the pairs among the pass's new tokens and
+// those with the tokens present run at different rates and the pass reads
+// the present tokens' KV: a suffix recomputed after GPU blocks takes
+// exactly Seconds(suffix, prefix), and BlockSeconds summed over its blocks
+// is MarginalSeconds.
+func TestPlanTimesAsTheFitPrices(t *testing.T) {
+	g, _ := LookupGPU("h200")
+	m, _ := LookupModel("llama-3.1-8b")
+	cal, err := LoadCalibration(strings.NewReader(`{"version": 1, "gpu": "h200", "prefill": {"fixed_seconds": 0.004,
+		"linear_flops": 6e14, "attention_flops": 1.4e14, "prefix_attention_flops": 2.6e14, "prefix_read_bytes_per_s": 5e11}}`), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", BlockTokens: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Calibration = cal
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := cal.Current().PrefillCost(&m, &g, 1)
+	const gpu, missing = 40, 200 // blocks of 16 tokens
+	blocks := make([]BlockSource, gpu+missing)
+	for i := range blocks {
+		blocks[i].Tier = TierMissing
+		if i < gpu {
+			blocks[i].Tier = TierGPU
+		}
+	}
+	out := make([]Action, len(blocks))
+	res, err := p.Plan(blocks, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pc.Time(missing*16, gpu*16)
+	if d := res.Time - want; d < -time.Microsecond || d > time.Microsecond {
+		t.Errorf("a suffix of %d tokens after %d on the GPU: planned %v, the fit prices it %v", missing*16, gpu*16, res.Time, want)
+	}
+	sum := 0.0
+	for j := range missing {
+		sum += pc.BlockSeconds(16, j*16, gpu*16)
+	}
+	if w := pc.MarginalSeconds(missing*16, gpu*16); math.Abs(sum/w-1) > 1e-12 {
+		t.Errorf("BlockSeconds summed over the suffix %g s, MarginalSeconds %g s", sum, w)
+	}
+	if got, err := p.Simulate(blocks, out); err != nil || got != res.Time {
+		t.Errorf("Simulate of the plan: %v, %v; want the plan's %v", got, err, res.Time)
+	}
+}

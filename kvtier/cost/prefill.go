@@ -76,10 +76,36 @@ func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
 	return n*c.LinearSecondsPerToken + n*(n+1)/2*c.AttentionSecondsPerPair + n*p*c.PrefixSecondsPerPair
 }
 
+// BlockSeconds is the work a block of tokens adds to a pass in which
+// computedBefore tokens before it are computed too and presentBefore are
+// present (on the GPU, or loaded): its linear work, its pairs among
+// themselves and with the tokens computed before it at the attention rate
+// (they are all among the pass's new tokens), and its pairs with the
+// present ones at the prefix rate. Summed over the blocks of n tokens after
+// p present ones it is MarginalSeconds(n, p) exactly; over a plan with
+// holes or a recomputed head, it prices each pair as Seconds's terms mean
+// it, where MarginalSeconds(tokens, position) would price every pair with
+// an earlier block at the prefix rate.
+func (c *PrefillCost) BlockSeconds(tokens, computedBefore, presentBefore int) float64 {
+	if tokens <= 0 {
+		return 0
+	}
+	n := float64(tokens)
+	return n*c.LinearSecondsPerToken + (n*(n+1)/2+n*float64(max(0, computedBefore)))*c.AttentionSecondsPerPair +
+		n*float64(max(0, presentBefore))*c.PrefixSecondsPerPair
+}
+
+// PassEndSeconds is what a pass pays once beside its blocks' work
+// (BlockSeconds) when present tokens are present: the pass cost and the
+// read of the present tokens' KV.
+func (c *PrefillCost) PassEndSeconds(present int) float64 {
+	return c.PassSeconds + float64(max(0, present))*c.PrefixReadSecondsPerToken
+}
+
 // Seconds is a whole prefill of n tokens after p present ones: the pass
 // cost plus the marginal work, no less than the floor.
 func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
-	return max(c.FloorSeconds, c.PassSeconds+float64(max(0, prefix))*c.PrefixReadSecondsPerToken+c.MarginalSeconds(tokens, prefix))
+	return max(c.FloorSeconds, c.PassEndSeconds(prefix)+c.MarginalSeconds(tokens, prefix))
 }
 
 // Time is Seconds as a Duration.

@@ -64,6 +64,11 @@ type Config struct {
 	// With DecodeOnGPU it is the GPU time of one decode step of one
 	// request.
 	DecodeTokenTime Duration `json:"decode_token_time"`
+	// MaxOutputTokens, when above 0, caps every request's output tokens,
+	// as `kvtier bench-serve --max-tokens` caps the max_tokens it sends, so
+	// that a replay and a measured run of one trace decode the same; 0
+	// keeps the trace's.
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
 	// PrefillSlots is how many requests prefill at once, each with the
 	// GPU's full compute to itself (the loads of all share the GPU's
 	// link): 1 models one GPU serving the trace (prefills queue); 0 gives
@@ -232,6 +237,8 @@ func (c *Config) Validate() error {
 		return cfgErr("gpu_memory", "%v is negative", c.GPUMemoryBytes)
 	case c.GPUBytes <= 0:
 		return cfgErr("gpu_bytes", "%v: the GPU tier must have a capacity", c.GPUBytes)
+	case c.MaxOutputTokens < 0:
+		return cfgErr("max_output_tokens", "%d is negative", c.MaxOutputTokens)
 	case c.HostBytes < 0:
 		return cfgErr("host_bytes", "%v is negative", c.HostBytes)
 	case c.NVMeBytes < 0:

@@ -203,3 +203,20 @@ func TestDefaultReportHasNoDecodeFields(t *testing.T) {
 		t.Errorf("the default text report changed:\n%s", txt.String())
 	}
 }
+
+// TestMaxOutputTokens: max_output_tokens caps each request's output as
+// bench-serve --max-tokens caps what it sends: with a cap of 2, A's decode
+// takes one step, not three; a negative cap is an error naming the field.
+func TestMaxOutputTokens(t *testing.T) {
+	cfg := DefaultConfig()
+	const D = 10 * time.Millisecond
+	cfg.DecodeTokenTime, cfg.DecodeOnGPU, cfg.MaxOutputTokens = Duration(D), true, 2
+	F := passFloor(t, cfg)
+	_, recs := collect(t, stringSource("capped", tinyLine(0, 4, 1)), cfg)
+	checkRecords(t, recs, StrategyCost.String(), []want{{0, 0, F, F + D}})
+	_, err := LoadConfig(strings.NewReader(`{"max_output_tokens": -1}`))
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "max_output_tokens" {
+		t.Errorf("max_output_tokens -1: %v", err)
+	}
+}

@@ -64,8 +64,13 @@
 //
 // With Config.Calibration, a calibration file (kvtier/cost) replaces the
 // presets' prefill rate and links for the planner and for the replay's own
-// timing alike: the prefill's marginal work as the fit prices it, plus the
-// fit's per-pass cost at the end (TestReplayExecutesTheCalibratedPlan).
+// timing alike: each recomputed block's work as the fit prices it (its
+// pairs with the blocks recomputed before it at the fit's attention rate,
+// with the blocks present at its prefix rate: PrefillCost.BlockSeconds),
+// plus the fit's per-pass cost and its read of the present tokens at the
+// end (TestReplayExecutesTheCalibratedPlan), so that a prefill of n tokens
+// after p present ones takes the fit's Seconds(n, p), as the server that
+// measured it did.
 //
 // The copies the manager decides (loads, write-through copies, write-back
 // demotions, offloads) go to the engine, which is the manager's Mover. Each

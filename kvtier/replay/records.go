@@ -34,7 +34,8 @@ type RequestRecord struct {
 	TTFTSeconds float64 `json:"ttft_s"`
 	// EndSeconds is when its last token came and it released its blocks.
 	EndSeconds float64 `json:"end_s"`
-	// InputTokens and OutputTokens are the trace's.
+	// InputTokens and OutputTokens are the trace's (the output capped by
+	// Config.MaxOutputTokens).
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
 	// Blocks is the prompt's blocks, its partial last one included.

@@ -36,6 +36,7 @@ type request struct {
 	computing bool // a segment is running
 	inserted  bool // its GPU blocks are reserved (InsertKeys)
 	floorAt   time.Duration
+	passEnd   time.Duration // the pass's own cost and its read of the present tokens (plan)
 	fetchEnd  int // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 	// ext is what only some replays need (Config.DecodeOnGPU,
 	// Options.OnRequest); nil in the others, so that the request, and the
@@ -103,6 +104,9 @@ func (e *engine) newRequest() *request {
 	tr := &e.next
 	r.arrival, r.salt = tr.Arrival, kvtier.Salt(tr.Salt)
 	r.inputTokens, r.outTokens = tr.InputTokens, tr.OutputTokens
+	if c := e.cfg.MaxOutputTokens; c > 0 {
+		r.outTokens = min(r.outTokens, c)
+	}
 	r.keys = r.keys[:0]
 	for _, k := range tr.Keys {
 		r.keys = append(r.keys, kvtier.Key(k))
@@ -278,33 +282,46 @@ func (e *engine) planAndLoad(r *request) {
 // plan cuts the request's prefill into segments, as kvtier/cost's Planner
 // models it: a recomputed block (chosen, forced, not cached, or a hole)
 // runs after the recomputed blocks before it and after every load before
-// it has landed. Blocks used on the GPU or loaded cost no compute.
+// it has landed. Blocks used on the GPU or loaded cost no compute but are
+// present: each recomputed block is priced by PrefillCost.BlockSeconds
+// (its pairs with the blocks recomputed before it at the attention rate,
+// with the present ones at the prefix rate), and the pass reads the
+// present tokens' KV at its end (r.passEnd), as the Planner times a plan.
 func (e *engine) plan(r *request) {
 	loads, j := 0, 0 // j: the next looked-up block, in position order
+	computed, present := 0, 0
 	for i := range r.keys {
+		tokens := e.blockTokensAt(r, i)
 		if j < r.l1.Len() && r.l1.Blocks[j].Position == i {
 			b := r.l1.Blocks[j]
 			j++
 			if b.Loading {
 				loads++
+				present += tokens
 				continue
 			}
 			if b.Action == kvtier.Use {
+				present += tokens
 				continue
 			}
 		}
-		c := e.blockCost(r, i)
+		c := durationOf(e.prefill.BlockSeconds(tokens, computed, present))
+		computed += tokens
 		if n := len(r.segs); n > 0 && r.segs[n-1].loadsBefore == loads {
 			r.segs[n-1].d += c
 		} else {
 			r.segs = append(r.segs, segment{loadsBefore: loads, d: c})
 		}
 	}
+	r.passEnd = durationOf(e.prefill.PassEndSeconds(present))
 }
 
+// durationOf converts seconds to a Duration, rounded to the nanosecond.
+func durationOf(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
 // blockCost is the prefill time of r's block i after the i blocks before
-// it: the Planner's per-block cost, the trailing partial block priced by
-// its tokens.
+// it, priced as the Planner prices a block when it chooses (its pairs with
+// every block before it at the prefix rate): what loading it saves.
 func (e *engine) blockCost(r *request, i int) time.Duration {
 	tokens := e.blockTokensAt(r, i)
 	if tokens != e.bt {
@@ -373,7 +390,7 @@ func (e *engine) advance(r *request) {
 	if r.pendingLoads > 0 {
 		return
 	}
-	if end := max(r.floorAt, e.now+time.Duration(math.Round(e.prefill.PassSeconds*1e9))); e.now < end {
+	if end := max(r.floorAt, e.now+r.passEnd); e.now < end {
 		r.computing = true
 		e.schedule(event{at: end, kind: evComputeDone, r: r, phase: phaseFloor})
 		return
