@@ -37,7 +37,7 @@ type request struct {
 	inserted  bool // its GPU blocks are reserved (InsertKeys)
 	floorAt   time.Duration
 	passEnd   time.Duration // the pass's own cost and its read of the present tokens (plan)
-	fetchEnd  int // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
+	fetchEnd  int           // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 	// ext is what only some replays need (Config.DecodeOnGPU,
 	// Options.OnRequest); nil in the others, so that the request, and the
 	// memory estimate of the requests in flight, stay as they were.
