@@ -17,8 +17,11 @@
 # (the label's dashes as underscores, e.g. FLAGS_cost_wrong) adds server
 # flags to one run. Each run writes the server's calibration to
 # OUT_DIR/calibration-LABEL.json (-cost-calibration-out) for a model of
-# kvtier/cost. VERIFY (default 10) is bench-serve's --verify for the run
-# labelled cost; PORT (default 8311) the loopback port.
+# kvtier/cost. NVME_PARENT, when set, gives each run an NVMe directory of
+# its own, NVME_PARENT/LABEL, removed after the run (so that no run adopts
+# another's blocks, and the disk holds one run's tier at a time). VERIFY
+# (default 10) is bench-serve's --verify for the run labelled cost; PORT
+# (default 8311) the loopback port.
 set -uo pipefail
 if [[ $# -lt 3 ]]; then
 	echo "usage: $0 BIN_DIR TRACE OUT_DIR [STRATEGY...]" >&2
@@ -49,10 +52,15 @@ for arg in "${strategies[@]}"; do
 	read -r -a extra <<<"${!extra_var:-}"
 	calout=()
 	[[ " ${server_flags[*]} " == *" -model tiny "* ]] || calout=(-cost-calibration-out "$out/calibration-$label.json")
+	nvme=()
+	if [[ -n ${NVME_PARENT:-} ]]; then
+		rm -rf "${NVME_PARENT:?}/$label"
+		nvme=(-nvme-dir "$NVME_PARENT/$label")
+	fi
 	log=$out/server-$label.log
-	echo "== $label: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]} ${extra[*]} ${calout[*]}"
+	echo "== $label: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]} ${nvme[*]} ${extra[*]} ${calout[*]}"
 	SECONDS=0
-	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" "${extra[@]}" "${calout[@]}" >"$log" 2>&1 &
+	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" "${nvme[@]}" "${extra[@]}" "${calout[@]}" >"$log" 2>&1 &
 	pid=$!
 	up=0
 	for _ in $(seq 1 900); do
@@ -84,6 +92,7 @@ for arg in "${strategies[@]}"; do
 	kill -TERM "$pid"
 	wait "$pid"
 	echo "server ($label): exit $? after ${SECONDS} s"
+	[[ -z ${NVME_PARENT:-} ]] || rm -rf "${NVME_PARENT:?}/$label"
 	tail -2 "$log"
 done
 exit $status
