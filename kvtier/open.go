@@ -93,6 +93,23 @@ type Cache struct {
 	growCtx  context.Context
 	stopGrow context.CancelFunc
 	growing  sync.WaitGroup
+	pinned   chan struct{} // closed when growHost has registered every chunk
+	pinErr   error         // why it stopped short (before pinned is closed)
+}
+
+// WaitHostPinned blocks until every host slot is registered (Open returns
+// after the first chunk), and returns the registration's error if it
+// stopped short, or ctx's. A server that must not serve during the
+// registration waits for it: on the H200 test machine, GPU work submitted
+// while 32 GiB of cold memory were being pinned (9.4 s) stalled, the first
+// requests' time to first token rising from 0.85 s to 8.2 s.
+func (c *Cache) WaitHostPinned(ctx context.Context) error {
+	select {
+	case <-c.pinned:
+		return c.pinErr
+	case <-ctx.Done():
+		return fmt.Errorf("kvtier: WaitHostPinned: %w", ctx.Err())
+	}
 }
 
 // GPUParts are what Open builds for one GPU.
@@ -131,11 +148,13 @@ func (c *Cache) usableHostSlots() int {
 // registered, until all are or Close stops it.
 func (c *Cache) growHost(start time.Time) {
 	defer c.growing.Done()
+	defer close(c.pinned)
 	size, chunk := c.Ranks[0].pool.Size(), c.Ranks[0].pool.ChunkBytes()
 	for next := chunk; ; next += chunk {
 		next = min(next, size)
 		for r, p := range c.Ranks {
 			if err := p.pool.WaitReady(c.growCtx, next); err != nil {
+				c.pinErr = fmt.Errorf("kvtier: the host tier stopped at %d slots: %w", c.usableHostSlots(), err)
 				if c.growCtx.Err() == nil {
 					c.log.Error("kvtier: pinning the host tier failed: it keeps the slots pinned so far",
 						"rank", r, "slots", c.usableHostSlots(), "err", err)
@@ -310,6 +329,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if err := c.SetUsableSlots(Host, c.usableHostSlots()); err != nil {
 		return fail(err)
 	}
+	c.pinned = make(chan struct{})
 	c.growing.Add(1)
 	go c.growHost(start)
 	log.Info("kvtier: open", "gpus", len(shards), "gpu_slots", shards[0].GPU.NumBlocks, "host_slots", hostSlots, "nvme_slots", nvmeSlots,

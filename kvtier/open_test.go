@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier/transfer"
@@ -283,8 +282,13 @@ func TestOpenHostTierAcrossRegistrations(t *testing.T) {
 	if err := c.Drain(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for c.CapacitySlots(Host) < blocks || c.Ranks[0].readyHostSlots() < blocks {
-		time.Sleep(time.Millisecond) // the pool registers in the background
+	// The pool registers in the background; WaitHostPinned waits for all
+	// of it.
+	if err := c.WaitHostPinned(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Ranks[0].readyHostSlots(); c.CapacitySlots(Host) < blocks || n < blocks {
+		t.Fatalf("after WaitHostPinned: capacity %d, %d slots registered; want %d", c.CapacitySlots(Host), n, blocks)
 	}
 	tokens := make([]int32, blocks)
 	for i := range tokens {
