@@ -394,16 +394,7 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 	}
 	wrong, right := prior(2), prior(1)
 	planners := func(c *Calibration) *Planner {
-		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Calibration = c
-		p, err := NewPlanner(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64}, c)
 	}
 	pw, pr := planners(wrong), planners(right)
 	// Prefixes of 4 to 512 blocks of 64 tokens, in host memory or on NVMe.
@@ -514,15 +505,7 @@ func TestPrefixRatePricesPairsWithThePrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Calibration = cal
-		p, err := NewPlanner(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64}, cal)
 		pc := f.PrefillCost(&m, &g, 1)
 		c := p.costs.Load()
 		if got, want := c.blockCost(100, 0, 64), pc.MarginalSeconds(64, 100*64); math.Abs(got/want-1) > 1e-9 {

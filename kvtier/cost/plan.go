@@ -561,10 +561,8 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 		// The choice was made on the per-position block costs (charged, when
 		// the fit is uncertain); report each plan's time as it runs: nominal
 		// costs, every pair at the rate of its kind, and the pass's read of
-		// the tokens present (exactCut).
-		res.Time = p.exactCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ)
-		res.LoadAllTime = p.exactCut(cs, blocks, 0, 0, thr, linkQ, gpuQ)
-		res.RecomputeAllTime = p.exactCut(cs, blocks, B, B, thr, linkQ, gpuQ)
+		// the tokens present (exactTimes).
+		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ)
 	}
 	for i, b := range blocks {
 		a := cs.action(i, b, bestQ1, bestQ2, thr)
@@ -599,43 +597,71 @@ func (c *plannerCosts) action(i int, b BlockSource, q1, q2 int, thr float64) Act
 	return ActionLoad
 }
 
-// exactCut is the time of the plan (q1, q2, thr) from now as it runs
-// (runPlan at nominal costs). With the presets (one attention rate, no read
-// term) it is simulateCut's time plus the pass cost, no sooner than the
-// floor.
-func (p *Planner) exactCut(c *plannerCosts, blocks []BlockSource, q1, q2 int, thr, linkQ, gpuQ float64) time.Duration {
-	return p.runPlan(c, blocks, linkQ, gpuQ, func(i int, b BlockSource) Action { return c.action(i, b, q1, q2, thr) })
-}
-
-// runPlan is the time from now of the plan whose block i takes act(i): the
-// recurrences of simulateCut at nominal costs behind the queues, each
+// planRun runs one plan through the model as it runs, block by block:
+// the recurrences of simulateCut at nominal costs behind the queues, each
 // recomputed block priced by PrefillCost.BlockSeconds (its pairs with the
 // blocks recomputed before it at the attention rate, with the blocks
 // present at the prefix rate), then the pass's end (its cost and the read
 // of the tokens present), no sooner than the floor after the GPU is free.
-func (p *Planner) runPlan(c *plannerCosts, blocks []BlockSource, linkQ, gpuQ float64, act func(int, BlockSource) Action) time.Duration {
+// With the presets (one attention rate, no read term) its time is
+// simulateCut's plus the pass cost.
+type planRun struct {
+	loadDone, computeDone, end float64
+	computed, present          int // tokens before the next block
+}
+
+func (r *planRun) load(lat, s float64, tokens int) {
+	r.loadDone = max(r.loadDone, lat) + s
+	r.end = max(r.end, r.loadDone)
+	r.present += tokens
+}
+
+func (r *planRun) recompute(pc *PrefillCost, tokens int) {
+	r.computeDone = max(r.computeDone, r.loadDone) + pc.BlockSeconds(tokens, r.computed, r.present)
+	r.end = max(r.end, r.computeDone)
+	r.computed += tokens
+}
+
+func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int, linkQ float64) {
+	switch a {
+	case ActionLoad:
+		r.load(max(c.latS[b.Tier], linkQ), c.loadS[b.Tier], tokens)
+	case ActionRecompute:
+		r.recompute(&c.prefill, tokens)
+	default:
+		r.present += tokens
+	}
+}
+
+func (r *planRun) time(c *plannerCosts, gpuQ float64) time.Duration {
+	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassEndSeconds(r.present)+max(r.end, gpuQ)))
+}
+
+// exactTimes runs, in one pass over the blocks, the plan (q1, q2, thr), the
+// plan that loads every cached block and the one that recomputes every
+// block not on the GPU (planRun), and returns their times from now.
+func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, q1, q2 int, thr, linkQ, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
 	bt := p.cfg.BlockTokens
-	loadDone, computeDone, end := 0.0, gpuQ, 0.0
-	computed, present := 0, 0 // tokens before the block
+	pl, la, ra := planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}
 	for i, b := range blocks {
 		tokens := b.Tokens
 		if tokens == 0 {
 			tokens = bt
 		}
-		switch act(i, b) {
-		case ActionLoad:
-			loadDone = max(loadDone, c.latS[b.Tier], linkQ) + c.loadS[b.Tier]
-			end = math.Max(end, loadDone)
-			present += tokens
-		case ActionRecompute:
-			computeDone = math.Max(computeDone, loadDone) + c.prefill.BlockSeconds(tokens, computed, present)
-			end = math.Max(end, computeDone)
-			computed += tokens
+		pl.step(c, c.action(i, b, q1, q2, thr), b, tokens, linkQ)
+		switch {
+		case b.Tier == TierGPU:
+			la.present += tokens
+			ra.present += tokens
+		case b.Tier == TierMissing:
+			la.recompute(&c.prefill, tokens)
+			ra.recompute(&c.prefill, tokens)
 		default:
-			present += tokens
+			la.load(max(c.latS[b.Tier], linkQ), c.loadS[b.Tier], tokens)
+			ra.recompute(&c.prefill, tokens)
 		}
 	}
-	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassEndSeconds(present)+max(end, gpuQ)))
+	return pl.time(c, gpuQ), la.time(c, gpuQ), ra.time(c, gpuQ)
 }
 
 // simulateCut runs the plan (q1, q2, thr) through the recurrences, at
@@ -806,7 +832,15 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	if len(blocks) == 0 {
 		return 0, nil
 	}
-	return p.runPlan(c, blocks, 0, 0, func(i int, _ BlockSource) Action { return actions[i] }), nil
+	r := planRun{}
+	for i, b := range blocks {
+		tokens := b.Tokens
+		if tokens == 0 {
+			tokens = p.cfg.BlockTokens
+		}
+		r.step(c, actions[i], b, tokens, 0)
+	}
+	return r.time(c, 0), nil
 }
 
 // Presets names what NewPlannerConfig builds a PlannerConfig from.

@@ -37,15 +37,7 @@ func TestPlanPrefersTheSafeSide(t *testing.T) {
 		blocks[i].Tier = TierHost
 	}
 	plan := func(cal *Calibration) (PlanResult, int) {
-		cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Calibration = cal
-		p, err := NewPlanner(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512}, cal)
 		out := make([]Action, len(blocks))
 		res, err := p.Plan(blocks, out)
 		if err != nil {
@@ -84,15 +76,7 @@ func TestPlannerFollowsItsCalibration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Calibration = cal
-	p, err := NewPlanner(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "b200", HostLink: "pcie5-pinned", BlockTokens: 512}, cal)
 	blocks := make([]BlockSource, 32)
 	for i := range blocks {
 		blocks[i].Tier = TierHost
@@ -103,7 +87,7 @@ func TestPlannerFollowsItsCalibration(t *testing.T) {
 	}
 	_, before := countActions(out)
 	cost0 := p.BlockRecomputeCost(5)
-	m := cfg.Model
+	m := p.cfg.Model
 	for _, tokens := range []int{256, 512, 1024, 2048, 4096, 8192, 16384, 512, 2048, 8192} {
 		preset := PresetPrefillCost(&m, &g, 1)
 		d := time.Duration(3 * preset.Seconds(tokens, 0) * 1e9)
@@ -125,4 +109,19 @@ func TestPlannerFollowsItsCalibration(t *testing.T) {
 	if sim, _ := p.Simulate(blocks, out); sim != res.Time {
 		t.Errorf("plan %v, simulation %v", res.Time, sim)
 	}
+}
+
+// calibratedPlanner is the planner of presets priced by cal.
+func calibratedPlanner(t testing.TB, presets Presets, cal *Calibration) *Planner {
+	t.Helper()
+	cfg, err := NewPlannerConfig(presets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Calibration = cal
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

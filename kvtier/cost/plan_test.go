@@ -456,15 +456,7 @@ func TestPlanTimesAsTheFitPrices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := NewPlannerConfig(Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", BlockTokens: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Calibration = cal
-	p, err := NewPlanner(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", BlockTokens: 16}, cal)
 	pc := cal.Current().PrefillCost(&m, &g, 1)
 	const gpu, missing = 40, 200 // blocks of 16 tokens
 	blocks := make([]BlockSource, gpu+missing)

@@ -19,13 +19,7 @@ import (
 // 1000*r+i+1 and hash id the same.
 func seedEngine(t *testing.T, cfg Config, requests, blocks int) *engine {
 	t.Helper()
-	e, err := newEngine(cfg, StrategyCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.start(trace.MooncakeBlockTokens); err != nil {
-		t.Fatal(err)
-	}
+	e := startedEngine(t, cfg)
 	var res []kvtier.Resident
 	for r := range requests {
 		for i := range blocks {
@@ -169,4 +163,18 @@ func TestLongRequestPlanned(t *testing.T) {
 	if r := rep.Results[0]; r.PlanErrors != 0 || r.Requests != 1 || r.Plan == nil {
 		t.Errorf("a request of %d blocks: %+v", n, r)
 	}
+}
+
+// startedEngine is the cost strategy's engine on cfg, started for the
+// Mooncake traces' 512-token blocks.
+func startedEngine(t *testing.T, cfg Config) *engine {
+	t.Helper()
+	e, err := newEngine(cfg, StrategyCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start(trace.MooncakeBlockTokens); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

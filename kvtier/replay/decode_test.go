@@ -8,22 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"kvtier.dev/kvtier/trace"
 )
 
 // passFloor is the shortest prefill on cfg: one forward pass, which reads
 // every weight from HBM (kvtier/cost's Scenario.PassFloor).
 func passFloor(t *testing.T, cfg Config) time.Duration {
 	t.Helper()
-	e, err := newEngine(cfg, StrategyCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.start(trace.MooncakeBlockTokens); err != nil {
-		t.Fatal(err)
-	}
-	return e.floor
+	return startedEngine(t, cfg).floor
 }
 
 // tinyLine is a request of one block of 16 tokens (its prefill is the pass
