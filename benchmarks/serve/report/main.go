@@ -43,7 +43,15 @@ func main() {
 	commit := flag.String("commit", "", "commit the binaries were built from")
 	var notes multi
 	flag.Var(&notes, "note", "a note to record (repeatable)")
+	against := flag.String("decisions", "", "LABEL of a second cost run in -run (bench-LABEL.json, run with --per-request, e.g. from another prior): record both runs' decisions per window of 20 requests")
 	flag.Parse()
+	if *against != "" {
+		lines, err := decisions(*runDir, *against, 20)
+		if err != nil {
+			log.Fatalf("report: -decisions: %v", err)
+		}
+		notes = append(notes, lines...)
+	}
 	if err := run(*runDir, replays, *resultsDir, *machine, *command, *commit, notes); err != nil {
 		log.Fatalf("report: %v", err)
 	}
@@ -158,7 +166,8 @@ func run(runDir string, replays []string, resultsDir, machine, command, commit s
 			s, r.Sent, r.Completed, r.Errors, r.RequestsPerSecond, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.InterToken.P50,
 			100*r.Cache.CachedFraction, r.Cache.ByTier.GPU, r.Cache.ByTier.Host, r.Cache.ByTier.NVMe, r.Cache.RecomputedTokens)
 		if v := r.Verify; v != nil {
-			line += fmt.Sprintf("; --verify %d: %d compared, %d differ, %d reference errors", v.Every, v.Compared, v.Mismatches, v.Errors)
+			line += fmt.Sprintf("; --verify %d: %d compared, %d differ (%d near ties within %g nats, %d differences), largest drift of a shared token's logprob %.4f nats, %d reference errors",
+				v.Every, v.Compared, v.Mismatches, v.Ties, v.Tolerance, v.Differences, v.MaxDrift, v.Errors)
 		}
 		f.Notes = append(f.Notes, line)
 	}
@@ -193,4 +202,57 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// decisions compares the cost run's decisions with those of the cost run
+// labelled other, per window of n requests in trace order: blocks loaded
+// from the host tier and blocks recomputed (cached but computed), and how
+// many requests of the window recomputed the same number of blocks in both
+// (within one).
+func decisions(runDir, other string, n int) ([]string, error) {
+	read := func(label string) ([]benchserve.RequestRecord, error) {
+		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+label+".json"))
+		if err != nil {
+			return nil, err
+		}
+		var r benchserve.Report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("bench-%s.json: %w", label, err)
+		}
+		if len(r.Requests) == 0 {
+			return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", label)
+		}
+		return r.Requests, nil
+	}
+	a, err := read("cost")
+	if err != nil {
+		return nil, err
+	}
+	b, err := read(other)
+	if err != nil {
+		return nil, err
+	}
+	if len(a) != len(b) {
+		return nil, fmt.Errorf("cost has %d requests, %s %d", len(a), other, len(b))
+	}
+	const bt = 16 // tokens a block: the serve benchmark's
+	lines := []string{fmt.Sprintf("decisions per window of %d requests, cost against %s: blocks loaded from the host, blocks recomputed; requests recomputing the same blocks (within one)", n, other)}
+	for w := 0; w < len(a); w += n {
+		var ah, ar, bh, br, same int
+		for i := w; i < min(w+n, len(a)); i++ {
+			if a[i].ByTier != nil {
+				ah += a[i].ByTier.Host / bt
+			}
+			if b[i].ByTier != nil {
+				bh += b[i].ByTier.Host / bt
+			}
+			ar, br = ar+a[i].RecomputedTokens/bt, br+b[i].RecomputedTokens/bt
+			if d := a[i].RecomputedTokens/bt - b[i].RecomputedTokens/bt; d >= -1 && d <= 1 {
+				same++
+			}
+		}
+		lines = append(lines, fmt.Sprintf("requests %d-%d: cost host %d recomputed %d; %s host %d recomputed %d; same %d of %d",
+			w, min(w+n, len(a))-1, ah, ar, other, bh, br, same, min(w+n, len(a))-w))
+	}
+	return lines, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"kvtier.dev/internal/benchserve"
+	"kvtier.dev/internal/openai"
 	"kvtier.dev/internal/results"
 )
 
@@ -102,5 +103,36 @@ func TestReportErrors(t *testing.T) {
 	}
 	if err := run(dir, nil, "", "m", "", "", nil); err == nil || !strings.Contains(err.Error(), "bench-cost.json") {
 		t.Errorf("a run directory without bench-cost.json: %v", err)
+	}
+}
+
+// TestDecisions: two cost runs' per-request records become per-window
+// counts of host loads and recomputes; a run without records, or of
+// another length, is refused.
+func TestDecisions(t *testing.T) {
+	dir := t.TempDir()
+	rec := func(host, recomputed int) benchserve.RequestRecord {
+		return benchserve.RequestRecord{ByTier: &openai.TierTokens{Host: host * 16}, RecomputedTokens: recomputed * 16}
+	}
+	a := benchserve.Report{Requests: []benchserve.RequestRecord{rec(10, 1), rec(20, 2), rec(5, 0)}}
+	b := benchserve.Report{Requests: []benchserve.RequestRecord{rec(8, 3), rec(20, 2), rec(5, 1)}}
+	writeJSON(t, filepath.Join(dir, "bench-cost.json"), &a)
+	writeJSON(t, filepath.Join(dir, "bench-other.json"), &b)
+	lines, err := decisions(dir, "other", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"requests 0-1: cost host 30 recomputed 3; other host 28 recomputed 5; same 1 of 2",
+		"requests 2-2: cost host 5 recomputed 0; other host 5 recomputed 1; same 1 of 1"}
+	if len(lines) != 3 || lines[1] != want[0] || lines[2] != want[1] {
+		t.Fatalf("%q\nwant %q", lines, want)
+	}
+	writeJSON(t, filepath.Join(dir, "bench-bare.json"), &benchserve.Report{})
+	if _, err := decisions(dir, "bare", 2); err == nil || !strings.Contains(err.Error(), "--per-request") {
+		t.Errorf("a run without records: %v", err)
+	}
+	writeJSON(t, filepath.Join(dir, "bench-short.json"), &benchserve.Report{Requests: a.Requests[:1]})
+	if _, err := decisions(dir, "short", 2); err == nil || !strings.Contains(err.Error(), "3 requests, short 1") {
+		t.Errorf("runs of other lengths: %v", err)
 	}
 }
