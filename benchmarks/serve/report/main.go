@@ -43,8 +43,16 @@ func main() {
 	commit := flag.String("commit", "", "commit the binaries were built from")
 	var notes multi
 	flag.Var(&notes, "note", "a note to record (repeatable)")
+	requestsOut := flag.String("replay-requests", "", "kvtier replay --requests-out FILE of the same trace (the run's bench-serve JSON with --per-request): record, per strategy, the median of measured less predicted TTFT per request, and for cost over the short prefills the replay did not queue")
 	against := flag.String("decisions", "", "LABEL of a second cost run in -run (bench-LABEL.json, run with --per-request, e.g. from another prior): record both runs' decisions per window of 20 requests")
 	flag.Parse()
+	if *requestsOut != "" {
+		lines, err := perRequest(*runDir, *requestsOut, shortPrefill)
+		if err != nil {
+			log.Fatalf("report: -replay-requests: %v", err)
+		}
+		notes = append(notes, lines...)
+	}
 	if *against != "" {
 		lines, err := decisions(*runDir, *against, 20)
 		if err != nil {
@@ -202,6 +210,69 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// shortPrefill is the most tokens a prefill computes to count as short in
+// perRequest.
+const shortPrefill = 400
+
+// perRequest sets each measured request (bench-<strategy>.json's records)
+// beside the replay's record of it (kvtier replay --requests-out), and
+// returns, per strategy, the median of measured less predicted TTFT; for
+// cost also over the requests that computed fewer than short tokens and
+// that the replay did not queue (their prefill started within 1 ms of
+// their arrival).
+func perRequest(runDir, path string, short int) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pred := map[string]map[int64]replay.RequestRecord{}
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r replay.RequestRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, i+1, err)
+		}
+		if pred[r.Strategy] == nil {
+			pred[r.Strategy] = map[int64]replay.RequestRecord{}
+		}
+		pred[r.Strategy][r.Index] = r
+	}
+	var lines []string
+	for _, s := range strategies {
+		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+s+".json"))
+		if err != nil {
+			return nil, err
+		}
+		var rep benchserve.Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return nil, fmt.Errorf("bench-%s.json: %w", s, err)
+		}
+		if len(rep.Requests) == 0 {
+			return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", s)
+		}
+		var all, shortOnes []float64
+		for _, m := range rep.Requests {
+			p, ok := pred[s][int64(m.Index)]
+			if !ok || m.Error != "" || m.Cancelled {
+				continue
+			}
+			d := m.TTFTSeconds - p.TTFTSeconds
+			all = append(all, d)
+			if m.PromptTokens-m.CachedTokens < short && p.StartSeconds-p.ArrivalSeconds < 0.001 {
+				shortOnes = append(shortOnes, d)
+			}
+		}
+		if len(all) == 0 {
+			return nil, fmt.Errorf("no request of bench-%s.json is in %s", s, path)
+		}
+		line := fmt.Sprintf("per request, %s: measured less predicted TTFT, median %.1f ms over %d requests", s, 1e3*results.Median(all), len(all))
+		if s == "cost" && len(shortOnes) > 0 {
+			line += fmt.Sprintf("; %.1f ms over the %d that computed under %d tokens and did not queue in the replay", 1e3*results.Median(shortOnes), len(shortOnes), short)
+		}
+		lines = append(lines, line)
+	}
+	return lines, nil
 }
 
 // decisions compares the cost run's decisions with those of the cost run

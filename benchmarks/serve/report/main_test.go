@@ -136,3 +136,60 @@ func TestDecisions(t *testing.T) {
 		t.Errorf("runs of other lengths: %v", err)
 	}
 }
+
+// TestPerRequest: measured and predicted records meet by index; the
+// median difference is per strategy, and cost's short, unqueued prefills
+// have theirs; a run without records and a malformed line are refused.
+func TestPerRequest(t *testing.T) {
+	dir := t.TempDir()
+	meas := func(ttft ...float64) *benchserve.Report {
+		r := &benchserve.Report{}
+		for i, v := range ttft {
+			r.Requests = append(r.Requests, benchserve.RequestRecord{Index: i, TTFTSeconds: v, PromptTokens: 1000, CachedTokens: 100 * i})
+		}
+		return r
+	}
+	writeJSON(t, filepath.Join(dir, "bench-cost.json"), meas(0.030, 0.040, 0.050))
+	writeJSON(t, filepath.Join(dir, "bench-gpu-only.json"), meas(0.2, 0.3, 0.4))
+	writeJSON(t, filepath.Join(dir, "bench-none.json"), meas(0.5, 0.5, 0.5))
+	var lines []string
+	for _, s := range strategies {
+		for i := range 3 {
+			start := 0.0
+			if i == 0 {
+				start = 0.5 // queued
+			}
+			b, _ := json.Marshal(map[string]any{"strategy": s, "index": i, "arrival_s": 0, "start_s": start, "ttft_s": 0.010 * float64(i+1)})
+			lines = append(lines, string(b))
+		}
+	}
+	path := filepath.Join(dir, "requests.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// cost: differences 20, 20, 20 ms; short (under 900 computed: 1000 -
+	// 100i < 900 for i >= 2) and unqueued: request 2 alone.
+	got, err := perRequest(dir, path, 900)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"per request, cost: measured less predicted TTFT, median 20.0 ms over 3 requests; 20.0 ms over the 1 that computed under 900 tokens and did not queue in the replay",
+		"per request, gpu-only: measured less predicted TTFT, median 280.0 ms over 3 requests",
+		"per request, none: measured less predicted TTFT, median 480.0 ms over 3 requests"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%q\nwant %q", got, want)
+	}
+	if err := os.WriteFile(path, []byte("{\"strategy\": 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := perRequest(dir, path, 900); err == nil || !strings.Contains(err.Error(), "requests.jsonl:1") {
+		t.Errorf("a malformed line: %v", err)
+	}
+	writeJSON(t, filepath.Join(dir, "bench-none.json"), &benchserve.Report{})
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := perRequest(dir, path, 900); err == nil || !strings.Contains(err.Error(), "--per-request") {
+		t.Errorf("a run without records: %v", err)
+	}
+}
