@@ -104,15 +104,11 @@ func run(runDir string, replays []string, resultsDir, machine, command, commit s
 	}
 	measured := map[string]*benchserve.Report{}
 	for _, s := range strategies {
-		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+s+".json"))
+		r, err := readBench(runDir, s, false)
 		if err != nil {
 			return err
 		}
-		var r benchserve.Report
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("bench-%s.json: %w", s, err)
-		}
-		measured[s] = &r
+		measured[s] = r
 	}
 	var preds []prediction
 	for _, arg := range replays {
@@ -212,6 +208,23 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// readBench reads the run's bench-LABEL.json; with records, one without
+// per-request records is an error.
+func readBench(runDir, label string, records bool) (*benchserve.Report, error) {
+	b, err := os.ReadFile(filepath.Join(runDir, "bench-"+label+".json"))
+	if err != nil {
+		return nil, err
+	}
+	var r benchserve.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("bench-%s.json: %w", label, err)
+	}
+	if records && len(r.Requests) == 0 {
+		return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", label)
+	}
+	return &r, nil
+}
+
 // shortPrefill is the most tokens a prefill computes to count as short in
 // perRequest.
 const shortPrefill = 400
@@ -240,16 +253,9 @@ func perRequest(runDir, path string, short int) ([]string, error) {
 	}
 	var lines []string
 	for _, s := range strategies {
-		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+s+".json"))
+		rep, err := readBench(runDir, s, true)
 		if err != nil {
 			return nil, err
-		}
-		var rep benchserve.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			return nil, fmt.Errorf("bench-%s.json: %w", s, err)
-		}
-		if len(rep.Requests) == 0 {
-			return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", s)
 		}
 		var all, shortOnes []float64
 		for _, m := range rep.Requests {
@@ -282,16 +288,9 @@ func perRequest(runDir, path string, short int) ([]string, error) {
 // (within one).
 func decisions(runDir, other string, n int) ([]string, error) {
 	read := func(label string) ([]benchserve.RequestRecord, error) {
-		b, err := os.ReadFile(filepath.Join(runDir, "bench-"+label+".json"))
+		r, err := readBench(runDir, label, true)
 		if err != nil {
 			return nil, err
-		}
-		var r benchserve.Report
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("bench-%s.json: %w", label, err)
-		}
-		if len(r.Requests) == 0 {
-			return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", label)
 		}
 		return r.Requests, nil
 	}
