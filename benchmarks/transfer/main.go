@@ -2,9 +2,11 @@
 // run on a GPU machine: blocks scattered on the GPU and contiguous in a
 // pinned host pool, 1 GiB per transfer, host to device, device to host and
 // both at once; the engine (by default, and with each submission method
-// forced) against a loop of per-block cuMemcpyAsync and against one large
-// copy of the same bytes. It also measures how much an onboard slows a
-// compute kernel on the server's stream.
+// forced: the copy kernel, batched DMA, gather/scatter through device
+// staging) against a loop of per-block cuMemcpyAsync and against one large
+// copy of the same bytes. It also measures how much each method's copies
+// slow a compute kernel on the server's stream, and reports the device
+// staging memory each method takes.
 //
 // Each engine moves both directions, as a server's does, so that in the
 // "both" rows MethodAuto sees the other direction's traffic: the onboard is
@@ -69,6 +71,8 @@ func run() error {
 		fma     = flag.Int("fma-iters", 1<<19, "iterations of the FMA kernel in the overlap measurement")
 		skipOv  = flag.Bool("no-overlap", false, "skip the overlap measurement")
 		dirsS   = flag.String("dirs", "HtoD,DtoH,both", "directions to measure (HtoD, DtoH, both)")
+		gbufs   = flag.Int("gather-buffers", transfer.DefaultGatherBuffers, "device staging buffers per direction for the gather/scatter path (0: none)")
+		gbytesS = flag.String("gather-buffer-bytes", bytesize.Format(transfer.DefaultGatherBufferBytes), "bytes per device staging buffer")
 	)
 	flag.Parse()
 	total, err := bytesize.Parse(*totalS)
@@ -85,6 +89,10 @@ func run() error {
 			return fmt.Errorf("--sizes: block size %d does not divide --total %d", n, total)
 		}
 		blockSizes = append(blockSizes, n)
+	}
+	gbytes, err := bytesize.Parse(*gbytesS)
+	if err != nil {
+		return fmt.Errorf("--gather-buffer-bytes: %w", err)
 	}
 	dirs, err := parseDirs(*dirsS)
 	if err != nil {
@@ -106,7 +114,7 @@ func run() error {
 		fmt.Sprintf("%d bytes per transfer; blocks scattered at random over a %d-byte device region, contiguous in a pinned (cuMemHostAlloc) pool", total, 4*total),
 		"one engine moves both directions (onboard into the first device region from the first half of the pool, offload from the second region to the second half); both at once: the onboard is submitted first, then the offload while it runs, except in engine-auto-offload-first",
 		fmt.Sprintf("each case: one warm-up, then %d rounds with the order of the engine's methods / per-block loop / one large copy rotated each round; GiB/s = bytes / wall time from first submission to completion", *rounds),
-		"engine-auto is the engine's default (Config.Method = MethodAuto); engine-kernel forces the copy kernel (SMs read/write the pinned pool), engine-batch forces cuMemcpyBatchAsync",
+		fmt.Sprintf("engine-auto is the engine's default (Config.Method = MethodAuto) with a device staging ring of %d x %s per direction, as kvtier.Open gives it; engine-kernel forces the copy kernel (SMs read/write the pinned pool), engine-batch forces cuMemcpyBatchAsync, engine-gather forces the gather/scatter path (the copy kernel gathers blocks into device staging, one DMA per chunk crosses the link; the reverse for onboards)", *gbufs, bytesize.Format(gbytes)),
 		fmt.Sprintf("copy kernel: %d CTAs x %d threads (0: defaults %d x %d); overlap: kvtier_fma, %d iterations per thread in one wave of 4 CTAs x 256 threads per SM, an eighth of that in 32 CTAs per SM",
 			*ctas, *threads, cudastream.DefaultKernelCTAs, cudastream.DefaultKernelThreadsPerCTA, *fma))
 
@@ -116,7 +124,8 @@ func run() error {
 	}
 	defer b.teardown()
 
-	base := transfer.Config{MaxBatch: *batch, KernelCopy: cudastream.KernelCopyOptions{CTAs: *ctas, ThreadsPerCTA: *threads}}
+	base := transfer.Config{MaxBatch: *batch, KernelCopy: cudastream.KernelCopyOptions{CTAs: *ctas, ThreadsPerCTA: *threads},
+		GatherBuffers: *gbufs, GatherBufferBytes: gbytes}
 	for _, bs := range blockSizes {
 		if err := b.size(res, bs, *rounds, base, dirs); err != nil {
 			return fmt.Errorf("block size %d: %w", bs, err)
@@ -241,24 +250,41 @@ func parseDirs(s string) ([]direction, error) {
 }
 
 // engineMethods are the engine's rows: what the engine does by default
-// (auto), and each submission method forced.
-var engineMethods = []transfer.Method{transfer.MethodAuto, transfer.MethodKernel, transfer.MethodBatch} // size() relies on this order
+// (auto), and each submission method forced. The gather row needs a device
+// staging ring (Config.GatherBuffers); without one it is left out.
+var engineMethods = []transfer.Method{transfer.MethodAuto, transfer.MethodKernel, transfer.MethodBatch, transfer.MethodGather} // size() relies on this order
+
+// methodEngine builds the engine of one method's row: only auto and gather
+// get the device staging ring.
+func (b *bench) methodEngine(bs int64, base transfer.Config, m transfer.Method) (*transfer.Engine, error) {
+	cfg := base
+	cfg.Method = m
+	if m != transfer.MethodAuto && m != transfer.MethodGather {
+		cfg.GatherBuffers = 0
+	}
+	return b.engine(bs, cfg)
+}
 
 func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Config, dirs []direction) error {
-	engs := make([]*transfer.Engine, len(engineMethods))
-	for i, m := range engineMethods {
-		cfg := base
-		cfg.Method = m
-		e, err := b.engine(bs, cfg)
+	methods := engineMethods
+	if base.GatherBuffers == 0 {
+		methods = methods[:3]
+	}
+	engs := make([]*transfer.Engine, len(methods))
+	for i, m := range methods {
+		e, err := b.methodEngine(bs, base, m)
 		if err != nil {
 			return fmt.Errorf("engine %v: %w", m, err)
 		}
 		defer e.Close()
 		engs[i] = e
+		if bs == 16<<10 {
+			res.Notes = append(res.Notes, fmt.Sprintf("engine-%v: %s of device staging", m, bytesize.Format(e.GatherBytes())))
+		}
 	}
 	pairsA := b.halfPairs(0, bs, uint64(bs))
 	pairsB := b.halfPairs(1, bs, uint64(bs)+1)
-	for i, m := range engineMethods {
+	for i, m := range methods {
 		if err := b.verify(engs[i], pairsA, m); err != nil {
 			return fmt.Errorf("engine %v: %w", m, err)
 		}
@@ -273,7 +299,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 		// chose records, for each engine-auto case, which method moved
 		// each direction in the last round.
 		chose := map[string]string{}
-		for i, m := range engineMethods {
+		for i, m := range methods {
 			e := engs[i]
 			name := "engine-" + m.String()
 			cases = append(cases, bcase{name, func() (time.Duration, error) {
@@ -408,7 +434,7 @@ func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []tran
 			continue
 		}
 		errs = append(errs, tc.t.Wait(ctx))
-		picks = append(picks, fmt.Sprintf("%s %s (%d of %d descriptors)", tc.what, methodName(tc.t), tc.t.KernelCopies(), tc.t.Copies()))
+		picks = append(picks, tc.what+" "+methodName(tc.t))
 		tc.t.Release()
 	}
 	d := time.Since(start)
@@ -418,16 +444,21 @@ func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []tran
 	return d, errors.Join(errs...)
 }
 
-// methodName says which method moved t's descriptors; the count in
-// parentheses that follows it is those the kernel moved.
+// methodName says which method moved t's descriptors, and how many: the
+// gather path's chunks (each one DMA here, the host slots being
+// contiguous), or the descriptors the copy kernel moved of all.
 func methodName(t *transfer.Transfer) string {
+	if c := t.GatherChunks(); c > 0 {
+		return fmt.Sprintf("by gather/scatter (%d chunks, %d DMAs)", c, t.Copies())
+	}
+	how := "by the kernel and batches"
 	switch k := t.KernelCopies(); {
 	case k == t.Copies():
-		return "by the copy kernel"
+		how = "by the copy kernel"
 	case k == 0:
-		return "by batches"
+		how = "by batches"
 	}
-	return "by the kernel and batches"
+	return fmt.Sprintf("%s (%d of %d descriptors)", how, t.KernelCopies(), t.Copies())
 }
 
 func (b *bench) runLoop(dir direction, pa, pb []transfer.Pair, bs int64) (time.Duration, error) {
@@ -480,8 +511,10 @@ func (b *bench) runLarge(dir direction) (time.Duration, error) {
 
 // overlap measures a compute kernel (kvtier_fma: FMA chains over all SMs,
 // cudastream.ComputeLoader) on its own compute stream, timed with events,
-// alone and while the engine onboards 1 GiB: of 16 KiB blocks (the copy
-// kernel takes SMs) and of 2 MiB blocks (batches on the copy engines). Two
+// alone and while the engine moves 1 GiB: onboards of 16 KiB and 2 MiB
+// blocks by the engine's default, and 1 GiB each way at once in 16 KiB
+// blocks by each method (the copy kernel takes SMs for the whole transfer,
+// batches none, gather/scatter a few for a short part of each chunk). Two
 // shapes of compute: one wave of 4 CTAs per SM (every SM's share fixed up
 // front, as in a persistent kernel) and 32 CTAs per SM (waves, as a large
 // GEMM or attention kernel runs). Each is sized to take about half the
@@ -521,7 +554,23 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 		}
 		return t1.Elapsed(t0)
 	}
-	ctx := context.Background()
+	type ocase struct {
+		what   string
+		bs     int64
+		method transfer.Method
+		dir    direction
+	}
+	cases := []ocase{
+		{"a 1 GiB onboard of 16KiB blocks, engine-auto", 16 << 10, transfer.MethodAuto, htod},
+		{"a 1 GiB onboard of 2MiB blocks, engine-auto", 2 << 20, transfer.MethodAuto, htod},
+	}
+	methods := engineMethods
+	if base.GatherBuffers == 0 {
+		methods = methods[:3]
+	}
+	for _, m := range methods {
+		cases = append(cases, ocase{"1 GiB each way at once in 16KiB blocks, engine-" + m.String(), 16 << 10, m, both})
+	}
 	for _, shape := range []struct {
 		name             string
 		ctasPerSM, iters int
@@ -530,63 +579,94 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 		{"waves, 32 CTAs/SM", 32, fmaIters / 8},
 	} {
 		aloneName := fmt.Sprintf("compute (FMA, %s) alone", shape.name)
-		for _, bs := range []int64{16 << 10, 2 << 20} {
-			ea, err := b.engine(bs, base)
+		for ci, c := range cases {
+			e, err := b.methodEngine(c.bs, base, c.method)
 			if err != nil {
 				return err
 			}
-			pairs := b.halfPairs(0, bs, 99)
-			var alone, shared, onboard []float64
+			pa, pb := b.halfPairs(0, c.bs, 99), b.halfPairs(1, c.bs, 98)
+			var alone, shared, moved []float64
+			chose := map[string]string{}
 			for r := -1; r < rounds; r++ {
 				for k := 0; k < 2; k++ {
-					withOnboard := (k+max(r, 0))%2 == 1
-					var tr *transfer.Transfer
-					start := time.Now()
-					if withOnboard {
-						if tr, err = ea.Onboard(ctx, pairs); err != nil {
-							return err
-						}
+					withCopies := (k+max(r, 0))%2 == 1
+					var d time.Duration
+					var copyTime time.Duration
+					if withCopies {
+						copyTime, err = b.runEngineDuring(c.dir, e, pa, pb, chose, func() (kerr error) {
+							d, kerr = kernel(shape.ctasPerSM, shape.iters)
+							return kerr
+						})
+					} else {
+						d, err = kernel(shape.ctasPerSM, shape.iters)
 					}
-					d, err := kernel(shape.ctasPerSM, shape.iters)
 					if err != nil {
+						e.Close()
 						return err
-					}
-					if tr != nil {
-						if err := tr.Wait(ctx); err != nil {
-							return err
-						}
-						tr.Release()
 					}
 					if r < 0 {
 						continue
 					}
-					if withOnboard {
+					if withCopies {
 						shared = append(shared, d.Seconds()*1e3)
-						onboard = append(onboard, float64(b.total)/time.Since(start).Seconds()/(1<<30))
+						bytes := float64(b.total)
+						if c.dir == both {
+							bytes *= 2
+						}
+						moved = append(moved, bytes/copyTime.Seconds()/(1<<30))
 					} else {
 						alone = append(alone, d.Seconds()*1e3)
 					}
 				}
 			}
-			ea.Close()
-			if bs == 16<<10 {
+			e.Close()
+			if ci == 0 {
 				res.Add(aloneName, "ms", alone, "")
 			}
-			res.Add(fmt.Sprintf("compute (FMA, %s) during a 1 GiB onboard of %s blocks (%s)", shape.name, bytesize.Format(bs), methodFor(bs, base)), "ms", shared, aloneName)
-			res.Add(fmt.Sprintf("the 1 GiB onboard of %s blocks during compute (FMA, %s)", bytesize.Format(bs), shape.name), "GiB/s", onboard, "")
+			res.Add(fmt.Sprintf("compute (FMA, %s) during %s", shape.name, c.what), "ms", shared, aloneName)
+			res.Add(fmt.Sprintf("%s, during compute (FMA, %s)", c.what, shape.name), "GiB/s", moved, "")
+			if shape.ctasPerSM == 4 {
+				res.Notes = append(res.Notes, fmt.Sprintf("overlap: %s moved %s", c.what, chose["overlap"]))
+			}
 		}
 	}
 	return nil
 }
 
-// methodFor names what MethodAuto does with blocks of bs bytes.
-func methodFor(bs int64, cfg transfer.Config) string {
-	below := cfg.KernelBelowBytes
-	if below == 0 {
-		below = transfer.DefaultKernelBelowBytes
+// runEngineDuring submits dir's transfers on e (pa onboard, pb offload),
+// runs compute while they are in flight, and returns the time until the
+// transfers are done; chose["overlap"] says which method moved them.
+func (b *bench) runEngineDuring(dir direction, e *transfer.Engine, pa, pb []transfer.Pair, chose map[string]string, compute func() error) (time.Duration, error) {
+	ctx := context.Background()
+	start := time.Now()
+	type sub struct {
+		what string
+		t    *transfer.Transfer
 	}
-	if bs < below {
-		return "copy kernel"
+	var subs []sub
+	var errs []error
+	if dir != dtoh {
+		t, err := e.Onboard(ctx, pa)
+		errs = append(errs, err)
+		if err == nil {
+			subs = append(subs, sub{"onboard", t})
+		}
 	}
-	return "cuMemcpyBatchAsync"
+	if dir != htod {
+		t, err := e.Offload(ctx, pb, nil)
+		errs = append(errs, err)
+		if err == nil {
+			subs = append(subs, sub{"offload", t})
+		}
+	}
+	errs = append(errs, compute())
+	var picks []string
+	for _, s := range subs {
+		errs = append(errs, s.t.Wait(ctx))
+		picks = append(picks, fmt.Sprintf("%s %s", s.what, methodName(s.t)))
+		s.t.Release()
+	}
+	d := time.Since(start)
+	chose["overlap"] = strings.Join(picks, ", ")
+	return d, errors.Join(errs...)
 }

@@ -35,6 +35,24 @@ func TestBothWaysOnSim(t *testing.T) {
 				t.Fatalf("block size %d: %v", bs, err)
 			}
 		}
+		// With a device staging ring, auto gathers: the benchmark's host
+		// slots are contiguous, so each chunk crosses the link as one DMA.
+		ring := results.New("transfer", "sim", "test")
+		if err := b.size(ring, 16<<10, 1, transfer.Config{GatherBuffers: 2, GatherBufferBytes: 256 << 10}, []direction{both}); err != nil {
+			t.Fatalf("with a ring: %v", err)
+		}
+		for _, want := range []string{
+			"both 16KiB engine-auto chose (last round): onboard by gather/scatter (4 chunks, 4 DMAs), offload by gather/scatter (4 chunks, 4 DMAs)",
+			"engine-gather: 1MiB of device staging",
+			"engine-kernel: 0B of device staging",
+		} {
+			if !slices.Contains(ring.Notes, want) {
+				t.Errorf("no note %q in:\n%s", want, strings.Join(ring.Notes, "\n"))
+			}
+		}
+		if !slices.ContainsFunc(ring.Rows, func(r results.Row) bool { return r.Name == "both 16KiB engine-gather vs large copy" }) {
+			t.Error("no engine-gather row with a ring")
+		}
 		// The counts in parentheses depend on how many random blocks
 		// happened to be adjacent and coalesced: compare without them.
 		counts := regexp.MustCompile(` \([0-9]+ of [0-9]+ descriptors\)`)

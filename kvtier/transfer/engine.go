@@ -81,6 +81,21 @@ type Config struct {
 	// OnboardPriority and OffloadPriority are stream priorities; lower runs
 	// first (CUDA's convention). Defaults: -1 and 0.
 	OnboardPriority, OffloadPriority int
+	// GatherBuffers and GatherBufferBytes give each direction a ring of
+	// device staging buffers for the gather/scatter path (MethodGather, and
+	// MethodAuto's choice of it; see gather.go): GatherBuffers buffers of
+	// GatherBufferBytes (default DefaultGatherBufferBytes) per direction,
+	// and a second stream per direction for the gather and scatter
+	// kernels. Zero GatherBuffers means no ring: Auto never gathers and
+	// MethodGather is refused. DefaultGatherBuffers of the default size
+	// take 96 MiB of device memory for both directions.
+	GatherBuffers     int
+	GatherBufferBytes int64
+	// GatherMinRunBytes is MethodAuto's switch to the gather path: a
+	// transfer gathers when its host side coalesces into runs averaging at
+	// least this many bytes and at least four times its GPU side's pieces
+	// (default DefaultGatherMinRunBytes).
+	GatherMinRunBytes int64
 	// Now is the clock used for Transfer.Duration (default: wall time since
 	// the engine started). Replays pass the simulator's virtual clock.
 	Now func() time.Duration
@@ -94,8 +109,19 @@ type Engine struct {
 	hostBase uint64
 	now      func() time.Duration
 
-	method Method
-	auto   autoTable
+	method   Method
+	auto     autoTable
+	maxBatch int
+
+	gatherMinRun int64
+	gatherMem    []cudastream.DevicePtr // the rings' device memory, freed by Close
+	// skipGatherWait disables the waits before a device staging buffer is
+	// refilled, for the test that proves it would catch the overwrite.
+	skipGatherWait bool
+	// earlyLayerEvents records the scatter path's layer events after the
+	// DMAs instead of after the scatters, for the test that proves it
+	// would catch a layer readied before its bytes are in place.
+	earlyLayerEvents bool
 
 	on, off direction
 
@@ -124,6 +150,7 @@ type direction struct {
 
 	kc           cudastream.KernelCopier // nil: the stream has no copy kernel
 	kernelBroken bool                    // CopyKernel said ErrNotSupported: Auto uses batches
+	ring         *gatherRing             // nil: no gather/scatter path
 
 	row   int        // onboardRow or offloadRow of MethodAuto's table
 	other *direction // the opposite direction, whose traffic MethodAuto watches
@@ -156,6 +183,11 @@ type Stats struct {
 	// StagingWaits counts staged onboards that waited for a staging
 	// buffer's previous copy before refilling it.
 	StagingWaits int64
+	// GatherTransfers counts the transfers that took the gather/scatter
+	// path, GatherChunks the device staging chunks they moved (their link
+	// descriptors are in Descriptors), and GatherKernelDescriptors the
+	// device-side pieces the gather and scatter kernels copied.
+	GatherTransfers, GatherChunks, GatherKernelDescriptors int64
 }
 
 // counters are the live counters behind Stats.
@@ -163,6 +195,8 @@ type counters struct {
 	onboardBytes, offloadBytes, transfers  atomic.Int64
 	blocks, descriptors, kernelDescriptors atomic.Int64
 	contendedDescriptors, stagingWaits     atomic.Int64
+	gatherTransfers, gatherChunks          atomic.Int64
+	gatherKernelDescriptors                atomic.Int64
 }
 
 // New creates an engine and its two streams.
@@ -197,7 +231,10 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		cfg.MaxBatch = 4096
 	}
 	if cfg.Method >= NumMethods {
-		return nil, fmt.Errorf("transfer: Config.Method %d is not a method (auto, batch, kernel or loop)", cfg.Method)
+		return nil, fmt.Errorf("transfer: Config.Method %d is not a method (auto, batch, kernel, loop or gather)", cfg.Method)
+	}
+	if err := checkGatherConfig(&cfg); err != nil {
+		return nil, err
 	}
 	auto, err := newAutoTable(&cfg)
 	if err != nil {
@@ -213,8 +250,11 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		hostBase: cudastream.HostAddr(cfg.Host.Pool),
 		now:      cfg.Now,
 
-		method: cfg.Method,
-		auto:   auto,
+		method:   cfg.Method,
+		auto:     auto,
+		maxBatch: cfg.MaxBatch,
+
+		gatherMinRun: cfg.GatherMinRunBytes,
 	}
 	e.events.dev = dev
 	if e.now == nil {
@@ -234,6 +274,10 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	if err := e.setupMethod(&cfg); err != nil {
 		e.on.stream.Destroy()
 		e.off.stream.Destroy()
+		return nil, err
+	}
+	if err := e.setupGather(&cfg); err != nil {
+		e.Close()
 		return nil, err
 	}
 	for _, b := range cfg.Staging {
@@ -263,7 +307,9 @@ func (e *Engine) Stats() Stats {
 		OnboardBytes: c.onboardBytes.Load(), OffloadBytes: c.offloadBytes.Load(),
 		Transfers: c.transfers.Load(), Blocks: c.blocks.Load(), Descriptors: c.descriptors.Load(),
 		KernelDescriptors: c.kernelDescriptors.Load(), ContendedDescriptors: c.contendedDescriptors.Load(),
-		StagingWaits: c.stagingWaits.Load(),
+		StagingWaits:    c.stagingWaits.Load(),
+		GatherTransfers: c.gatherTransfers.Load(), GatherChunks: c.gatherChunks.Load(),
+		GatherKernelDescriptors: c.gatherKernelDescriptors.Load(),
 	}
 }
 
@@ -289,12 +335,16 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 		return nil, err
 	}
 	defer d.mu.Unlock()
-	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
-		d.begin(ctx, t, "onboard layer", l)
-		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
-		d.end()
-		if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
-			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
+	if e.useGather(d, pairs, false) {
+		e.scatterOnboard(ctx, d, t, pairs)
+	} else {
+		for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
+			d.begin(ctx, t, "onboard layer", l)
+			d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
+			d.end()
+			if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
+				t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
+			}
 		}
 	}
 	e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
@@ -315,15 +365,24 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 		return nil, err
 	}
 	defer d.mu.Unlock()
+	gather := e.useGather(d, pairs, true)
+	reads := d.stream // the stream whose copies read the GPU blocks
+	if gather {
+		reads = d.ring.kernel
+	}
 	for _, ev := range after {
 		if ev == nil || t.err != nil {
 			continue
 		}
-		if err := d.stream.WaitEvent(ev); err != nil {
+		if err := reads.WaitEvent(ev); err != nil {
 			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
 		}
 	}
-	if t.err == nil {
+	switch {
+	case t.err != nil:
+	case gather:
+		e.gatherOffload(ctx, d, t, pairs)
+	default:
 		d.begin(ctx, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
 		d.end()
@@ -415,9 +474,10 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 		t.final = t.layerEv[n-1]
 		// Layers not issued after an error still get recorded, so that
 		// nothing waiting on them waits forever; the error marks their data
-		// invalid.
+		// invalid. (The scatter path records its own, on its kernel stream,
+		// after everything it issued.)
 		for l := range t.layerEv {
-			if t.err != nil {
+			if t.err != nil && !t.gathered {
 				t.layerEv[l].Record(d.stream)
 			}
 		}
@@ -555,6 +615,11 @@ func (e *Engine) Close() error {
 		}
 		for _, b := range e.staging {
 			errs = append(errs, b.ev.Destroy())
+		}
+		for i, d := range []*direction{&e.on, &e.off} {
+			if d.ring != nil {
+				errs = append(errs, d.ring.destroy(e.dev, e.gatherMem[i]))
+			}
 		}
 		errs = append(errs, e.events.close())
 	})

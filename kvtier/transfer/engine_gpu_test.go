@@ -13,7 +13,8 @@ import (
 
 // TestGPURoundTrip runs the engine on the real device: random data from the
 // pinned pool to scattered GPU blocks and back into other slots, compared
-// byte for byte, by every method and for both GPU layouts. It skips without
+// byte for byte, by every method (the gather/scatter path through a small
+// device staging ring among them) and for both GPU layouts. It skips without
 // a driver, unless KVTIER_REQUIRE_GPU=1 says a GPU must be there. Build it
 // here and run it on the GPU machine:
 //
@@ -57,9 +58,11 @@ func TestGPURoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range []Method{MethodAuto, MethodBatch, MethodKernel, MethodLoop} {
+		for _, m := range []Method{MethodAuto, MethodBatch, MethodKernel, MethodLoop, MethodGather} {
 			t.Run(layout+"/"+m.String(), func(t *testing.T) {
-				e, err := New(dev, Config{GPU: g, Host: host, Method: m})
+				// A ring of 3 buffers of 1.25 MiB: 64 blocks of 256 KiB
+				// take 13 chunks each way, and chunks end inside blocks.
+				e, err := New(dev, Config{GPU: g, Host: host, Method: m, GatherBuffers: 3, GatherBufferBytes: 5 << 18})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +105,11 @@ func TestGPURoundTrip(t *testing.T) {
 						t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
 					}
 				}
-				t.Logf("%d descriptors, %d by the copy kernel", e.Stats().Descriptors, e.Stats().KernelDescriptors)
+				st := e.Stats()
+				t.Logf("%d descriptors, %d by the copy kernel; %d transfers gathered in %d chunks", st.Descriptors, st.KernelDescriptors, st.GatherTransfers, st.GatherChunks)
+				if m == MethodGather && st.GatherChunks != 26 {
+					t.Errorf("gather: %d chunks, want 13 each way", st.GatherChunks)
+				}
 			})
 		}
 	}

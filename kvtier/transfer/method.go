@@ -63,6 +63,13 @@ const (
 	// MethodLoop submits one cuMemcpyAsync per descriptor: the baseline the
 	// others are measured against.
 	MethodLoop
+	// MethodGather moves every transfer through the device staging ring
+	// (gather.go): the copy kernel gathers the blocks into a device buffer
+	// and one DMA per host run crosses the link, or the reverse for
+	// onboards. New fails without a ring (Config.GatherBuffers) or without
+	// a copy kernel. MethodAuto takes this path where the host side
+	// coalesces into long runs (Config.GatherMinRunBytes).
+	MethodGather
 	NumMethods
 )
 
@@ -76,6 +83,8 @@ func (m Method) String() string {
 		return "kernel"
 	case MethodLoop:
 		return "loop"
+	case MethodGather:
+		return "gather"
 	}
 	return fmt.Sprintf("Method(%d)", uint8(m))
 }

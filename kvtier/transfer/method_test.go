@@ -130,7 +130,7 @@ func TestMethodConfigErrors(t *testing.T) {
 }
 
 func TestMethodString(t *testing.T) {
-	for m, want := range map[Method]string{MethodAuto: "auto", MethodBatch: "batch", MethodKernel: "kernel", MethodLoop: "loop", NumMethods: "Method(4)"} {
+	for m, want := range map[Method]string{MethodAuto: "auto", MethodBatch: "batch", MethodKernel: "kernel", MethodLoop: "loop", MethodGather: "gather", NumMethods: "Method(5)"} {
 		if got := m.String(); got != want {
 			t.Errorf("Method(%d).String() = %q, want %q", uint8(m), got, want)
 		}

@@ -28,6 +28,8 @@ type Transfer struct {
 	bytes        int64
 	copies       int
 	kernelCopies int        // of copies, those the copy kernel moved
+	gathered     bool       // the transfer took the gather/scatter path
+	gatherChunks int        // device staging chunks it moved
 	inflight     *direction // counts t in its inflight until done
 	start        time.Duration
 	end          time.Duration
@@ -138,6 +140,11 @@ func (t *Transfer) Copies() int { return t.copies }
 // KernelCopies is the number of those descriptors the copy kernel moved;
 // the rest went to batches or single copies (Config.Method).
 func (t *Transfer) KernelCopies() int { return t.kernelCopies }
+
+// GatherChunks is the number of device staging chunks the transfer moved
+// through the gather/scatter path (MethodGather, or MethodAuto's choice of
+// it), 0 when it copied directly. Its Copies are then the chunks' DMAs.
+func (t *Transfer) GatherChunks() int { return t.gatherChunks }
 
 // Duration is the time from submission to observed completion (zero before
 // Done), on the engine's clock.
