@@ -582,7 +582,7 @@ void drvStreamStateFree(drvTable *t, drvStreamState *b) {
 		// The ring is released only after the launches that read it
 		// completed (invariant 3); cuMemFree would wait too, but the
 		// pinned slots need the events.
-		for (int i = 0; i < DRV_KRING; i++) {
+		for (unsigned i = 0; i < b->kslots; i++) {
 			if (b->kev[i] == NULL)
 				continue;
 			if (b->kused[i])
@@ -694,7 +694,6 @@ drvResult drvCopyBatch(drvTable *t, drvStreamState *b, drvCUstream s, int kind, 
 #define DRV_PTR_DEVICE_POINTER 3            // CU_POINTER_ATTRIBUTE_DEVICE_POINTER
 #define DRV_PTR_RANGE_START 11              // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
 #define DRV_PTR_RANGE_SIZE 12               // CU_POINTER_ATTRIBUTE_RANGE_SIZE
-#define DRV_KRING_CAP 4096                  // pieces per ring slot
 
 // Steps reported by the kernel functions, named on the Go side.
 enum {
@@ -797,10 +796,13 @@ static drvResult drvCheckHost(drvTable *t, drvStreamState *st, uint64_t p, size_
 	return dp == last ? 0 : DRV_HOST_UNMAPPED;
 }
 
-static drvResult drvKernelRing(drvTable *t, drvStreamState *st, int *step) {
+static drvResult drvKernelRing(drvTable *t, drvStreamState *st, const drvKernelOpts *o, int *step) {
 	if (st->kcap != 0)
 		return 0;
-	size_t bytes = (size_t)DRV_KRING * DRV_KRING_CAP * sizeof(drvCopy);
+	unsigned slots = o->launches;
+	if (slots < 1 || slots > DRV_KRING_MAX || o->pieces < 1)
+		return 1; // CUDA_ERROR_INVALID_VALUE: the Go side checks these
+	size_t bytes = (size_t)slots * o->pieces * sizeof(drvCopy);
 	void *h = NULL;
 	*step = drvKStepRingHost;
 	drvResult r = t->memHostAlloc(&h, bytes, 0x01 | 0x02); // PORTABLE | DEVICEMAP
@@ -813,11 +815,11 @@ static drvResult drvKernelRing(drvTable *t, drvStreamState *st, int *step) {
 		t->memFreeHost(h);
 		return r;
 	}
-	for (int i = 0; i < DRV_KRING; i++) {
+	for (unsigned i = 0; i < slots; i++) {
 		*step = drvKStepRingEvent;
 		r = t->eventCreate(&st->kev[i], 0x02); // DISABLE_TIMING
 		if (r != 0) {
-			for (int j = 0; j < i; j++) {
+			for (unsigned j = 0; j < i; j++) {
 				t->eventDestroy(st->kev[j]);
 				st->kev[j] = NULL;
 			}
@@ -830,7 +832,8 @@ static drvResult drvKernelRing(drvTable *t, drvStreamState *st, int *step) {
 	st->khost = h;
 	st->kdev = d;
 	st->knext = 0;
-	st->kcap = DRV_KRING_CAP;
+	st->kslots = slots;
+	st->kcap = o->pieces;
 	return 0;
 }
 
@@ -856,7 +859,7 @@ static drvResult drvKernelFlush(drvTable *t, drvStreamState *st, drvCUstream s, 
 	// descriptor copy may be in flight and must complete before reuse.
 	drvResult re = t->eventRecord(st->kev[slot], s);
 	st->kused[slot] = 1;
-	st->knext = (slot + 1) % DRV_KRING;
+	st->knext = (slot + 1) % st->kslots;
 	if (r != 0)
 		return r;
 	*step = drvKStepRecord;
@@ -896,7 +899,7 @@ drvResult drvCopyKernel(drvTable *t, drvStreamState *st, drvCUstream s, int kind
 			return r;
 		}
 	}
-	drvResult r = drvKernelRing(t, st, step);
+	drvResult r = drvKernelRing(t, st, o, step);
 	if (r != 0)
 		return r;
 	size_t piece = o->pieceBytes;

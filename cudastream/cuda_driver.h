@@ -164,7 +164,7 @@ typedef struct {
 } drvRange;
 
 #define DRV_RANGE_CACHE 8
-#define DRV_KRING 4 // slots of a stream's kernel-copy descriptor ring
+#define DRV_KRING_MAX 1024 // most slots of a stream's kernel-copy descriptor ring
 
 // drvStreamState is one stream's C-side state, serialised by the Go side:
 // the descriptor arrays for cuMemcpyBatchAsync (grown on demand, reused) and
@@ -182,16 +182,17 @@ typedef struct {
 	unsigned nhranges, hnext;
 	unsigned long long hgen; // hostGen the cache was filled under
 
-	// The kernel copy's descriptor ring, allocated at first use: kcap pieces
-	// per slot, in pinned host memory (khost) and device memory (kdev). Slot
-	// i is filled on the host, copied to the device in stream order, read by
-	// the launch after it, and refilled only once kev[i] (recorded after that
-	// launch) has completed.
+	// The kernel copy's descriptor ring, allocated at first use: kslots
+	// slots of kcap pieces, in pinned host memory (khost) and device memory
+	// (kdev). Slot i is filled on the host, copied to the device in stream
+	// order, read by the launch after it, and refilled only once kev[i]
+	// (recorded after that launch) has completed: a copy finding every slot
+	// still pending waits on the host.
 	drvCopy *khost;
 	drvCUdeviceptr kdev;
-	drvCUevent kev[DRV_KRING];
-	unsigned char kused[DRV_KRING];
-	unsigned knext;
+	drvCUevent kev[DRV_KRING_MAX];
+	unsigned char kused[DRV_KRING_MAX];
+	unsigned knext, kslots;
 	size_t kcap;
 } drvStreamState;
 
@@ -200,6 +201,8 @@ typedef struct {
 	unsigned ctas;       // CTAs per launch (at most; fewer when there are fewer pieces)
 	unsigned threads;    // threads per CTA
 	size_t pieceBytes;   // copies longer than this are cut into pieces of this size
+	unsigned launches;   // slots of the descriptor ring (at its first use)
+	unsigned pieces;     // pieces per slot (at its first use)
 } drvKernelOpts;
 
 // Loading. drvLoad returns NULL and fills errbuf on failure.

@@ -825,7 +825,8 @@ func TestCuCopyKernelBadInput(t *testing.T) {
 	if !bytes.Equal(pinned, bytes.Repeat([]byte{0xAA}, n)) {
 		t.Fatal("a refused kernel copy still copied some of its descriptors")
 	}
-	for _, o := range []KernelCopyOptions{{CTAs: -1}, {ThreadsPerCTA: 33}, {ThreadsPerCTA: 2048}, {PieceBytes: 100}, {PieceBytes: 4097}} {
+	for _, o := range []KernelCopyOptions{{CTAs: -1}, {ThreadsPerCTA: 33}, {ThreadsPerCTA: 2048}, {PieceBytes: 100}, {PieceBytes: 4097},
+		{Launches: -1}, {Launches: 1025}, {PiecesPerLaunch: 63}, {PiecesPerLaunch: 1<<16 + 1}} {
 		if err := kc.SetKernelCopyOptions(o); !errors.Is(err, ErrInvalidValue) {
 			t.Errorf("SetKernelCopyOptions(%+v) = %v, want ErrInvalidValue", o, err)
 		}
@@ -834,6 +835,11 @@ func TestCuCopyKernelBadInput(t *testing.T) {
 	reset()
 	cuMust(t, "CopyKernel", kc.CopyKernel(DeviceToHost, ops))
 	cuMust(t, "Synchronize", s.Synchronize())
+	// Its descriptor ring now exists, and its shape is fixed.
+	if err := kc.SetKernelCopyOptions(KernelCopyOptions{Launches: 8}); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("SetKernelCopyOptions(Launches: 8) after the ring was built = %v, want ErrInvalidValue", err)
+	}
+	cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{CTAs: 3}))
 }
 
 // TestCuCopyMethodsPerf measures, for 16 KiB and 64 KiB blocks scattered on
@@ -934,6 +940,71 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 	}
 	// Data check of the kernel after all that: one more round trip.
 	cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{}))
+}
+
+// TestCuKernelLaunchesQueue: copy-kernel launches that wait on the device
+// for other work (a long FMA kernel on another stream) do not block the
+// host while the stream's descriptor ring has free slots. With 64 slots,
+// 32 launches queue at once; with the default 4, the fifth waits on the
+// host for the FMA kernel. The bytes of every queued launch land.
+func TestCuKernelLaunchesQueue(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	ft := newCuFMATimer(t, d)
+	defer ft.close()
+	gate, err := d.NewEvent(EventOptions{})
+	cuMust(t, "NewEvent", err)
+	defer gate.Destroy()
+	const n, piece = 32, 64 << 10
+	src, err := d.Alloc(n * piece)
+	cuMust(t, "Alloc", err)
+	defer d.Free(src)
+	dst, err := d.Alloc(n * piece)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dst)
+	want := bytes.Repeat([]byte{0x5A}, n*piece)
+	for _, launches := range []int{64, 0} {
+		s, err := d.NewStream(0)
+		cuMust(t, "NewStream", err)
+		kc := s.(KernelCopier)
+		cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{Launches: launches, PiecesPerLaunch: 64}))
+		fill, err := d.NewStream(0)
+		cuMust(t, "NewStream", err)
+		cuMust(t, "CopyHtoD", fill.CopyHtoD(src, want))
+		cuMust(t, "Synchronize", fill.Synchronize())
+		fill.Destroy()
+		// The FMA kernel runs for about 100 ms; the copies wait for it.
+		cuMust(t, "LaunchFMA", ft.launch(4, 1<<22))
+		cuMust(t, "Record", gate.Record(ft.s))
+		cuMust(t, "WaitEvent", s.WaitEvent(gate))
+		start := time.Now()
+		for i := range n {
+			op := []Copy{{Dst: uint64(dst) + uint64(i*piece), Src: uint64(src) + uint64(i*piece), Bytes: piece}}
+			cuMust(t, "CopyKernel", kc.CopyKernel(DeviceToDevice, op))
+		}
+		issue := time.Since(start)
+		fma := ft.elapsed(t)
+		cuMust(t, "Synchronize", s.Synchronize())
+		got := make([]byte, n*piece)
+		cuMust(t, "CopyDtoH", s.CopyDtoH(got, dst))
+		cuMust(t, "Synchronize", s.Synchronize())
+		if !bytes.Equal(got, want) {
+			t.Errorf("launches %d: queued kernel copies did not land", launches)
+		}
+		t.Logf("launches %d: %d queued copies issued in %v behind a %v kernel", launches, n, issue, fma)
+		switch {
+		case launches == 64 && issue > fma/4:
+			t.Errorf("with 64 slots, %d launches took %v to issue behind a %v kernel: they waited on the host", n, issue, fma)
+		case launches == 0 && issue < fma/2:
+			t.Errorf("with the default 4 slots, %d launches issued in %v behind a %v kernel: the test cannot see a wait", n, issue, fma)
+		}
+		cuMust(t, "Destroy", s.Destroy())
+		zero := make([]byte, n*piece)
+		z, err := d.NewStream(0)
+		cuMust(t, "NewStream", err)
+		cuMust(t, "CopyHtoD", z.CopyHtoD(dst, zero))
+		cuMust(t, "Synchronize", z.Synchronize())
+		z.Destroy()
+	}
 }
 
 func TestCuLaunchFMA(t *testing.T) {

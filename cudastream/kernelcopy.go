@@ -54,13 +54,27 @@ type KernelCopyOptions struct {
 	// copies (coalesced runs, 2 MiB blocks) are cut so that the CTAs share
 	// the work evenly. A multiple of 16, at least 4096. Default 64 KiB.
 	PieceBytes int64
+	// Launches and PiecesPerLaunch shape the stream's descriptor ring: the
+	// pieces of a launch are written to one of Launches slots of
+	// PiecesPerLaunch pieces (longer calls take several), and a slot is
+	// reused only once the launch that read it has completed, so a call
+	// that finds every slot still pending waits on the host. A stream whose
+	// launches wait on the device for other work (the gather path's, each
+	// behind its chunk's DMA) needs as many slots as launches it queues.
+	// The ring takes Launches*PiecesPerLaunch*24 bytes of pinned host and
+	// of device memory, allocated at the stream's first CopyKernel; later
+	// options cannot change its shape. Defaults 4 and 4096 (384 KiB each);
+	// at most 1024 slots of [64, 65536] pieces.
+	Launches, PiecesPerLaunch int
 }
 
 // Defaults of KernelCopyOptions.
 const (
-	DefaultKernelCTAs          = 32
-	DefaultKernelThreadsPerCTA = 128
-	DefaultKernelPieceBytes    = 64 << 10
+	DefaultKernelCTAs            = 32
+	DefaultKernelThreadsPerCTA   = 128
+	DefaultKernelPieceBytes      = 64 << 10
+	DefaultKernelLaunches        = 4
+	DefaultKernelPiecesPerLaunch = 4096
 )
 
 // withDefaults fills zero fields and checks the rest.
@@ -74,6 +88,12 @@ func (o KernelCopyOptions) withDefaults() (KernelCopyOptions, error) {
 	if o.PieceBytes == 0 {
 		o.PieceBytes = DefaultKernelPieceBytes
 	}
+	if o.Launches == 0 {
+		o.Launches = DefaultKernelLaunches
+	}
+	if o.PiecesPerLaunch == 0 {
+		o.PiecesPerLaunch = DefaultKernelPiecesPerLaunch
+	}
 	switch {
 	case o.CTAs < 0 || o.CTAs > 1<<16:
 		return o, fmt.Errorf("cudastream: KernelCopyOptions.CTAs must be in [1, 65536] (0 for %d), got %d: %w", DefaultKernelCTAs, o.CTAs, ErrInvalidValue)
@@ -81,6 +101,10 @@ func (o KernelCopyOptions) withDefaults() (KernelCopyOptions, error) {
 		return o, fmt.Errorf("cudastream: KernelCopyOptions.ThreadsPerCTA must be a multiple of 32 in [32, 1024] (0 for %d), got %d: %w", DefaultKernelThreadsPerCTA, o.ThreadsPerCTA, ErrInvalidValue)
 	case o.PieceBytes < 4096 || o.PieceBytes%16 != 0:
 		return o, fmt.Errorf("cudastream: KernelCopyOptions.PieceBytes must be a multiple of 16 and at least 4096 (0 for %d), got %d: %w", DefaultKernelPieceBytes, o.PieceBytes, ErrInvalidValue)
+	case o.Launches < 1 || o.Launches > 1024:
+		return o, fmt.Errorf("cudastream: KernelCopyOptions.Launches must be in [1, 1024] (0 for %d), got %d: %w", DefaultKernelLaunches, o.Launches, ErrInvalidValue)
+	case o.PiecesPerLaunch < 64 || o.PiecesPerLaunch > 1<<16:
+		return o, fmt.Errorf("cudastream: KernelCopyOptions.PiecesPerLaunch must be in [64, 65536] (0 for %d), got %d: %w", DefaultKernelPiecesPerLaunch, o.PiecesPerLaunch, ErrInvalidValue)
 	}
 	return o, nil
 }

@@ -93,6 +93,11 @@ func (s *cuStream) SetKernelCopyOptions(o KernelCopyOptions) error {
 	if err := s.lock("SetKernelCopyOptions"); err != nil {
 		return err
 	}
+	if s.st.kcap != 0 && (o.Launches != int(s.st.kslots) || o.PiecesPerLaunch != int(s.st.kcap)) {
+		s.mu.Unlock()
+		return fmt.Errorf("cudastream: SetKernelCopyOptions: the stream's descriptor ring already has %d slots of %d pieces; Launches %d and PiecesPerLaunch %d cannot change it: %w",
+			s.st.kslots, s.st.kcap, o.Launches, o.PiecesPerLaunch, ErrInvalidValue)
+	}
 	s.kopts = o
 	s.mu.Unlock()
 	return nil
@@ -115,7 +120,8 @@ func (s *cuStream) CopyKernel(kind CopyKind, ops []Copy) error {
 		return err
 	}
 	o := s.kopts
-	opts := C.drvKernelOpts{ctas: C.uint(o.CTAs), threads: C.uint(o.ThreadsPerCTA), pieceBytes: C.size_t(o.PieceBytes)}
+	opts := C.drvKernelOpts{ctas: C.uint(o.CTAs), threads: C.uint(o.ThreadsPerCTA), pieceBytes: C.size_t(o.PieceBytes),
+		launches: C.uint(o.Launches), pieces: C.uint(o.PiecesPerLaunch)}
 	var fail C.size_t
 	var step C.int
 	rc := C.drvCopyKernel(s.d.t, s.st, s.s, C.int(kind), (*C.drvCopy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), &opts, &fail, &step)

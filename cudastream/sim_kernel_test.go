@@ -96,7 +96,8 @@ func TestSimCopyKernelBadInput(t *testing.T) {
 	if ok, err := st.Query(); !ok || err != nil {
 		t.Errorf("stream after refused kernel copies: idle %v, err %v", ok, err)
 	}
-	for _, o := range []KernelCopyOptions{{CTAs: -1}, {ThreadsPerCTA: 48}, {ThreadsPerCTA: 4096}, {PieceBytes: 1024}, {PieceBytes: 8191}} {
+	for _, o := range []KernelCopyOptions{{CTAs: -1}, {ThreadsPerCTA: 48}, {ThreadsPerCTA: 4096}, {PieceBytes: 1024}, {PieceBytes: 8191},
+		{Launches: -1}, {Launches: 1025}, {PiecesPerLaunch: 63}, {PiecesPerLaunch: 1<<16 + 1}} {
 		if err := kc.SetKernelCopyOptions(o); !errors.Is(err, ErrInvalidValue) {
 			t.Errorf("SetKernelCopyOptions(%+v) = %v, want ErrInvalidValue", o, err)
 		}

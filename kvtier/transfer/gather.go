@@ -67,10 +67,16 @@ type gatherBuf struct {
 	used   bool             // freed has been recorded at least once
 }
 
+// gatherLaunches is how many gather or scatter launches the kernel stream
+// queues before a submission waits on the host: each waits on the device
+// for its chunk's DMA, so the stream's descriptor ring must hold as many as
+// the transfers in flight have chunks (128 chunks of 16 MiB: 2 GiB).
+const gatherLaunches = 128
+
 // newGatherRing allocates n buffers of size bytes and their events, and
-// the kernel stream, at priority prio. It returns nil with no error when
-// the device's streams have no copy kernel.
-func newGatherRing(dev cudastream.Device, n int, size int64, prio int, ko cudastream.KernelCopyOptions) (*gatherRing, cudastream.DevicePtr, error) {
+// the kernel stream, at priority prio, for pieces of partBytes. It returns
+// nil with no error when the device's streams have no copy kernel.
+func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int, ko cudastream.KernelCopyOptions) (*gatherRing, cudastream.DevicePtr, error) {
 	s, err := dev.NewStream(prio)
 	if err != nil {
 		return nil, 0, fmt.Errorf("transfer: gather stream: %w", err)
@@ -84,6 +90,19 @@ func newGatherRing(dev cudastream.Device, n int, size int64, prio int, ko cudast
 	fail := func(err error) (*gatherRing, cudastream.DevicePtr, error) {
 		r.destroy(dev, 0)
 		return nil, 0, err
+	}
+	// One chunk's pieces in one slot of the descriptor ring: the kernel
+	// cuts copies to PieceBytes, and a chunk holds size/partBytes pieces
+	// at most, plus a cut per copy.
+	if ko.Launches == 0 {
+		ko.Launches = gatherLaunches
+	}
+	if ko.PiecesPerLaunch == 0 {
+		piece := ko.PieceBytes
+		if piece == 0 {
+			piece = cudastream.DefaultKernelPieceBytes
+		}
+		ko.PiecesPerLaunch = int(min(max(2*size/min(partBytes, piece), 64), 1<<16))
 	}
 	if err := kc.SetKernelCopyOptions(ko); err != nil {
 		return fail(fmt.Errorf("transfer: Config.KernelCopy: %w", err))
@@ -465,7 +484,7 @@ func (e *Engine) setupGather(cfg *Config) error {
 	}
 	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}
 	for i, d := range []*direction{&e.on, &e.off} {
-		r, mem, err := newGatherRing(e.dev, cfg.GatherBuffers, cfg.GatherBufferBytes, prio[i], cfg.KernelCopy)
+		r, mem, err := newGatherRing(e.dev, cfg.GatherBuffers, cfg.GatherBufferBytes, cfg.GPU.PartBytes, prio[i], cfg.KernelCopy)
 		if errors.Is(err, errNoGatherKernel) && cfg.Method == MethodAuto {
 			return nil // Auto copies directly
 		}
