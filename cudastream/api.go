@@ -28,6 +28,7 @@ package cudastream
 
 import (
 	"errors"
+	"fmt"
 	"time"
 	"unsafe"
 )
@@ -64,6 +65,41 @@ func (k CopyKind) String() string {
 type Copy struct {
 	Dst, Src uint64
 	Bytes    int64
+}
+
+// Copy2D is one strided copy: Height rows of Width bytes, row i from
+// Src+i*SrcPitch to Dst+i*DstPitch. Addresses are as in Copy. One strided
+// copy is one DMA descriptor, however many rows it has: the copy engines
+// walk the pitches themselves.
+type Copy2D struct {
+	Dst, Src           uint64
+	DstPitch, SrcPitch int64
+	Width, Height      int64
+}
+
+// Copier2D is an optional capability of a Stream: strided copies
+// (cuMemcpy2DAsync). Both devices implement it; test for it with a type
+// assertion. Ownership is as for CopyBatch: the memory MUST stay valid and
+// unmodified until an event recorded after the call has completed. Host
+// memory SHOULD be pinned (the simulator requires it to be, as for
+// CopyBatch). The device side is checked before anything is enqueued, and
+// an empty copy (no rows, or rows of no bytes) enqueues nothing.
+type Copier2D interface {
+	Copy2D(kind CopyKind, c Copy2D) error
+}
+
+// checkCopy2D checks what every implementation of Copy2D checks before it
+// looks at addresses.
+func checkCopy2D(kind CopyKind, c Copy2D) error {
+	switch {
+	case kind >= NumCopyKinds:
+		return fmt.Errorf("cudastream: Copy2D: %w: unknown copy kind %d", ErrInvalidValue, kind)
+	case c.Width < 0 || c.Height < 0:
+		return fmt.Errorf("cudastream: Copy2D: %w: negative width %d or height %d", ErrInvalidValue, c.Width, c.Height)
+	case c.Height > 1 && (c.DstPitch < c.Width || c.SrcPitch < c.Width):
+		return fmt.Errorf("cudastream: Copy2D: %w: pitches %d (dst) and %d (src) must be at least the width %d", ErrInvalidValue, c.DstPitch, c.SrcPitch, c.Width)
+	}
+	return nil
 }
 
 // HostAddr returns the address of b's first byte, for use in a Copy. b MUST

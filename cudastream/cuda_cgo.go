@@ -507,6 +507,27 @@ func (s *cuStream) CopyDtoD(dst, src DevicePtr, n int64) error {
 	return nil
 }
 
+var _ Copier2D = (*cuStream)(nil)
+
+func (s *cuStream) Copy2D(kind CopyKind, c Copy2D) error {
+	if err := checkCopy2D(kind, c); err != nil {
+		return err
+	}
+	if c.Width == 0 || c.Height == 0 {
+		return nil
+	}
+	if err := s.lock("Copy2D"); err != nil {
+		return err
+	}
+	rc := C.drvCopy2DAsync(s.d.t, s.st, C.int(kind), (*C.drvCopy2D)(unsafe.Pointer(&c)), s.s)
+	s.mu.Unlock()
+	if rc != 0 {
+		return fmt.Errorf("cudastream: Copy2D %s of %d rows of %d bytes (dst %#x pitch %d, src %#x pitch %d): %w",
+			kind, c.Height, c.Width, c.Dst, c.DstPitch, c.Src, c.SrcPitch, s.d.err("cuMemcpy2DAsync", rc))
+	}
+	return nil
+}
+
 func (s *cuStream) CopyBatch(kind CopyKind, ops []Copy) error {
 	if kind >= NumCopyKinds {
 		return fmt.Errorf("cudastream: CopyBatch: %w: unknown copy kind %d", ErrInvalidValue, kind)

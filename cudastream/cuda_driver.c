@@ -77,6 +77,7 @@ static const struct drvEntry drvEntries[] = {
     E(memcpyHtoDAsync, "cuMemcpyHtoDAsync", 12000),
     E(memcpyDtoHAsync, "cuMemcpyDtoHAsync", 12000),
     E(memcpyDtoDAsync, "cuMemcpyDtoDAsync", 12000),
+    E(memcpy2DAsync, "cuMemcpy2DAsync", 12000),
 };
 
 static void *drvResolve(drvTable *t, const char *sym, int version) {
@@ -547,6 +548,42 @@ drvResult drvCopyDtoD(drvTable *t, drvStreamState *st, drvCUdeviceptr dst, drvCU
                       drvCUstream s) {
 	drvCopy c = {dst, src, (int64_t)n};
 	return drvCopySingle(t, st, 2, &c, s);
+}
+
+// drvCopy2DAsync enqueues one strided copy (cuMemcpy2DAsync) after checking
+// its device side: the rows from the first byte to the last's end lie in
+// one allocation.
+drvResult drvCopy2DAsync(drvTable *t, drvStreamState *st, int kind, const drvCopy2D *c, drvCUstream s) {
+	DRV_NEED(t, memcpy2DAsync);
+	DRV_CTX(t);
+	size_t w = (size_t)c->width, h = (size_t)c->height;
+	drvMemcpy2D m;
+	memset(&m, 0, sizeof m);
+	m.widthInBytes = w;
+	m.height = h;
+	m.srcPitch = (size_t)c->srcPitch;
+	m.dstPitch = (size_t)c->dstPitch;
+	drvResult r = 0;
+	if (kind == 0) {
+		m.srcMemoryType = 1;
+		m.srcHost = (const void *)(uintptr_t)c->src;
+	} else {
+		m.srcMemoryType = 2;
+		m.srcDevice = c->src;
+		r = drvCheckDev(t, st, c->src, m.srcPitch * (h - 1) + w);
+	}
+	if (kind == 1) {
+		m.dstMemoryType = 1;
+		m.dstHost = (void *)(uintptr_t)c->dst;
+	} else {
+		m.dstMemoryType = 2;
+		m.dstDevice = c->dst;
+		if (r == 0)
+			r = drvCheckDev(t, st, c->dst, m.dstPitch * (h - 1) + w);
+	}
+	if (r != 0)
+		return r;
+	return t->memcpy2DAsync(&m, s);
 }
 
 static int drvBatchGrow(drvStreamState *b, size_t n) {

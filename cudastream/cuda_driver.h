@@ -64,6 +64,29 @@ typedef struct {
 	unsigned int flags;
 } drvMemcpyAttributes;
 
+// drvMemcpy2D has the layout of CUDA_MEMCPY2D.
+typedef struct {
+	size_t srcXInBytes, srcY;
+	int srcMemoryType; // CUmemorytype: HOST = 1, DEVICE = 2
+	const void *srcHost;
+	drvCUdeviceptr srcDevice;
+	void *srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes, dstY;
+	int dstMemoryType;
+	void *dstHost;
+	drvCUdeviceptr dstDevice;
+	void *dstArray;
+	size_t dstPitch;
+	size_t widthInBytes, height;
+} drvMemcpy2D;
+
+// drvCopy2D has the layout of the Go type Copy2D.
+typedef struct {
+	uint64_t dst, src;
+	int64_t dstPitch, srcPitch, width, height;
+} drvCopy2D;
+
 // drvCopy has the layout of the Go type Copy.
 typedef struct {
 	uint64_t dst, src;
@@ -150,6 +173,7 @@ typedef struct drvTable {
 	drvResult (*memcpyHtoDAsync)(drvCUdeviceptr, const void *, size_t, drvCUstream);
 	drvResult (*memcpyDtoHAsync)(void *, drvCUdeviceptr, size_t, drvCUstream);
 	drvResult (*memcpyDtoDAsync)(drvCUdeviceptr, drvCUdeviceptr, size_t, drvCUstream);
+	drvResult (*memcpy2DAsync)(const void *, drvCUstream); // const CUDA_MEMCPY2D *
 	// CUDA 13.0: cuMemcpyBatchAsync_v2, no failIdx.
 	drvResult (*memcpyBatchAsync13)(drvCUdeviceptr *, drvCUdeviceptr *, size_t *, size_t,
 	                                drvMemcpyAttributes *, size_t *, size_t, drvCUstream);
@@ -246,6 +270,7 @@ drvResult drvEventDestroy(drvTable *t, drvCUevent e);
 drvResult drvEventElapsed(drvTable *t, float *ms, drvCUevent start, drvCUevent end);
 drvResult drvCopyHtoD(drvTable *t, drvStreamState *st, drvCUdeviceptr dst, uint64_t src, size_t n, drvCUstream s);
 drvResult drvCopyDtoH(drvTable *t, drvStreamState *st, uint64_t dst, drvCUdeviceptr src, size_t n, drvCUstream s);
+drvResult drvCopy2DAsync(drvTable *t, drvStreamState *st, int kind, const drvCopy2D *c, drvCUstream s);
 drvResult drvCopyDtoD(drvTable *t, drvStreamState *st, drvCUdeviceptr dst, drvCUdeviceptr src, size_t n,
                       drvCUstream s);
 // Every copy first checks that its device side lies inside one device

@@ -942,6 +942,56 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 	cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{}))
 }
 
+// TestCuCopy2D: a strided copy on the GPU moves its rows both ways, leaves
+// the gaps between host rows alone, and is refused, enqueuing nothing,
+// when its device side runs past the allocation or its pitch is short.
+func TestCuCopy2D(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	c2 := s.(Copier2D)
+	const rows, width, pitch = 256, 64 << 10, 2 << 20
+	dev, err := d.Alloc(rows * width)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	host, err := d.HostAlloc(rows * pitch)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(host)
+	back, err := d.HostAlloc(rows * pitch)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(back)
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range host {
+		host[i] = byte(rng.Uint32())
+	}
+	clear(back)
+	cuMust(t, "Copy2D HtoD", c2.Copy2D(HostToDevice, Copy2D{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width, SrcPitch: pitch, Width: width, Height: rows}))
+	cuMust(t, "Copy2D DtoH", c2.Copy2D(DeviceToHost, Copy2D{Dst: HostAddr(back), Src: uint64(dev), DstPitch: pitch, SrcPitch: width, Width: width, Height: rows}))
+	cuMust(t, "Synchronize", s.Synchronize())
+	gap := make([]byte, pitch-width)
+	for i := range rows {
+		if !bytes.Equal(host[i*pitch:i*pitch+width], back[i*pitch:i*pitch+width]) {
+			t.Fatalf("row %d differs after a strided round trip", i)
+		}
+		if !bytes.Equal(back[i*pitch+width:(i+1)*pitch], gap) {
+			t.Fatalf("the gap after row %d was written", i)
+		}
+	}
+	for _, c := range []Copy2D{
+		{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width, SrcPitch: pitch, Width: width, Height: rows + 1},
+		{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width - 1, SrcPitch: pitch, Width: width, Height: 2},
+	} {
+		if err := c2.Copy2D(HostToDevice, c); err == nil {
+			t.Errorf("Copy2D(%+v) was accepted", c)
+		}
+	}
+	if err := c2.Copy2D(NumCopyKinds, Copy2D{Width: 1, Height: 1}); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("Copy2D of an unknown kind = %v, want ErrInvalidValue", err)
+	}
+	cuMust(t, "Synchronize", s.Synchronize())
+}
+
 // TestCuKernelLaunchesQueue: copy-kernel launches that wait on the device
 // for other work (a long FMA kernel on another stream) do not block the
 // host while the stream's descriptor ring has free slots. With 64 slots,

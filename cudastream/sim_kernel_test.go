@@ -3,6 +3,7 @@ package cudastream
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -110,4 +111,65 @@ func TestSimCopyKernelBadInput(t *testing.T) {
 	if _, err := NewSim(SimConfig{MemoryBytes: 1 << 20, Link: LinkModel{KernelLaunch: -time.Microsecond}}); err == nil {
 		t.Error("NewSim with a negative KernelLaunch succeeded")
 	}
+}
+
+// TestSimCopy2D: a strided copy moves its rows, costs one copy however many
+// rows it has, and refuses bad shapes and unpinned memory, enqueuing
+// nothing.
+func TestSimCopy2D(t *testing.T) {
+	link := H200Link()
+	s := newTestSim(t, SimVirtualClock, link)
+	st := mustStream(t, s, 0)
+	c2, ok := st.(Copier2D)
+	if !ok {
+		t.Fatalf("%T does not implement Copier2D", st)
+	}
+	const rows, width, pitch = 64, 4096, 16384
+	dev := mustAlloc(t, s, rows*width)
+	host, err := s.HostAlloc(rows * pitch)
+	must(t, err)
+	back, err := s.HostAlloc(rows * pitch)
+	must(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range host {
+		host[i] = byte(rng.Uint32())
+	}
+	// Up: row i of the host at i*pitch to i*width on the device (dense).
+	start := s.Clock().Now()
+	must(t, c2.Copy2D(HostToDevice, Copy2D{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width, SrcPitch: pitch, Width: width, Height: rows}))
+	n := float64(rows * width)
+	want := link.CopyLatency + time.Duration(math.Round(n/(49.4*gib)*1e9)) + link.EventCost
+	if got := eventTime(t, s, st) - start; got != want {
+		t.Errorf("a %d-row strided copy took %v, want one copy's %v", rows, got, want)
+	}
+	must(t, c2.Copy2D(DeviceToHost, Copy2D{Dst: HostAddr(back), Src: uint64(dev), DstPitch: pitch, SrcPitch: width, Width: width, Height: rows}))
+	must(t, st.Synchronize())
+	for i := range rows {
+		if !bytes.Equal(host[i*pitch:i*pitch+width], back[i*pitch:i*pitch+width]) {
+			t.Fatalf("row %d differs after a strided round trip", i)
+		}
+		if !bytes.Equal(back[i*pitch+width:(i+1)*pitch], make([]byte, pitch-width)) {
+			t.Fatalf("the gap after row %d was written", i)
+		}
+	}
+	pageable := make([]byte, rows*pitch)
+	for _, c := range []struct {
+		kind CopyKind
+		c    Copy2D
+		want error
+	}{
+		{NumCopyKinds, Copy2D{Width: 1, Height: 1}, ErrInvalidValue},
+		{HostToDevice, Copy2D{Width: -1, Height: 1}, ErrInvalidValue},
+		{HostToDevice, Copy2D{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width - 1, SrcPitch: pitch, Width: width, Height: 2}, ErrInvalidValue},
+		{HostToDevice, Copy2D{Dst: uint64(dev), Src: HostAddr(host), DstPitch: width, SrcPitch: pitch, Width: width, Height: rows + 1}, ErrInvalidValue},
+		{HostToDevice, Copy2D{Dst: uint64(dev), Src: HostAddr(pageable), DstPitch: width, SrcPitch: pitch, Width: width, Height: 2}, ErrNotRegistered},
+	} {
+		if err := c2.Copy2D(c.kind, c.c); !errors.Is(err, c.want) {
+			t.Errorf("Copy2D(%v, %+v) = %v, want %v", c.kind, c.c, err, c.want)
+		}
+	}
+	if ok, err := st.Query(); !ok || err != nil {
+		t.Errorf("stream after refused strided copies: idle %v, err %v", ok, err)
+	}
+	must(t, c2.Copy2D(HostToDevice, Copy2D{Width: 0, Height: 5}))
 }

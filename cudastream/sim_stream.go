@@ -18,6 +18,7 @@ type simStream struct {
 	faultCode int           // sticky error, 0 if none
 	fault     string
 	destroyed bool
+	rows      []Copy // Copy2D's rows, reused (under sim.mu)
 }
 
 var _ Stream = (*simStream)(nil)
@@ -217,12 +218,48 @@ func (st *simStream) CopyBatch(kind CopyKind, ops []Copy) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	return st.enqueueMany(call, kind, ops, false)
+	return st.enqueueMany(call, kind, ops, simCostBatch)
 }
 
-// enqueueMany checks ops and enqueues them as one operation: a batch, or a
-// copy kernel's launches. Called with sim.mu held.
-func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, kernel bool) error {
+var _ Copier2D = (*simStream)(nil)
+
+// Copy2D enqueues the strided copy as one operation that costs one copy
+// (CopyLatency + bytes/bandwidth: the engines walk the rows), with
+// CopyBatch's checks for each row.
+func (st *simStream) Copy2D(kind CopyKind, c Copy2D) error {
+	const call = "cuMemcpy2DAsync"
+	if err := checkCopy2D(kind, c); err != nil {
+		return err
+	}
+	if c.Width == 0 || c.Height == 0 {
+		return nil
+	}
+	s := st.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := st.check(call); err != nil {
+		return err
+	}
+	st.rows = st.rows[:0] // enqueueMany keeps spans, not the descriptors
+	for i := range c.Height {
+		st.rows = append(st.rows, Copy{Dst: c.Dst + uint64(i*c.DstPitch), Src: c.Src + uint64(i*c.SrcPitch), Bytes: c.Width})
+	}
+	return st.enqueueMany(call, kind, st.rows, simCostOne)
+}
+
+// How an operation of many descriptors is priced.
+type simCost uint8
+
+const (
+	simCostBatch  simCost = iota // a batch: a cost per descriptor
+	simCostKernel                // a copy kernel's launches
+	simCostOne                   // one strided copy: one descriptor
+)
+
+// enqueueMany checks ops and enqueues them as one operation: a batch, a
+// copy kernel's launches or the rows of a strided copy. Called with sim.mu
+// held.
+func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, cost simCost) error {
 	s := st.sim
 	op := s.newOp(simOpCopy, call)
 	op.dir = kind
@@ -244,9 +281,12 @@ func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, kernel 
 		return nil
 	}
 	op.bytes = total
-	if kernel {
+	switch cost {
+	case simCostKernel:
 		op.cost = s.link.kernelCost(kind, total)
-	} else {
+	case simCostOne:
+		op.cost = s.link.copyCost(kind, true, total, 0)
+	default:
 		op.cost = s.link.copyCost(kind, true, total, len(op.spans))
 	}
 	s.enqueue(st, op)
@@ -582,7 +622,7 @@ func (st *simStream) CopyKernel(kind CopyKind, ops []Copy) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	return st.enqueueMany(call, kind, ops, true)
+	return st.enqueueMany(call, kind, ops, simCostKernel)
 }
 
 // SetKernelCopyOptions checks o as the real device does; the simulated

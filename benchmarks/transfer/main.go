@@ -54,6 +54,10 @@ type bench struct {
 	poolA, poolB []byte // total bytes each
 	sA, sB       cudastream.Stream
 	evA, evB     cudastream.Event
+	// layers and parts shape a block (1 and 1 but in the serving rows),
+	// and label names the rows' block shape.
+	layers, parts int
+	label         func(bs int64) string
 }
 
 func run() error {
@@ -73,6 +77,7 @@ func run() error {
 		dirsS   = flag.String("dirs", "HtoD,DtoH,both", "directions to measure (HtoD, DtoH, both)")
 		gbufs   = flag.Int("gather-buffers", transfer.DefaultGatherBuffers, "device staging buffers per direction for the gather/scatter path (0: none)")
 		gbytesS = flag.String("gather-buffer-bytes", bytesize.Format(transfer.DefaultGatherBufferBytes), "bytes per device staging buffer")
+		serving = flag.Bool("serving", true, "also measure the serving shape: 2 MiB blocks of 32 layers x 2 parts (llama-3.1-8b at 16 tokens), onboarded layer by layer")
 	)
 	flag.Parse()
 	total, err := bytesize.Parse(*totalS)
@@ -118,7 +123,7 @@ func run() error {
 		fmt.Sprintf("copy kernel: %d CTAs x %d threads (0: defaults %d x %d); overlap: kvtier_fma, %d iterations per thread in one wave of 4 CTAs x 256 threads per SM, an eighth of that in 32 CTAs per SM",
 			*ctas, *threads, cudastream.DefaultKernelCTAs, cudastream.DefaultKernelThreadsPerCTA, *fma))
 
-	b := &bench{dev: dev, total: total, gpuRegion: 4 * total}
+	b := newBench(dev, total)
 	if err := b.setup(); err != nil {
 		return err
 	}
@@ -131,6 +136,19 @@ func run() error {
 			return fmt.Errorf("block size %d: %w", bs, err)
 		}
 	}
+	if *serving {
+		// A server's KV: each block holds 32 layers of K and V, 32 KiB
+		// each; an onboard goes layer by layer (64 KiB pieces on each
+		// side, strided by the block on the host), an offload moves
+		// whole blocks.
+		b.layers, b.parts = 32, 2
+		b.label = func(bs int64) string { return bytesize.Format(bs) + " serving blocks (32 layers x 2 parts)" }
+		res.Notes = append(res.Notes, "serving rows: 2 MiB blocks of 32 layers x 2 parts of 32 KiB, block-first on the GPU; onboards go layer by layer, offloads move whole blocks")
+		if err := b.size(res, 2<<20, *rounds, base, []direction{htod, both}); err != nil {
+			return fmt.Errorf("serving blocks: %w", err)
+		}
+		b.layers, b.parts, b.label = 1, 1, bytesize.Format
+	}
 	if !*skipOv {
 		if err := b.overlap(res, *rounds, *fma, base); err != nil {
 			return fmt.Errorf("overlap: %w", err)
@@ -140,6 +158,12 @@ func run() error {
 		return err
 	}
 	return res.Markdown(os.Stdout)
+}
+
+// newBench measures transfers of total bytes on dev, over a device region
+// four times larger, in one-layer blocks.
+func newBench(dev cudastream.Device, total int64) *bench {
+	return &bench{dev: dev, total: total, gpuRegion: 4 * total, layers: 1, parts: 1, label: bytesize.Format}
 }
 
 // setup allocates one device region and one pinned pool, each cut in two
@@ -200,7 +224,7 @@ func (b *bench) teardown() {
 // other. "Both at once" still uses disjoint memory: pairs of half A (see
 // halfPairs) onboard, pairs of half B offload.
 func (b *bench) engine(bs int64, cfg transfer.Config) (*transfer.Engine, error) {
-	g, err := transfer.BlockFirstLayout(b.gpu, 1, 1, int(2*b.gpuRegion/bs), bs)
+	g, err := transfer.BlockFirstLayout(b.gpu, b.layers, b.parts, int(2*b.gpuRegion/bs), bs/int64(b.layers*b.parts))
 	if err != nil {
 		return nil, err
 	}
@@ -249,47 +273,67 @@ func parseDirs(s string) ([]direction, error) {
 	return dirs, nil
 }
 
-// engineMethods are the engine's rows: what the engine does by default
-// (auto), and each submission method forced. The gather row needs a device
-// staging ring (Config.GatherBuffers); without one it is left out.
-var engineMethods = []transfer.Method{transfer.MethodAuto, transfer.MethodKernel, transfer.MethodBatch, transfer.MethodGather} // size() relies on this order
+// engineMethod is one engine row: a method, with or without the device
+// staging ring.
+type engineMethod struct {
+	name   string
+	method transfer.Method
+	ring   bool
+}
 
-// methodEngine builds the engine of one method's row: only auto and gather
-// get the device staging ring.
-func (b *bench) methodEngine(bs int64, base transfer.Config, m transfer.Method) (*transfer.Engine, error) {
+// engineMethods are the engine's rows: what the engine does by default
+// (auto, with the ring kvtier.Open gives it), each submission method
+// forced, and auto without the ring (the engine before the gather path).
+// The rows with a ring need Config.GatherBuffers; without it they are left
+// out. size() relies on the first three.
+var engineMethods = []engineMethod{
+	{"engine-auto", transfer.MethodAuto, true},
+	{"engine-kernel", transfer.MethodKernel, false},
+	{"engine-batch", transfer.MethodBatch, false},
+	{"engine-gather", transfer.MethodGather, true},
+	{"engine-auto-direct", transfer.MethodAuto, false},
+}
+
+// methods are the rows base can build.
+func methods(base transfer.Config) []engineMethod {
+	if base.GatherBuffers == 0 {
+		return engineMethods[:3]
+	}
+	return engineMethods
+}
+
+// methodEngine builds the engine of one row.
+func (b *bench) methodEngine(bs int64, base transfer.Config, m engineMethod) (*transfer.Engine, error) {
 	cfg := base
-	cfg.Method = m
-	if m != transfer.MethodAuto && m != transfer.MethodGather {
+	cfg.Method = m.method
+	if !m.ring {
 		cfg.GatherBuffers = 0
 	}
 	return b.engine(bs, cfg)
 }
 
 func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Config, dirs []direction) error {
-	methods := engineMethods
-	if base.GatherBuffers == 0 {
-		methods = methods[:3]
-	}
-	engs := make([]*transfer.Engine, len(methods))
-	for i, m := range methods {
+	rows := methods(base)
+	engs := make([]*transfer.Engine, len(rows))
+	for i, m := range rows {
 		e, err := b.methodEngine(bs, base, m)
 		if err != nil {
-			return fmt.Errorf("engine %v: %w", m, err)
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		defer e.Close()
 		engs[i] = e
 		if bs == 16<<10 {
-			res.Notes = append(res.Notes, fmt.Sprintf("engine-%v: %s of device staging", m, bytesize.Format(e.GatherBytes())))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: %s of device staging", m.name, bytesize.Format(e.GatherBytes())))
 		}
 	}
 	pairsA := b.halfPairs(0, bs, uint64(bs))
 	pairsB := b.halfPairs(1, bs, uint64(bs)+1)
-	for i, m := range methods {
-		if err := b.verify(engs[i], pairsA, m); err != nil {
-			return fmt.Errorf("engine %v: %w", m, err)
+	for i, m := range rows {
+		if err := b.verify(engs[i], pairsA, m.name); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
-	label := bytesize.Format(bs)
+	label := b.label(bs)
 	for _, dir := range dirs {
 		type bcase struct {
 			name string
@@ -299,9 +343,9 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 		// chose records, for each engine-auto case, which method moved
 		// each direction in the last round.
 		chose := map[string]string{}
-		for i, m := range methods {
+		for i, m := range rows {
 			e := engs[i]
-			name := "engine-" + m.String()
+			name := m.name
 			cases = append(cases, bcase{name, func() (time.Duration, error) {
 				return b.runEngine(dir, e, e, pairsA, pairsB, false, chose, name)
 			}})
@@ -365,7 +409,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 
 // verify onboards pool A's blocks with e, offloads the same GPU blocks into
 // pool B by the same engine and compares every byte.
-func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m transfer.Method) error {
+func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m string) error {
 	ctx := context.Background()
 	t, err := e.Onboard(ctx, pairs)
 	if err != nil {
@@ -391,7 +435,7 @@ func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m transfer.Met
 	if !bytes.Equal(b.poolA, b.poolB) {
 		for i := range b.poolA {
 			if b.poolA[i] != b.poolB[i] {
-				return fmt.Errorf("verify (%v): byte %d differs after a round trip through scattered blocks", m, i)
+				return fmt.Errorf("verify (%s): byte %d differs after a round trip through scattered blocks", m, i)
 			}
 		}
 	}
@@ -557,19 +601,16 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 	type ocase struct {
 		what   string
 		bs     int64
-		method transfer.Method
+		method engineMethod
 		dir    direction
 	}
+	auto := methods(base)[0]
 	cases := []ocase{
-		{"a 1 GiB onboard of 16KiB blocks, engine-auto", 16 << 10, transfer.MethodAuto, htod},
-		{"a 1 GiB onboard of 2MiB blocks, engine-auto", 2 << 20, transfer.MethodAuto, htod},
+		{"a 1 GiB onboard of 16KiB blocks, engine-auto", 16 << 10, auto, htod},
+		{"a 1 GiB onboard of 2MiB blocks, engine-auto", 2 << 20, auto, htod},
 	}
-	methods := engineMethods
-	if base.GatherBuffers == 0 {
-		methods = methods[:3]
-	}
-	for _, m := range methods {
-		cases = append(cases, ocase{"1 GiB each way at once in 16KiB blocks, engine-" + m.String(), 16 << 10, m, both})
+	for _, m := range methods(base) {
+		cases = append(cases, ocase{"1 GiB each way at once in 16KiB blocks, " + m.name, 16 << 10, m, both})
 	}
 	for _, shape := range []struct {
 		name             string

@@ -24,7 +24,7 @@ func TestBothWaysOnSim(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sim.Close()
-		b := &bench{dev: sim, total: 1 << 20, gpuRegion: 4 << 20}
+		b := newBench(sim, 1<<20)
 		if err := b.setup(); err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +52,17 @@ func TestBothWaysOnSim(t *testing.T) {
 		}
 		if !slices.ContainsFunc(ring.Rows, func(r results.Row) bool { return r.Name == "both 16KiB engine-gather vs large copy" }) {
 			t.Error("no engine-gather row with a ring")
+		}
+		// Serving-shaped blocks (here 4 layers x 2 parts of 8 KiB): the
+		// onboard goes layer by layer, each layer's pieces strided on the
+		// host, and still crosses the link as strided copies.
+		b.layers, b.parts = 4, 2
+		serving := results.New("transfer", "sim", "test")
+		if err := b.size(serving, 64<<10, 1, transfer.Config{GatherBuffers: 2, GatherBufferBytes: 256 << 10, GatherMinRunBytes: 128 << 10}, []direction{htod}); err != nil {
+			t.Fatalf("serving blocks: %v", err)
+		}
+		if want := "HtoD 64KiB engine-auto chose (last round): onboard by gather/scatter (4 chunks, 4 DMAs)"; !slices.Contains(serving.Notes, want) {
+			t.Errorf("no note %q in:\n%s", want, strings.Join(serving.Notes, "\n"))
 		}
 		// The counts in parentheses depend on how many random blocks
 		// happened to be adjacent and coalesced: compare without them.

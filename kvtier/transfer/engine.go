@@ -151,6 +151,7 @@ type direction struct {
 	kc           cudastream.KernelCopier // nil: the stream has no copy kernel
 	kernelBroken bool                    // CopyKernel said ErrNotSupported: Auto uses batches
 	ring         *gatherRing             // nil: no gather/scatter path
+	strided      cudastream.Copier2D     // the stream's strided copies, for the ring (nil: none)
 
 	row   int        // onboardRow or offloadRow of MethodAuto's table
 	other *direction // the opposite direction, whose traffic MethodAuto watches
@@ -336,7 +337,7 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	}
 	defer d.mu.Unlock()
 	if e.useGather(d, pairs, false) {
-		e.scatterOnboard(ctx, d, t, pairs)
+		e.gather(ctx, d, t, pairs, false)
 	} else {
 		for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
 			d.begin(ctx, t, "onboard layer", l)
@@ -381,7 +382,7 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 	switch {
 	case t.err != nil:
 	case gather:
-		e.gatherOffload(ctx, d, t, pairs)
+		e.gather(ctx, d, t, pairs, true)
 	default:
 		d.begin(ctx, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)

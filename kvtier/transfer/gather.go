@@ -57,7 +57,9 @@ type gatherRing struct {
 	// it issued on both.
 	join cudastream.Event
 
-	dma, dev coalescer // the chunk's link copies and its device-side copies
+	link linkOps   // the chunk's copies over the link
+	dev  coalescer // the chunk's device-side copies (gather or scatter)
+	plan linkOps   // planGather's scratch
 }
 
 type gatherBuf struct {
@@ -174,153 +176,173 @@ func (r *gatherRing) joinStreams(from, to cudastream.Stream) error {
 	return to.WaitEvent(r.join)
 }
 
-// gatherPlan is what decides whether a transfer takes the gather path: the
-// bytes it moves, the contiguous pieces on the GPU side and the runs on the
-// host side (the link's descriptors if it gathers).
-type gatherPlan struct {
-	bytes             int64
-	devRuns, hostRuns int
+// linkOps builds a chunk's copies over the link, one per host run. A
+// chunk's staging side is dense (its rows follow one another), so runs are
+// decided on the host side: a row that continues the last one makes it
+// longer, and, where the stream has strided copies, a row of the same width
+// one slot after the last makes one more row of a strided copy (Copy2D).
+// So the pieces of one layer in consecutive host slots, strided by the
+// slot, cross the link as one DMA descriptor.
+type linkOps struct {
+	ops    []cudastream.Copy2D
+	origin []int32 // the pair that opened each op, to name it in an error
+	// offload: the host is the destination (Dst), else the source.
+	offload bool
+	// slot is the host stride a strided copy may take (the slot size); 0
+	// when the stream has no strided copies.
+	slot int64
+	flat []cudastream.Copy // the one-row ops of a chunk, as one batch
 }
 
-// planGather counts a transfer's contiguous runs on each side without
-// building any descriptor: whole blocks (offloads) or layer by layer
-// (onboards). A side's run continues while the next piece starts where the
-// last ended, and a host run also ends at a registration boundary.
-func (e *Engine) planGather(pairs []Pair, wholeBlocks bool) gatherPlan {
-	g, h := &e.gpu, &e.host
-	var p gatherPlan
-	var devEnd, hostEnd uint64
-	piece := func(dev, host uint64, n int64, split bool) {
-		if dev != devEnd {
-			p.devRuns++
+func (l *linkOps) reset() {
+	l.ops = l.ops[:0]
+	l.origin = l.origin[:0]
+}
+
+// add appends a row of n bytes between the chunk's staging address stage
+// and the host address host. split forbids merging it with the last op:
+// it starts a new host registration, and a copy may not span two.
+func (l *linkOps) add(stage, host uint64, n int64, pair int, split bool) {
+	if k := len(l.ops) - 1; k >= 0 && !split {
+		o := &l.ops[k]
+		oStage, oHost, hostPitch := o.Src, o.Dst, o.DstPitch
+		if !l.offload {
+			oStage, oHost, hostPitch = o.Dst, o.Src, o.SrcPitch
 		}
-		if host != hostEnd || split {
-			p.hostRuns++
+		if stage == oStage+uint64(o.Height*o.Width) {
+			switch {
+			case o.Height == 1 && host == oHost+uint64(o.Width):
+				o.Width += n
+				o.DstPitch, o.SrcPitch = o.Width, o.Width
+				return
+			case l.slot > 0 && o.Width == n && o.Height == 1 && host == oHost+uint64(l.slot):
+				o.Height = 2
+				l.setHostPitch(o, l.slot)
+				return
+			case l.slot > 0 && o.Width == n && o.Height > 1 && host == oHost+uint64(o.Height*hostPitch):
+				o.Height++
+				return
+			}
 		}
-		devEnd, hostEnd = dev+uint64(n), host+uint64(n)
-		p.bytes += n
 	}
-	slotAddr := func(pr Pair, layer, part int) uint64 {
-		return e.hostBase + uint64(int64(pr.HostSlot)*h.SlotBytes) + uint64(int64(layer*g.Parts+part)*g.PartBytes)
+	op := cudastream.Copy2D{Dst: stage, Src: host, DstPitch: n, SrcPitch: n, Width: n, Height: 1}
+	if l.offload {
+		op.Dst, op.Src = host, stage
+	}
+	l.ops = append(l.ops, op)
+	l.origin = append(l.origin, int32(pair))
+}
+
+// setHostPitch gives o's host side the pitch p; the staging side stays dense.
+func (l *linkOps) setHostPitch(o *cudastream.Copy2D, p int64) {
+	if l.offload {
+		o.DstPitch, o.SrcPitch = p, o.Width
+	} else {
+		o.DstPitch, o.SrcPitch = o.Width, p
+	}
+}
+
+// bytes is what the ops move.
+func (l *linkOps) bytes() int64 {
+	var n int64
+	for _, o := range l.ops {
+		n += o.Width * o.Height
+	}
+	return n
+}
+
+// rows calls fn for each row of a transfer, in the order the gather path
+// moves them: a row is one pair's host-contiguous piece, a whole block for
+// offloads (layer after layer), one layer's parts for onboards (layer by
+// layer, then pair by pair). fn gets the pair's index, the row's host
+// address and length, and the row's first layer (-1 for a whole block);
+// it returns false to stop.
+func (e *Engine) rows(pairs []Pair, wholeBlocks bool, fn func(i int, host uint64, n int64, layer int) bool) {
+	g, h := &e.gpu, &e.host
+	slot := func(p Pair, layer int) uint64 {
+		return e.hostBase + uint64(int64(p.HostSlot)*h.SlotBytes) + uint64(int64(layer*g.Parts)*g.PartBytes)
 	}
 	if wholeBlocks {
-		for _, pr := range pairs {
-			split := h.startsRegistration(pr.HostSlot)
-			for layer := range g.Layers {
-				for part := range g.Parts {
-					piece(g.addr(pr.GPUBlock, layer, part), slotAddr(pr, layer, part), g.PartBytes, split)
-					split = false
-				}
+		for i, p := range pairs {
+			if !fn(i, slot(p, 0), g.BlockBytes(), -1) {
+				return
 			}
 		}
-		return p
+		return
 	}
 	for layer := range g.Layers {
-		for _, pr := range pairs {
-			split := h.startsRegistration(pr.HostSlot)
-			for part := range g.Parts {
-				piece(g.addr(pr.GPUBlock, layer, part), slotAddr(pr, layer, part), g.PartBytes, split)
-				split = false
+		for i, p := range pairs {
+			if !fn(i, slot(p, layer), int64(g.Parts)*g.PartBytes, layer) {
+				return
 			}
 		}
 	}
+}
+
+// rowPiece is the GPU address of piece k (of PartBytes) of pair p's row
+// that starts at layer (-1: the whole block, layer after layer).
+func (e *Engine) rowPiece(p Pair, layer, k int) uint64 {
+	g := &e.gpu
+	if layer < 0 {
+		return g.addr(p.GPUBlock, k/g.Parts, k%g.Parts)
+	}
+	return g.addr(p.GPUBlock, layer, k)
+}
+
+// gatherPlan is what decides whether a transfer takes the gather path: the
+// bytes it moves, the contiguous runs on the GPU side, and the link's
+// descriptors if it gathers.
+type gatherPlan struct {
+	bytes            int64
+	devRuns, hostOps int
+}
+
+// planGather counts, without issuing anything, the runs of a transfer on
+// each side: the GPU side's contiguous pieces, and the link's copies as
+// linkOps would build them for one chunk holding it all.
+func (e *Engine) planGather(d *direction, pairs []Pair, wholeBlocks bool) gatherPlan {
+	l := &d.ring.plan
+	l.reset()
+	var p gatherPlan
+	var devEnd, stage uint64
+	e.rows(pairs, wholeBlocks, func(i int, host uint64, n int64, layer int) bool {
+		l.add(stage, host, n, i, e.host.startsRegistration(pairs[i].HostSlot))
+		stage += uint64(n)
+		for k := range int(n / e.gpu.PartBytes) {
+			if dev := e.rowPiece(pairs[i], layer, k); dev != devEnd {
+				p.devRuns++
+				devEnd = dev
+			}
+			devEnd += uint64(e.gpu.PartBytes)
+		}
+		return true
+	})
+	p.bytes, p.hostOps = int64(stage), len(l.ops)
 	return p
 }
 
-// gatherOffload issues t's blocks through d's ring: for each chunk, the
-// gather kernel (after the producer's events, which the caller has made
-// the kernel stream wait on) and then the chunk's DMAs on d's stream. t's
-// final event, recorded by submit on d's stream, follows every step.
-func (e *Engine) gatherOffload(ctx context.Context, d *direction, t *Transfer, pairs []Pair) {
+// gather issues t's blocks through d's ring, chunk by chunk: for an
+// offload, the gather kernel into a staging buffer (behind the producer's
+// events, which the caller has made the kernel stream wait on) and then
+// the chunk's DMAs to the host; for an onboard, the DMAs into a buffer and
+// then the scatter kernel, with each layer's event recorded on the kernel
+// stream after the chunk that completes the layer. A row that does not fit
+// what is left of a buffer goes to the next one, or is cut where it is
+// longer than a buffer. An offload's final event, recorded by submit on d's
+// stream, follows every step; an onboard's layer events are all recorded
+// here, also after an error (once the kernel stream has joined d's), so
+// that t is done only once nothing it issued still runs.
+func (e *Engine) gather(ctx context.Context, d *direction, t *Transfer, pairs []Pair, offload bool) {
 	r := d.ring
 	r.start()
 	t.gathered = true
 	e.stats.gatherTransfers.Add(1)
-	g, h := &e.gpu, &e.host
-	for i, p := range pairs {
-		split := h.startsRegistration(p.HostSlot)
-		for layer := 0; layer < g.Layers && t.err == nil; layer++ {
-			for part := range g.Parts {
-				if r.fill+g.PartBytes > r.size {
-					if e.flushOffloadChunk(ctx, d, t); t.err != nil {
-						break
-					}
-				}
-				stage := r.bufs[r.next].base + uint64(r.fill)
-				host := e.hostBase + uint64(int64(p.HostSlot)*h.SlotBytes) + uint64(int64(layer*g.Parts+part)*g.PartBytes)
-				r.dev.add(stage, g.addr(p.GPUBlock, layer, part), g.PartBytes, i, false)
-				r.dma.add(host, stage, g.PartBytes, i, split)
-				r.fill += g.PartBytes
-				split = false
-			}
-		}
-		if t.err != nil {
-			break
-		}
-	}
-	if t.err == nil {
-		e.flushOffloadChunk(ctx, d, t)
-	}
-	if t.err != nil {
-		// Whatever the kernel stream still runs must finish before the
-		// final event that submit records on d's stream.
-		if err := r.joinStreams(r.kernel, d.stream); err != nil {
-			t.err = errors.Join(t.err, err)
-		}
-	}
-}
-
-// flushOffloadChunk issues the chunk built so far: the gather into its
-// buffer once the buffer's last DMA has read it, then the DMAs to the host.
-func (e *Engine) flushOffloadChunk(ctx context.Context, d *direction, t *Transfer) {
-	r := d.ring
-	if len(r.dma.ops) == 0 {
-		return
-	}
-	if err := ctx.Err(); err != nil {
-		t.err = err
-		return
-	}
-	k := r.next
-	b := &r.bufs[k]
-	step := func(what string, err error) bool {
-		if err != nil {
-			t.err = fmt.Errorf("transfer: offload (gather), chunk %d (staging buffer %d, from pair %d): %s: %w", t.gatherChunks, k, r.dma.origin[0], what, err)
-		}
-		return err == nil
-	}
-	if b.used && !e.skipGatherWait {
-		if !step("wait for the buffer's last DMA", r.kernel.WaitEvent(b.freed)) {
-			return
-		}
-	}
-	if !step("gather kernel", e.kernelCopies(r, r.dev.ops)) ||
-		!step("record the gather's event", b.filled.Record(r.kernel)) ||
-		!step("wait for the gather", d.stream.WaitEvent(b.filled)) ||
-		!step("DMA to the host", e.batches(d, r.dma.ops)) ||
-		!step("record the DMA's event", b.freed.Record(d.stream)) {
-		return
-	}
-	e.chunkIssued(r, t)
-}
-
-// scatterOnboard issues t's blocks through d's ring, layer by layer: for
-// each chunk, its DMAs on d's stream and then the scatter kernel, and after
-// the chunk that completes a layer, that layer's event on the kernel
-// stream. It records every layer event itself, on the kernel stream, also
-// after an error (after joining d's stream), so that t is done only once
-// nothing it issued still runs.
-func (e *Engine) scatterOnboard(ctx context.Context, d *direction, t *Transfer, pairs []Pair) {
-	r := d.ring
-	r.start()
-	t.gathered = true
-	e.stats.gatherTransfers.Add(1)
-	g, h := &e.gpu, &e.host
-	recorded := 0 // layer events recorded so far
-	on := r.kernel
+	part := e.gpu.PartBytes
+	on := r.kernel // where an onboard's layer events are recorded
 	if e.earlyLayerEvents {
 		on = d.stream
 	}
+	recorded := 0
 	record := func(upTo int) {
 		for ; recorded < upTo; recorded++ {
 			if err := t.layerEv[recorded].Record(on); err != nil && t.err == nil {
@@ -328,46 +350,65 @@ func (e *Engine) scatterOnboard(ctx context.Context, d *direction, t *Transfer, 
 			}
 		}
 	}
-	for layer := 0; layer < g.Layers && t.err == nil; layer++ {
-		for i, p := range pairs {
-			split := h.startsRegistration(p.HostSlot)
-			for part := 0; part < g.Parts && t.err == nil; part++ {
-				if r.fill+g.PartBytes > r.size {
-					if e.flushOnboardChunk(ctx, d, t); t.err == nil {
-						record(layer) // layers before this one are all in flushed chunks
-					}
-					if t.err != nil {
-						break
-					}
-				}
-				stage := r.bufs[r.next].base + uint64(r.fill)
-				host := e.hostBase + uint64(int64(p.HostSlot)*h.SlotBytes) + uint64(int64(layer*g.Parts+part)*g.PartBytes)
-				r.dma.add(stage, host, g.PartBytes, i, split)
-				r.dev.add(g.addr(p.GPUBlock, layer, part), stage, g.PartBytes, i, false)
-				r.fill += g.PartBytes
-				split = false
-			}
-			if t.err != nil {
-				break
-			}
+	flush := func(layer int) {
+		if e.flushChunk(ctx, d, t, offload); t.err == nil && !offload {
+			record(layer) // the layers before this row's are in issued chunks
 		}
 	}
+	e.rows(pairs, offload, func(i int, host uint64, n int64, layer int) bool {
+		split := e.host.startsRegistration(pairs[i].HostSlot)
+		if r.fill+n > r.size && n <= r.size {
+			flush(layer)
+		}
+		for k := 0; k < int(n/part) && t.err == nil; {
+			if r.fill+part > r.size {
+				flush(layer)
+				continue
+			}
+			// As much of the row as fits, as one link copy.
+			m := min(int(n/part)-k, int((r.size-r.fill)/part))
+			stage := r.bufs[r.next].base + uint64(r.fill)
+			r.link.add(stage, host+uint64(int64(k)*part), int64(m)*part, i, split)
+			for j := range m {
+				dev, st := e.rowPiece(pairs[i], layer, k+j), stage+uint64(int64(j)*part)
+				if offload {
+					r.dev.add(st, dev, part, i, false)
+				} else {
+					r.dev.add(dev, st, part, i, false)
+				}
+			}
+			r.fill += int64(m) * part
+			k += m
+			split = false
+		}
+		return t.err == nil
+	})
 	if t.err == nil {
-		e.flushOnboardChunk(ctx, d, t)
+		e.flushChunk(ctx, d, t, offload)
 	}
 	if t.err != nil {
-		if err := r.joinStreams(d.stream, r.kernel); err != nil {
+		// Join the streams, so that what one still runs ends before the
+		// transfer's last event on the other.
+		from, to := r.kernel, d.stream
+		if !offload {
+			from, to = d.stream, r.kernel
+		}
+		if err := r.joinStreams(from, to); err != nil {
 			t.err = errors.Join(t.err, err)
 		}
 	}
-	record(g.Layers)
+	if !offload {
+		record(e.gpu.Layers)
+	}
 }
 
-// flushOnboardChunk issues the chunk built so far: the DMAs into its
-// buffer once the buffer's last scatter has read it, then the scatter.
-func (e *Engine) flushOnboardChunk(ctx context.Context, d *direction, t *Transfer) {
+// flushChunk issues the chunk built so far. An offload's chunk: the gather
+// into its buffer once the buffer's last DMA has read it, then the DMAs to
+// the host. An onboard's: the DMAs into its buffer once the buffer's last
+// scatter has read it, then the scatter.
+func (e *Engine) flushChunk(ctx context.Context, d *direction, t *Transfer, offload bool) {
 	r := d.ring
-	if len(r.dma.ops) == 0 {
+	if len(r.link.ops) == 0 {
 		return
 	}
 	if err := ctx.Err(); err != nil {
@@ -376,47 +417,51 @@ func (e *Engine) flushOnboardChunk(ctx context.Context, d *direction, t *Transfe
 	}
 	k := r.next
 	b := &r.bufs[k]
-	step := func(what string, err error) bool {
+	what := "onboard (scatter)"
+	if offload {
+		what = "offload (gather)"
+	}
+	step := func(doing string, err error) bool {
 		if err != nil {
-			t.err = fmt.Errorf("transfer: onboard (scatter), chunk %d (staging buffer %d, from pair %d): %s: %w", t.gatherChunks, k, r.dma.origin[0], what, err)
+			t.err = fmt.Errorf("transfer: %s, chunk %d (staging buffer %d, from pair %d): %s: %w", what, t.gatherChunks, k, r.link.origin[0], doing, err)
 		}
 		return err == nil
 	}
+	// first fills the buffer on its stream, second reads it on its own.
+	first, second := d.stream, r.kernel
+	fill, read := func() error { return e.linkCopies(d, &r.link) }, func() error { return e.kernelCopies(r, r.dev.ops) }
+	if offload {
+		first, second = second, first
+		fill, read = read, fill
+	}
 	if b.used && !e.skipGatherWait {
-		if !step("wait for the buffer's last scatter", d.stream.WaitEvent(b.freed)) {
+		if !step("wait for the buffer's last reader", first.WaitEvent(b.freed)) {
 			return
 		}
 	}
-	if !step("DMA to the device", e.batches(d, r.dma.ops)) ||
-		!step("record the DMA's event", b.filled.Record(d.stream)) ||
-		!step("wait for the DMA", r.kernel.WaitEvent(b.filled)) ||
-		!step("scatter kernel", e.kernelCopies(r, r.dev.ops)) ||
-		!step("record the scatter's event", b.freed.Record(r.kernel)) {
+	if !step("fill the buffer", fill()) ||
+		!step("record the fill's event", b.filled.Record(first)) ||
+		!step("wait for the fill", second.WaitEvent(b.filled)) ||
+		!step("read the buffer", read()) ||
+		!step("record the read's event", b.freed.Record(second)) {
 		return
 	}
-	e.chunkIssued(r, t)
-}
-
-// start readies the ring for a transfer's chunks.
-func (r *gatherRing) start() {
-	r.dma.reset()
-	r.dev.reset()
-	r.fill = 0
-}
-
-// chunkIssued counts the chunk just issued in t and moves the ring on.
-func (e *Engine) chunkIssued(r *gatherRing, t *Transfer) {
-	for _, op := range r.dma.ops {
-		t.bytes += op.Bytes
-	}
-	t.copies += len(r.dma.ops)
+	t.bytes += r.link.bytes()
+	t.copies += len(r.link.ops)
 	t.gatherChunks++
-	e.stats.descriptors.Add(int64(len(r.dma.ops)))
+	e.stats.descriptors.Add(int64(len(r.link.ops)))
 	e.stats.gatherChunks.Add(1)
 	e.stats.gatherKernelDescriptors.Add(int64(len(r.dev.ops)))
-	r.bufs[r.next].used = true
+	b.used = true
 	r.next = (r.next + 1) % len(r.bufs)
 	r.start()
+}
+
+// start readies the ring for a chunk.
+func (r *gatherRing) start() {
+	r.link.reset()
+	r.dev.reset()
+	r.fill = 0
 }
 
 // kernelCopies runs device-to-device ops on the ring's kernel stream, at
@@ -432,15 +477,29 @@ func (e *Engine) kernelCopies(r *gatherRing, ops []cudastream.Copy) error {
 	return nil
 }
 
-// batches submits a chunk's link copies on d's stream, at most MaxBatch
-// descriptors per call.
-func (e *Engine) batches(d *direction, ops []cudastream.Copy) error {
-	for len(ops) > 0 {
+// linkCopies submits a chunk's link copies on d's stream: the one-row ones
+// in batches of at most MaxBatch descriptors, the strided ones one call
+// each.
+func (e *Engine) linkCopies(d *direction, l *linkOps) error {
+	l.flat = l.flat[:0]
+	for _, o := range l.ops {
+		if o.Height == 1 {
+			l.flat = append(l.flat, cudastream.Copy{Dst: o.Dst, Src: o.Src, Bytes: o.Width})
+		}
+	}
+	for ops := l.flat; len(ops) > 0; {
 		n := min(len(ops), e.maxBatch)
 		if err := d.stream.CopyBatch(d.kind, ops[:n]); err != nil {
 			return err
 		}
 		ops = ops[n:]
+	}
+	for _, o := range l.ops {
+		if o.Height > 1 {
+			if err := d.strided.Copy2D(d.kind, o); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -499,7 +558,11 @@ func (e *Engine) setupGather(cfg *Config) error {
 		}
 		d.ring = r
 		e.gatherMem = append(e.gatherMem, mem)
-		r.dma.limit, r.dev.limit = cfg.MaxBatch, cfg.MaxBatch
+		r.link.offload, r.plan.offload = d == &e.off, d == &e.off
+		if c2, ok := d.stream.(cudastream.Copier2D); ok {
+			d.strided = c2
+			r.link.slot, r.plan.slot = cfg.Host.SlotBytes, cfg.Host.SlotBytes
+		}
 	}
 	return nil
 }
@@ -528,8 +591,8 @@ func (e *Engine) useGather(d *direction, pairs []Pair, wholeBlocks bool) bool {
 	}
 	use := e.method == MethodGather
 	if e.method == MethodAuto {
-		p := e.planGather(pairs, wholeBlocks)
-		host := p.bytes / int64(p.hostRuns)
+		p := e.planGather(d, pairs, wholeBlocks)
+		host := p.bytes / int64(p.hostOps)
 		dev := p.bytes / int64(p.devRuns)
 		use = host >= e.gatherMinRun && host >= 4*dev
 	}

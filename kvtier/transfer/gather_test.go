@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -62,13 +63,15 @@ func TestGatherRoundTrip(t *testing.T) {
 			if !same {
 				t.Fatal("blocks came back different through the gather/scatter path")
 			}
-			// 8 blocks of 8 pieces in chunks of 5 pieces: 13 chunks each way.
-			if chunks != [2]int{13, 13} {
-				t.Errorf("gather chunks: onboard %d, offload %d; want 13 each", chunks[0], chunks[1])
+			// Offload: 8 whole blocks of 8 pieces, longer than a chunk of 5
+			// pieces, cut to fill each: 13 chunks. Onboard: 32 rows of
+			// one layer's 2 pieces, which are not cut: 2 per chunk, 16.
+			if chunks != [2]int{16, 13} {
+				t.Errorf("gather chunks: onboard %d, offload %d; want 16 and 13", chunks[0], chunks[1])
 			}
 			s := e.Stats()
-			if s.GatherTransfers != 2 || s.GatherChunks != 26 {
-				t.Errorf("stats: %d gather transfers, %d chunks; want 2 and 26", s.GatherTransfers, s.GatherChunks)
+			if s.GatherTransfers != 2 || s.GatherChunks != 29 {
+				t.Errorf("stats: %d gather transfers, %d chunks; want 2 and 29", s.GatherTransfers, s.GatherChunks)
 			}
 			if s.KernelDescriptors != 0 {
 				t.Errorf("the copy kernel moved %d descriptors over the link; the gather path's kernel copies only on the device", s.KernelDescriptors)
@@ -210,9 +213,9 @@ func gatherLayerEvents(t *testing.T, early bool) {
 }
 
 // TestAutoGathers: MethodAuto takes the gather path where the host side
-// coalesces into long runs (whole blocks to consecutive slots, or one-layer
-// blocks onboarded), and copies directly where it does not (scattered
-// slots, or a multi-layer onboard, whose host pieces are strided).
+// coalesces into long runs (whole blocks to consecutive slots; one layer's
+// pieces of consecutive slots, strided by the slot, as one strided copy),
+// and copies directly where it does not (scattered slots).
 func TestAutoGathers(t *testing.T) {
 	consecutive := func(n int) []Pair {
 		p := make([]Pair, n)
@@ -236,11 +239,16 @@ func TestAutoGathers(t *testing.T) {
 		offload bool
 		pairs   []Pair
 		gather  bool
+		copies  int // link copies, where checked
 	}{
-		{"offload to 16 consecutive slots", true, consecutive(16), true},
-		{"offload to 16 scattered slots", true, scattered(16), false},
-		{"offload of 2 blocks (a 64 KiB run)", true, consecutive(2), false},
-		{"onboard of 4-layer blocks from consecutive slots", false, consecutive(16), false},
+		// 512 KiB in two chunks, one DMA each.
+		{"offload to 16 consecutive slots", true, consecutive(16), true, 2},
+		{"offload to 16 scattered slots", true, scattered(16), false, 0},
+		{"offload of 2 blocks (a 64 KiB run)", true, consecutive(2), false, 0},
+		// Each layer's 16 pieces of 8 KiB, 32 KiB apart on the host: one
+		// strided copy per layer.
+		{"onboard of 4-layer blocks from consecutive slots", false, consecutive(16), true, 4},
+		{"onboard of 4-layer blocks from scattered slots", false, scattered(16), false, 0},
 	} {
 		var tr *Transfer
 		var err error
@@ -255,6 +263,9 @@ func TestAutoGathers(t *testing.T) {
 		<-tr.Done()
 		if got := tr.GatherChunks() > 0; got != c.gather {
 			t.Errorf("%s: gathered %v (%d chunks), want %v", c.name, got, tr.GatherChunks(), c.gather)
+		}
+		if c.copies > 0 && tr.Copies() != c.copies {
+			t.Errorf("%s: %d link copies, want %d", c.name, tr.Copies(), c.copies)
 		}
 		wait(t, tr)
 	}
@@ -385,5 +396,61 @@ func TestGatherAllocatesPerTransferNotPerBlock(t *testing.T) {
 	one, many := measure(1), measure(fxSlots)
 	if many > one {
 		t.Errorf("allocations per gather round trip: %v for 1 block, %v for %d blocks", one, many, fxSlots)
+	}
+}
+
+// TestLinkOpsMerge: a chunk's link copies merge a row that continues the
+// last into a longer one, and a row of the same width one slot further
+// into one more row of a strided copy; nothing merges across a split (a
+// new registration), a gap other than the slot, or a change of width.
+func TestLinkOpsMerge(t *testing.T) {
+	const slot = 1 << 20
+	type row struct {
+		host  uint64
+		n     int64
+		split bool
+	}
+	for _, c := range []struct {
+		name    string
+		offload bool
+		rows    []row
+		want    []cudastream.Copy2D
+	}{
+		{"contiguous rows make one", false, []row{{0, 100, false}, {100, 50, false}},
+			[]cudastream.Copy2D{{Dst: 1 << 40, Src: 0, DstPitch: 150, SrcPitch: 150, Width: 150, Height: 1}}},
+		{"rows a slot apart make a strided copy", false, []row{{0, 64, false}, {slot, 64, false}, {2 * slot, 64, false}},
+			[]cudastream.Copy2D{{Dst: 1 << 40, Src: 0, DstPitch: 64, SrcPitch: slot, Width: 64, Height: 3}}},
+		{"offload: the host pitch is the destination's", true, []row{{0, 64, false}, {slot, 64, false}},
+			[]cudastream.Copy2D{{Dst: 0, Src: 1 << 40, DstPitch: slot, SrcPitch: 64, Width: 64, Height: 2}}},
+		{"a split starts a new copy", false, []row{{0, 64, false}, {slot, 64, true}},
+			[]cudastream.Copy2D{{Dst: 1 << 40, Src: 0, DstPitch: 64, SrcPitch: 64, Width: 64, Height: 1}, {Dst: 1<<40 + 64, Src: slot, DstPitch: 64, SrcPitch: 64, Width: 64, Height: 1}}},
+		{"two slots apart is not a row", false, []row{{0, 64, false}, {2 * slot, 64, false}},
+			[]cudastream.Copy2D{{Dst: 1 << 40, Src: 0, DstPitch: 64, SrcPitch: 64, Width: 64, Height: 1}, {Dst: 1<<40 + 64, Src: 2 * slot, DstPitch: 64, SrcPitch: 64, Width: 64, Height: 1}}},
+		{"another width is not a row", false, []row{{0, 64, false}, {slot, 32, false}},
+			[]cudastream.Copy2D{{Dst: 1 << 40, Src: 0, DstPitch: 64, SrcPitch: 64, Width: 64, Height: 1}, {Dst: 1<<40 + 64, Src: slot, DstPitch: 32, SrcPitch: 32, Width: 32, Height: 1}}},
+	} {
+		l := linkOps{offload: c.offload, slot: slot}
+		stage := uint64(1 << 40)
+		for i, r := range c.rows {
+			l.add(stage, r.host, r.n, i, r.split)
+			stage += uint64(r.n)
+		}
+		if !slices.Equal(l.ops, c.want) {
+			t.Errorf("%s: ops %+v, want %+v", c.name, l.ops, c.want)
+		}
+		var want int64
+		for _, r := range c.rows {
+			want += r.n
+		}
+		if l.bytes() != want {
+			t.Errorf("%s: %d bytes, want %d", c.name, l.bytes(), want)
+		}
+	}
+	// Without strided copies (slot 0), rows a slot apart stay apart.
+	l := linkOps{}
+	l.add(1<<40, 0, 64, 0, false)
+	l.add(1<<40+64, slot, 64, 1, false)
+	if len(l.ops) != 2 {
+		t.Errorf("without strided copies: %d ops, want 2", len(l.ops))
 	}
 }
