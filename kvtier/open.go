@@ -62,6 +62,13 @@ type Options struct {
 	// MaxHoleBlocks: see Config.MaxHoleBlocks (0: a lookup stops at the
 	// first missing block).
 	MaxHoleBlocks int
+	// GatherStaging is the device memory (per GPU) of the copy engine's
+	// gather/scatter path (transfer.MethodGather, which MethodAuto takes
+	// where a transfer's host slots are consecutive, so that its blocks
+	// cross the link in a few large or strided DMAs): split into
+	// transfer.DefaultGatherBuffers buffers per direction. 0 means none.
+	// The H200 measurements used 96 MiB (buffers of 16 MiB).
+	GatherStaging int64
 	// Policy makes tier t's eviction policy for its slot count. Nil means
 	// policy.NewDenseLRU for every tier.
 	Policy func(t Tier, slots int) (policy.Policy[BlockRef], error)
@@ -216,6 +223,8 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 		return bad("NVMeBytes", "%d is negative", o.NVMeBytes)
 	case o.MaxHoleBlocks < 0:
 		return bad("MaxHoleBlocks", "%d is negative", o.MaxHoleBlocks)
+	case o.GatherStaging < 0:
+		return bad("GatherStaging", "%d is negative", o.GatherStaging)
 	}
 	if len(shards) == 0 {
 		shards = []Shard{{Device: o.Device, GPU: o.GPU}}
@@ -383,7 +392,18 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o Options, dirs []string
 		now = sim.Clock().Now
 	}
 	var err error
-	if p.Engine, err = transfer.New(sh.Device, transfer.Config{GPU: sh.GPU, Host: p.Host, Staging: staging, Now: now}); err != nil {
+	ec := transfer.Config{GPU: sh.GPU, Host: p.Host, Staging: staging, Now: now}
+	if o.GatherStaging > 0 {
+		ec.GatherBuffers = transfer.DefaultGatherBuffers
+		ec.GatherBufferBytes = o.GatherStaging / (2 * transfer.DefaultGatherBuffers) &^ 4095
+		if ec.GatherBufferBytes == 0 {
+			return configErr("Options.GatherStaging", "%d bytes make no buffer of 4 KiB (%d per direction)", o.GatherStaging, transfer.DefaultGatherBuffers)
+		}
+	}
+	if p.Engine, err = transfer.New(sh.Device, ec); err != nil {
+		if o.GatherStaging > 0 {
+			return fmt.Errorf("Options.GatherStaging %d: %w", o.GatherStaging, err)
+		}
 		return err
 	}
 	if p.Bounce, err = transfer.New(sh.Device, transfer.Config{GPU: sh.GPU, Host: bounceHost, Now: now}); err != nil {

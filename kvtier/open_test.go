@@ -45,16 +45,24 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.GPU.NumBlocks = 0 }, "Options.GPU"},
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
 		{func(o *Options) { o.MaxHoleBlocks = -1 }, "Options.MaxHoleBlocks"},
+		{func(o *Options) { o.GatherStaging = -1 }, "Options.GatherStaging"},
+		{func(o *Options) { o.GatherStaging = 4096 }, "Options.GatherStaging"},
+		{func(o *Options) { o.GatherStaging = 64 << 20 }, "GatherStaging 67108864"}, // more than the device has
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
 	} {
 		openRefuses(t, good, tc.edit, tc.want)
 	}
-	c, err := Open(context.Background(), good)
+	staged := good
+	staged.GatherStaging = 6 * 8192 // 3 buffers of 8 KiB each way
+	c, err := Open(context.Background(), staged)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := c.CapacitySlots(Host); got != 8 {
 		t.Errorf("host tier of 8 4-KiB slots has %d", got)
+	}
+	if got := c.Engine.GatherBytes(); got != 6*8192 {
+		t.Errorf("GatherStaging 48 KiB: the engine's rings take %d bytes", got)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

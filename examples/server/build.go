@@ -64,7 +64,10 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 		}
 	}
 	if p.dev == nil {
-		sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: regionBytes + 1<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+		if !c.gatherStagingSet {
+			c.gatherStaging = 0 // the simulated link has nothing to gain from it
+		}
+		sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: regionBytes + c.gatherStaging + 1<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
 		if err != nil {
 			return p, err
 		}
@@ -148,7 +151,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache
 		return nil, err
 	}
 	o := kvtier.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
-		WriteThrough: true, MaxHoleBlocks: c.maxHoles, Logger: c.log, Policy: newPolicy(c.policy)}
+		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: newPolicy(c.policy)}
 	switch c.strategy {
 	case engine.Cost:
 		if o.Planner, err = costPlanner(c, s, p.cal); err != nil {

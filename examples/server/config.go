@@ -31,9 +31,13 @@ type config struct {
 	nvmeDir      string // "": a temporary directory, removed at exit
 	strategy     engine.Strategy
 	policy       string
-	maxHoles     int    // kvtier.Options.MaxHoleBlocks
-	remote       string // Redis Cluster nodes, comma separated; "": no remote tier
-	remotePrefix string
+	maxHoles     int // kvtier.Options.MaxHoleBlocks
+	// gatherStaging is kvtier.Options.GatherStaging; gatherStagingSet says
+	// whether the flag was given (the CPU backend then uses it too).
+	gatherStaging    int64
+	gatherStagingSet bool
+	remote           string // Redis Cluster nodes, comma separated; "": no remote tier
+	remotePrefix     string
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
@@ -47,6 +51,10 @@ type config struct {
 
 	log *slog.Logger
 }
+
+// defaultGatherStaging is -gather-staging's default: 3 buffers of 16 MiB
+// each way, as the H200 measurements of the gather/scatter path used.
+const defaultGatherStaging = 96 << 20
 
 // byteFlag is a flag.Value of bytes in bytesize's units.
 type byteFlag struct{ p *int64 }
@@ -96,6 +104,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.costCalibration, "cost-calibration", "", "a calibration file of the -cost-gpu (kvtier calc --write-calibration, or kvtier probe --json): its measured prefill and links replace the presets' in the cost model")
 	fs.BoolVar(&c.costLearn, "cost-learn", true, "the cost model learns from this server's prefills and host loads (its calibration starts from -cost-calibration, or the presets)")
 	fs.StringVar(&c.costCalibrationOut, "cost-calibration-out", "", "at shutdown, write the calibration (what -cost-learn learned) to this file, for the next start's -cost-calibration or kvtier replay --calibration")
+	c.gatherStaging = defaultGatherStaging
+	fs.Var(byteFlag{&c.gatherStaging}, "gather-staging", "GPU memory for the copy engine's gather/scatter path, which moves a transfer of consecutive host slots in a few large or strided DMAs (0: none; the CPU backend uses none unless this is given)")
 	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
 	fs.StringVar(&c.remote, "remote", "", "the shared remote tier: Redis Cluster nodes, comma separated (host:port); blocks missing here are fetched from it, blocks seen twice published to it")
 	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
@@ -110,6 +120,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
 	}
+	fs.Visit(func(f *flag.Flag) { c.gatherStagingSet = c.gatherStagingSet || f.Name == "gather-staging" })
 	var err error
 	if c.strategy, err = engine.ParseStrategy(*strategy); err != nil {
 		return c, fmt.Errorf("-strategy: %w", err)

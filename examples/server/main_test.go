@@ -124,8 +124,14 @@ func maxTokens(n int) *int { return &n }
 // TestServeEndToEnd: a prompt sent twice is answered with the same greedy
 // tokens, the second time from the cache (usage says so), and so is its
 // no-cache reference; a text prompt works; another tenant shares nothing.
+// Also with the copy engine's device staging ring (-gather-staging).
 func TestServeEndToEnd(t *testing.T) {
-	s := start(t, testArgs()...)
+	t.Run("direct", func(t *testing.T) { serveEndToEnd(t, testArgs()...) })
+	t.Run("gather-staging", func(t *testing.T) { serveEndToEnd(t, append(testArgs(), "-gather-staging", "3MiB")...) })
+}
+
+func serveEndToEnd(t *testing.T, args ...string) {
+	s := start(t, args...)
 	p := tokenPrompt(1, 41)
 	first := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6)})
 	second := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(6)})
@@ -417,6 +423,7 @@ func TestArgs(t *testing.T) {
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
 		{[]string{"-max-hole-blocks", "-1"}, `-max-hole-blocks -1`},
+		{[]string{"-gather-staging", "-1"}, `invalid value "-1" for flag -gather-staging`},
 		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},
 		{[]string{"-remote-prefix", ""}, `-remote-prefix is empty`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
