@@ -40,14 +40,17 @@ type probeConfig struct {
 	command  string
 	// remote, when set, measures the remote tier instead of the GPU.
 	remote *probeRemoteConfig
+	// methods measures the copy engine's switch points instead.
+	methods bool
 }
 
 // probeResult is the JSON that --json writes. "measured" is what the cost
 // model reads; "rows" follow design.md's benchmark format.
 type probeResult struct {
-	results.File               // benchmark, machine, date, commit, command, rows
-	Device       probeDevice   `json:"device"`
-	Measured     probeMeasured `json:"measured"`
+	results.File                // benchmark, machine, date, commit, command, rows
+	Device       probeDevice    `json:"device"`
+	Measured     probeMeasured  `json:"measured"`
+	Switches     *probeSwitches `json:"switches,omitempty"` // --methods
 }
 
 type probeDevice struct {
@@ -116,12 +119,24 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	res := probeResult{File: *results.New("probe", cfg.machine, cfg.commit), Device: probeDeviceFacts(d.Info())}
 	res.Command = cfg.command
 	probePrintFacts(stdout, res.Device)
-	fmt.Fprintf(stdout, "\nmeasuring: %s per bandwidth copy, %d runs after a warm-up\n", bytesize.Format(cfg.size), cfg.runs)
-	if err := probeMeasure(d, cfg, &res); err != nil {
-		fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
-		return 1
+	if cfg.methods {
+		fmt.Fprintf(stdout, "\nmeasuring the copy engine's methods: %s per transfer, %d runs after a warm-up\n", bytesize.Format(cfg.size), cfg.runs)
+		sw, err := probeMethods(d, cfg.size, cfg.runs, &res.File)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
+			return 1
+		}
+		res.Switches = &sw
+		probePrintRows(stdout, res.Rows)
+		probePrintSwitches(stdout, sw)
+	} else {
+		fmt.Fprintf(stdout, "\nmeasuring: %s per bandwidth copy, %d runs after a warm-up\n", bytesize.Format(cfg.size), cfg.runs)
+		if err := probeMeasure(d, cfg, &res); err != nil {
+			fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
+			return 1
+		}
+		probePrintRows(stdout, res.Rows)
 	}
-	probePrintRows(stdout, res.Rows)
 	if cfg.jsonPath != "" {
 		if err := probeWriteJSON(cfg.jsonPath, &res); err != nil {
 			fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
@@ -141,6 +156,7 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this `file`")
 	fs.StringVar(&size, "size", "1GiB", "bytes per bandwidth copy (e.g. 1073741824, 256MiB, 1GiB)")
 	fs.IntVar(&cfg.runs, "runs", 5, "measured runs per figure, after one warm-up")
+	fs.BoolVar(&cfg.methods, "methods", false, "measure the copy engine's switch points instead (kvtier/transfer's MethodAuto): each method forced, one way and both ways, blocks of 16 KiB to 2 MiB, --size per transfer; prints the transfer.Config switches for this GPU")
 	fs.StringVar(&cfg.machine, "machine", "", "machine name for the JSON (default: the host name)")
 	fs.StringVar(&cfg.commit, "commit", "", "commit for the JSON (default: the build's VCS revision)")
 	remoteAddrs := fs.String("remote", "", "measure the remote tier instead of the GPU: Redis Cluster nodes, comma separated (host:port)")
@@ -164,8 +180,8 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 		if *remoteBlocks < 1 || *remoteDepth < 1 {
 			return cfg, fmt.Errorf("--remote-blocks %d and --remote-depth %d: want at least 1", *remoteBlocks, *remoteDepth)
 		}
-		if set["device"] || set["size"] {
-			return cfg, errors.New("--remote measures the remote tier, not a GPU: --device and --size do not apply")
+		if set["device"] || set["size"] || cfg.methods {
+			return cfg, errors.New("--remote measures the remote tier, not a GPU: --device, --size and --methods do not apply")
 		}
 		cfg.remote = &probeRemoteConfig{addrs: strings.Split(*remoteAddrs, ","), blockBytes: rb, blocks: *remoteBlocks, depth: *remoteDepth}
 	case set["remote-block"] || set["remote-blocks"] || set["remote-depth"]:

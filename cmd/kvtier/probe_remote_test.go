@@ -49,7 +49,7 @@ func TestProbeRemoteBadInput(t *testing.T) {
 		{[]string{"--remote", "127.0.0.1:1", "--remote-block", "lots"}, "--remote-block"},
 		{[]string{"--remote", "127.0.0.1:1", "--remote-block", "2GiB"}, "--remote-block"},
 		{[]string{"--remote", "127.0.0.1:1", "--remote-blocks", "0"}, "--remote-blocks 0"},
-		{[]string{"--remote", "127.0.0.1:1", "--device", "1"}, "--device and --size do not apply"},
+		{[]string{"--remote", "127.0.0.1:1", "--device", "1"}, "--device, --size and --methods do not apply"},
 		{[]string{"--remote", "127.0.0.1:1"}, "127.0.0.1:1"},
 	} {
 		var out, errb bytes.Buffer

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 
+	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/results"
 )
 
@@ -38,6 +40,7 @@ func TestProbeBadFlags(t *testing.T) {
 		{[]string{"--device", "-2"}, "--device"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--nope"}, "nope"},
+		{[]string{"--methods", "--remote", "127.0.0.1:1"}, "--methods do not apply"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"probe"}, c.args...), &out, &errb); code != 2 {
@@ -112,4 +115,85 @@ func TestProbeCommandLine(t *testing.T) {
 	if cfg.machine != "h200" || cfg.commit != "deadbeef" || cfg.size != 1<<30 || cfg.runs != 5 {
 		t.Errorf("config %+v", cfg)
 	}
+}
+
+// TestProbeDeriveSwitches reads the switches off figures shaped like the
+// H200's: the kernel wins one way at 16 KiB, batches from 64 KiB; beside
+// batched offloads the kernel onboard wins to 64 KiB; gather/scatter beats
+// every direct pair both ways from host runs of 1 MiB.
+func TestProbeDeriveSwitches(t *testing.T) {
+	fig := map[string]float64{}
+	put := func(bs int64, what, m string, run int64, v float64) { fig[probeMethodKey(bs, what, m, run)] = v }
+	for _, bs := range probeMethodSizes {
+		small := bs < 64<<10
+		k, b := 46.0, 49.5
+		if small {
+			b = 21
+		}
+		put(bs, "HtoD", "kernel", 0, k)
+		put(bs, "HtoD", "batch", 0, b)
+		put(bs, "DtoH", "kernel", 0, k+1)
+		put(bs, "DtoH", "batch", 0, b)
+		put(bs, "both", "kernel+kernel", 0, 52)
+		kb, bb := 70.0, 58.0
+		if bs >= 256<<10 {
+			bb = 83
+		}
+		put(bs, "both", "kernel+batch", 0, kb)
+		put(bs, "both", "batch+batch", 0, bb)
+		put(bs, "both", "gather+gather", 0, 91)
+	}
+	for _, run := range probeGatherRuns {
+		v := 91.0
+		if run < 1<<20 {
+			v = 60
+		}
+		put(probeMethodSizes[0], "both", "gather+gather", run, v)
+	}
+	got := probeDeriveSwitches(fig)
+	want := probeSwitches{KernelBelowBytes: 64 << 10, OnboardContendedKernelBelowBytes: 256 << 10, GatherMinRunBytes: 1 << 20, GatherPays: true}
+	if got != want {
+		t.Errorf("switches %+v, want %+v", got, want)
+	}
+	// Where batches never win and gathering never pays.
+	for k := range fig {
+		if strings.Contains(k, "batch") || strings.Contains(k, "gather") {
+			fig[k] = 1
+		}
+	}
+	got = probeDeriveSwitches(fig)
+	if got.KernelBelowBytes != 4<<20 || got.GatherPays {
+		t.Errorf("batches and gathering never win: %+v, want the kernel below 4 MiB and no gathering", got)
+	}
+}
+
+// TestProbeMethodsOnSim runs --methods' measurement on the simulated
+// device (on synctest's fake clock): every case has a row and the
+// switches come out.
+func TestProbeMethodsOnSim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const total = 8 << 20
+		sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 8*total + 16<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sim.Close()
+		res := results.New("probe", "sim", "test")
+		sw, err := probeMethods(sim, total, 1, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 4 sizes x 10 cases, plus 3 more gather runs at 16 KiB.
+		if len(res.Rows) != 4*10+3 {
+			t.Errorf("%d rows, want 43", len(res.Rows))
+		}
+		for _, r := range res.Rows {
+			if r.Median <= 0 {
+				t.Errorf("row %q: %v GiB/s", r.Name, r.Median)
+			}
+		}
+		if sw.KernelBelowBytes == 0 || sw.OnboardContendedKernelBelowBytes == 0 {
+			t.Errorf("switches %+v: some are missing", sw)
+		}
+	})
 }
