@@ -868,6 +868,13 @@ static drvResult drvKernelRing(drvTable *t, drvStreamState *st, const drvKernelO
 	}
 	st->khost = h;
 	st->kdev = d;
+	// The slots as the device reaches them, for launches that read their
+	// descriptors over the link (DEVICEMAP above); 0 if the driver says
+	// nothing, and such launches then copy as the others do.
+	drvCUdeviceptr m = 0;
+	if (t->pointerGetAttribute != NULL && t->pointerGetAttribute(&m, DRV_PTR_DEVICE_POINTER, (uint64_t)(uintptr_t)h) != 0)
+		m = 0;
+	st->kmapped = m;
 	st->knext = 0;
 	st->kslots = slots;
 	st->kcap = o->pieces;
@@ -880,11 +887,19 @@ static drvResult drvKernelFlush(drvTable *t, drvStreamState *st, drvCUstream s, 
                                 int *step) {
 	unsigned slot = st->knext;
 	drvCopy *h = st->khost + (size_t)slot * st->kcap;
-	drvCUdeviceptr d = st->kdev + (drvCUdeviceptr)slot * st->kcap * sizeof(drvCopy);
-	*step = drvKStepCopyDesc;
-	drvResult r = t->memcpyHtoDAsync(d, h, k * sizeof(drvCopy), s);
-	if (r != 0)
-		return r;
+	drvCUdeviceptr off = (drvCUdeviceptr)slot * st->kcap * sizeof(drvCopy);
+	drvCUdeviceptr d = st->kdev + off;
+	drvResult r = 0;
+	if (o->mapped && st->kmapped != 0) {
+		// The kernel reads the slot over the link: no copy queued behind
+		// the copy engines' work.
+		d = st->kmapped + off;
+	} else {
+		*step = drvKStepCopyDesc;
+		r = t->memcpyHtoDAsync(d, h, k * sizeof(drvCopy), s);
+		if (r != 0)
+			return r;
+	}
 	unsigned grid = o->ctas;
 	if (grid > k)
 		grid = (unsigned)k;

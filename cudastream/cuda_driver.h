@@ -214,6 +214,7 @@ typedef struct {
 	// still pending waits on the host.
 	drvCopy *khost;
 	drvCUdeviceptr kdev;
+	drvCUdeviceptr kmapped; // khost as the device reaches it (0: not mapped)
 	drvCUevent kev[DRV_KRING_MAX];
 	unsigned char kused[DRV_KRING_MAX];
 	unsigned knext, kslots;
@@ -227,6 +228,7 @@ typedef struct {
 	size_t pieceBytes;   // copies longer than this are cut into pieces of this size
 	unsigned launches;   // slots of the descriptor ring (at its first use)
 	unsigned pieces;     // pieces per slot (at its first use)
+	int mapped;          // the launch reads its descriptors from the pinned slot, not a device copy
 } drvKernelOpts;
 
 // Loading. drvLoad returns NULL and fills errbuf on failure.

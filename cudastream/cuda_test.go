@@ -771,6 +771,7 @@ func TestCuCopyKernel(t *testing.T) {
 		{"small x20000 ring wraps", 20000, 2048, KernelCopyOptions{CTAs: 7, ThreadsPerCTA: 96}},
 		{"2MiB-ish x40 pieces split", 40, 2 << 20, KernelCopyOptions{PieceBytes: 4096 + 16}},
 		{"one byte x3", 3, 1, KernelCopyOptions{CTAs: 1, ThreadsPerCTA: 32}},
+		{"descriptors read over the link, small ring wraps", 20000, 2048, KernelCopyOptions{MappedDescriptors: true, Launches: 3, PiecesPerLaunch: 1000}},
 	} {
 		t.Run(c.name, func(t *testing.T) { cuKernelRoundTrip(t, d, src, dst, c.count, c.maxLen, c.opts) })
 	}

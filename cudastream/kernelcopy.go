@@ -66,6 +66,15 @@ type KernelCopyOptions struct {
 	// options cannot change its shape. Defaults 4 and 4096 (384 KiB each);
 	// at most 1024 slots of [64, 65536] pieces.
 	Launches, PiecesPerLaunch int
+	// MappedDescriptors makes each launch read its descriptors from the
+	// ring's pinned slot over the link, instead of from a device copy of
+	// it made on the stream just before: a stream whose launches follow a
+	// direction's large DMAs (the gather path's scatter behind its chunk's
+	// DMA, or any launch while the other direction's copies run) would
+	// otherwise queue that small host-to-device copy behind them on the
+	// copy engines. The launch pays the link's latency per descriptor read
+	// instead.
+	MappedDescriptors bool
 }
 
 // Defaults of KernelCopyOptions.

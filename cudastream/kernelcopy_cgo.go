@@ -122,6 +122,9 @@ func (s *cuStream) CopyKernel(kind CopyKind, ops []Copy) error {
 	o := s.kopts
 	opts := C.drvKernelOpts{ctas: C.uint(o.CTAs), threads: C.uint(o.ThreadsPerCTA), pieceBytes: C.size_t(o.PieceBytes),
 		launches: C.uint(o.Launches), pieces: C.uint(o.PiecesPerLaunch)}
+	if o.MappedDescriptors {
+		opts.mapped = 1
+	}
 	var fail C.size_t
 	var step C.int
 	rc := C.drvCopyKernel(s.d.t, s.st, s.s, C.int(kind), (*C.drvCopy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), &opts, &fail, &step)

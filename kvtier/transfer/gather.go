@@ -99,6 +99,11 @@ func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int
 	if ko.Launches == 0 {
 		ko.Launches = gatherLaunches
 	}
+	// A launch's descriptors are read over the link: a device copy of them
+	// would queue behind the chunks' DMAs on the host-to-device engine
+	// (the H200 at 9efa8b5: onboards through the ring at 41-43 GiB/s one
+	// way, 62-75 both ways).
+	ko.MappedDescriptors = true
 	if ko.PiecesPerLaunch == 0 {
 		piece := ko.PieceBytes
 		if piece == 0 {
