@@ -117,7 +117,7 @@ func run() error {
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("device: %s, driver %d, PCIe gen %d x%d, batched copies: %v", info.Name, info.DriverVersion, info.PCIeGen, info.PCIeWidth, info.BatchCopy),
 		fmt.Sprintf("%d bytes per transfer; blocks scattered at random over a %d-byte device region, contiguous in a pinned (cuMemHostAlloc) pool", total, 4*total),
-		"one engine moves both directions (onboard into the first device region from the first half of the pool, offload from the second region to the second half); both at once: the onboard is submitted first, then the offload while it runs, except in engine-auto-offload-first",
+		"one engine moves both directions (onboard into the first device region from the first half of the pool, offload from the second region to the second half); both at once: one goroutine submits the onboard, then the offload while it runs, except in engine-auto-offload-first (the reverse) and engine-auto-concurrent (each from its own goroutine at once, as a server's request path and write-back do); a note gives each submission's time",
 		fmt.Sprintf("each case: one warm-up, then %d rounds with the order of the engine's methods / per-block loop / one large copy rotated each round; GiB/s = bytes / wall time from first submission to completion", *rounds),
 		fmt.Sprintf("engine-auto is the engine's default (Config.Method = MethodAuto) with a device staging ring of %d x %s per direction, as kvtier.Open gives it; engine-kernel forces the copy kernel (SMs read/write the pinned pool), engine-batch forces cuMemcpyBatchAsync, engine-gather forces the gather/scatter path (the copy kernel gathers blocks into device staging, one DMA per chunk crosses the link; the reverse for onboards)", *gbufs, bytesize.Format(gbytes)),
 		fmt.Sprintf("copy kernel: %d CTAs x %d threads (0: defaults %d x %d); overlap: kvtier_fma, %d iterations per thread in one wave of 4 CTAs x 256 threads per SM, an eighth of that in 32 CTAs per SM",
@@ -347,7 +347,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 			e := engs[i]
 			name := m.name
 			cases = append(cases, bcase{name, func() (time.Duration, error) {
-				return b.runEngine(dir, e, e, pairsA, pairsB, false, chose, name)
+				return b.runEngine(dir, e, e, pairsA, pairsB, onboardFirst, chose, name)
 			}})
 		}
 		if dir == both {
@@ -356,15 +356,21 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 				// Onboard by the copy kernel, offload by batches: the
 				// copy engines and the SMs each carry one direction.
 				bcase{"engine-kernel-onboard+batch-offload", func() (time.Duration, error) {
-					return b.runEngine(dir, kernel, batch, pairsA, pairsB, false, nil, "")
+					return b.runEngine(dir, kernel, batch, pairsA, pairsB, onboardFirst, nil, "")
 				}},
 				bcase{"engine-batch-onboard+kernel-offload", func() (time.Duration, error) {
-					return b.runEngine(dir, batch, kernel, pairsA, pairsB, false, nil, "")
+					return b.runEngine(dir, batch, kernel, pairsA, pairsB, onboardFirst, nil, "")
 				}},
 				// A server's background offload is often running when an
 				// onboard arrives: the offload goes first, into an idle link.
 				bcase{"engine-auto-offload-first", func() (time.Duration, error) {
-					return b.runEngine(dir, auto, auto, pairsA, pairsB, true, chose, "engine-auto-offload-first")
+					return b.runEngine(dir, auto, auto, pairsA, pairsB, offloadFirst, chose, "engine-auto-offload-first")
+				}},
+				// A server submits them from two goroutines (the request's
+				// onboard, another request's write-back): neither waits
+				// for the other's submission.
+				bcase{"engine-auto-concurrent", func() (time.Duration, error) {
+					return b.runEngine(dir, auto, auto, pairsA, pairsB, concurrent, chose, "engine-auto-concurrent")
 				}})
 		}
 		nEngine := len(cases)
@@ -398,7 +404,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 			res.Add(fmt.Sprintf("%s %s %s vs loop", dir, label, cases[i].name), "GiB/s", samples[i], loopName)
 			res.Add(fmt.Sprintf("%s %s %s vs large copy", dir, label, cases[i].name), "GiB/s", samples[i], largeName)
 		}
-		for _, name := range []string{"engine-auto", "engine-auto-offload-first"} {
+		for _, name := range []string{"engine-auto", "engine-auto-offload-first", "engine-auto-concurrent"} {
 			if c, ok := chose[name]; ok {
 				res.Notes = append(res.Notes, fmt.Sprintf("%s %s %s chose (last round): %s", dir, label, name, c))
 			}
@@ -446,39 +452,60 @@ func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m string) erro
 // returns the wall time until both are done. Both ways, the onboard is
 // submitted first unless offloadFirst. Where chose is not nil, it records
 // under name which method moved each direction.
-func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []transfer.Pair, offloadFirst bool, chose map[string]string, name string) (time.Duration, error) {
+// submission is how runEngine submits both directions.
+type submission int
+
+const (
+	onboardFirst submission = iota // one goroutine: the onboard, then the offload
+	offloadFirst                   // one goroutine: the offload, then the onboard
+	concurrent                     // each from a goroutine of its own, at once
+)
+
+func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []transfer.Pair, order submission, chose map[string]string, name string) (time.Duration, error) {
 	ctx := context.Background()
 	start := time.Now()
 	var tOn, tOff *transfer.Transfer
 	var errOn, errOff error
+	var issueOn, issueOff time.Duration // how long each submission took
 	submitOn := func() {
 		if dir == htod || dir == both {
+			s := time.Now()
 			tOn, errOn = on.Onboard(ctx, pa)
+			issueOn = time.Since(s)
 		}
 	}
 	submitOff := func() {
 		if dir == dtoh || dir == both {
+			s := time.Now()
 			tOff, errOff = off.Offload(ctx, pb, nil)
+			issueOff = time.Since(s)
 		}
 	}
-	if offloadFirst {
+	switch order {
+	case offloadFirst:
 		submitOff()
 		submitOn()
-	} else {
+	case concurrent:
+		var wg sync.WaitGroup
+		wg.Go(submitOff)
+		submitOn()
+		wg.Wait()
+	default:
 		submitOn()
 		submitOff()
 	}
 	errs := []error{errOn, errOff}
 	var picks []string
 	for _, tc := range []struct {
-		what string
-		t    *transfer.Transfer
-	}{{"onboard", tOn}, {"offload", tOff}} {
+		what  string
+		t     *transfer.Transfer
+		issue time.Duration
+	}{{"onboard", tOn, issueOn}, {"offload", tOff, issueOff}} {
 		if tc.t == nil {
 			continue
 		}
 		errs = append(errs, tc.t.Wait(ctx))
-		picks = append(picks, tc.what+" "+methodName(tc.t))
+		picks = append(picks, fmt.Sprintf("%s %s, submitted in %.2f ms", tc.what, methodName(tc.t), tc.issue.Seconds()*1e3))
 		tc.t.Release()
 	}
 	d := time.Since(start)
