@@ -993,6 +993,63 @@ func TestCuCopy2D(t *testing.T) {
 	cuMust(t, "Synchronize", s.Synchronize())
 }
 
+// TestCuIssueCosts logs what each call the gather path makes per chunk
+// costs the submitting thread (run with -test.v): a 16 MiB copy as a batch
+// of one descriptor and as a single copy, a copy-kernel launch of 1,024
+// device-to-device pieces with its descriptors copied or read over the
+// link, an event record and a stream wait. The device stays busy behind a
+// long FMA kernel, so that nothing waits for completion. It fails only if
+// a call fails.
+func TestCuIssueCosts(t *testing.T) {
+	d := cuOpenOrSkip(t)
+	ft := newCuFMATimer(t, d)
+	defer ft.close()
+	s, err := d.NewStream(0)
+	cuMust(t, "NewStream", err)
+	defer s.Destroy()
+	gate, err := d.NewEvent(EventOptions{})
+	cuMust(t, "NewEvent", err)
+	defer gate.Destroy()
+	const chunk, pieces = 16 << 20, 1024
+	host, err := d.HostAlloc(chunk)
+	cuMust(t, "HostAlloc", err)
+	defer d.HostFree(host)
+	dev, err := d.Alloc(4 * chunk)
+	cuMust(t, "Alloc", err)
+	defer d.Free(dev)
+	kc := s.(KernelCopier)
+	ops := make([]Copy, pieces)
+	for i := range ops {
+		ops[i] = Copy{Dst: uint64(dev) + uint64(chunk) + uint64(i*(chunk/pieces)), Src: uint64(dev) + uint64(i*(chunk/pieces)), Bytes: chunk / pieces}
+	}
+	const n = 32
+	for _, mapped := range []bool{false, true} {
+		cuMust(t, "SetKernelCopyOptions", kc.SetKernelCopyOptions(KernelCopyOptions{Launches: 128, PiecesPerLaunch: 2048, MappedDescriptors: mapped}))
+		cuMust(t, "LaunchFMA", ft.launch(4, 1<<22))
+		cuMust(t, "Record", gate.Record(ft.s))
+		cuMust(t, "WaitEvent", s.WaitEvent(gate))
+		for _, c := range []struct {
+			name string
+			call func() error
+		}{
+			{"CopyBatch of one 16 MiB descriptor", func() error {
+				return s.CopyBatch(HostToDevice, []Copy{{Dst: uint64(dev), Src: HostAddr(host), Bytes: chunk}})
+			}},
+			{"CopyHtoD of 16 MiB", func() error { return s.CopyHtoD(dev, host) }},
+			{fmt.Sprintf("CopyKernel of %d pieces (descriptors read over the link: %v)", pieces, mapped), func() error { return kc.CopyKernel(DeviceToDevice, ops) }},
+			{"Event.Record", func() error { return gate.Record(s) }},
+			{"Stream.WaitEvent", func() error { return s.WaitEvent(gate) }},
+		} {
+			start := time.Now()
+			for range n {
+				cuMust(t, c.name, c.call())
+			}
+			t.Logf("PERF issue %-70s %7.1f us per call", c.name, time.Since(start).Seconds()*1e6/n)
+		}
+		cuMust(t, "Synchronize", s.Synchronize())
+	}
+}
+
 // TestCuKernelLaunchesQueue: copy-kernel launches that wait on the device
 // for other work (a long FMA kernel on another stream) do not block the
 // host while the stream's descriptor ring has free slots. With 64 slots,

@@ -42,6 +42,10 @@ type probeSwitches struct {
 	// size (0 with GatherPays false: it never did at the runs measured).
 	GatherMinRunBytes int64 `json:"gather_min_run_bytes"`
 	GatherPays        bool  `json:"gather_pays"`
+	// GatherBelowBytes: both ways at once from contiguous slots, the first
+	// measured size where the best direct pair matches gather/scatter
+	// (twice the largest when it never does).
+	GatherBelowBytes int64 `json:"gather_below_bytes"`
 }
 
 // probeMethodBench holds the memory and engines of one block size.
@@ -249,10 +253,13 @@ func probeDeriveSwitches(fig map[string]float64) probeSwitches {
 	sw.OnboardContendedKernelBelowBytes = first(func(bs int64) bool {
 		return get(bs, "both", "batch+batch", 0) >= get(bs, "both", "kernel+batch", 0)
 	})
+	direct := func(bs int64) float64 {
+		return max(get(bs, "both", "kernel+kernel", 0), get(bs, "both", "kernel+batch", 0), get(bs, "both", "batch+batch", 0))
+	}
+	sw.GatherBelowBytes = first(func(bs int64) bool { return direct(bs) >= get(bs, "both", "gather+gather", 0) })
 	bs := sizes[0]
-	direct := max(get(bs, "both", "kernel+kernel", 0), get(bs, "both", "kernel+batch", 0), get(bs, "both", "batch+batch", 0))
 	for _, run := range probeGatherRuns {
-		if v, ok := fig[probeMethodKey(bs, "both", "gather+gather", run)]; ok && v > direct {
+		if v, ok := fig[probeMethodKey(bs, "both", "gather+gather", run)]; ok && v > direct(bs) {
 			sw.GatherPays, sw.GatherMinRunBytes = true, run
 			break
 		}
@@ -267,6 +274,7 @@ func probePrintSwitches(w io.Writer, sw probeSwitches) {
 	fmt.Fprintf(w, "  OnboardContendedKernelBelowBytes  %s  (an onboard beside batched offloads)\n", bytesize.Format(sw.OnboardContendedKernelBelowBytes))
 	if sw.GatherPays {
 		fmt.Fprintf(w, "  GatherMinRunBytes                 %s  (both ways in %s blocks, gather/scatter wins from host runs of this size)\n", bytesize.Format(sw.GatherMinRunBytes), bytesize.Format(probeMethodSizes[0]))
+		fmt.Fprintf(w, "  GatherBelowBytes                  %s  (both ways, direct copies match gather/scatter from blocks of this size)\n", bytesize.Format(sw.GatherBelowBytes))
 	} else {
 		fmt.Fprintf(w, "  gather/scatter never beat direct copies here: leave Config.GatherBuffers at 0\n")
 	}

@@ -120,7 +120,8 @@ func TestProbeCommandLine(t *testing.T) {
 // TestProbeDeriveSwitches reads the switches off figures shaped like the
 // H200's: the kernel wins one way at 16 KiB, batches from 64 KiB; beside
 // batched offloads the kernel onboard wins to 64 KiB; gather/scatter beats
-// every direct pair both ways from host runs of 1 MiB.
+// every direct pair both ways from host runs of 1 MiB, and batches beat it
+// from 2 MiB blocks.
 func TestProbeDeriveSwitches(t *testing.T) {
 	fig := map[string]float64{}
 	put := func(bs int64, what, m string, run int64, v float64) { fig[probeMethodKey(bs, what, m, run)] = v }
@@ -141,7 +142,11 @@ func TestProbeDeriveSwitches(t *testing.T) {
 		}
 		put(bs, "both", "kernel+batch", 0, kb)
 		put(bs, "both", "batch+batch", 0, bb)
-		put(bs, "both", "gather+gather", 0, 91)
+		g := 91.0
+		if bs >= 2<<20 {
+			g = 82 // batches win there
+		}
+		put(bs, "both", "gather+gather", 0, g)
 	}
 	for _, run := range probeGatherRuns {
 		v := 91.0
@@ -151,7 +156,7 @@ func TestProbeDeriveSwitches(t *testing.T) {
 		put(probeMethodSizes[0], "both", "gather+gather", run, v)
 	}
 	got := probeDeriveSwitches(fig)
-	want := probeSwitches{KernelBelowBytes: 64 << 10, OnboardContendedKernelBelowBytes: 256 << 10, GatherMinRunBytes: 1 << 20, GatherPays: true}
+	want := probeSwitches{KernelBelowBytes: 64 << 10, OnboardContendedKernelBelowBytes: 256 << 10, GatherMinRunBytes: 1 << 20, GatherPays: true, GatherBelowBytes: 2 << 20}
 	if got != want {
 		t.Errorf("switches %+v, want %+v", got, want)
 	}

@@ -22,6 +22,14 @@
 //     down (MethodAuto): both ways at once, the kernel's PCIe traffic tops
 //     out near 57 GiB/s in sum where the copy engines reach 80. Descriptor
 //     buffers are reused, so submission allocates nothing per block.
+//   - Where the host side of a transfer is long runs of slots (as the
+//     Manager's fresh allocations are), blocks scattered on the GPU cross
+//     the link in a few large or strided DMAs through a ring of device
+//     staging buffers, the copy kernel gathering them into it (offloads) or
+//     scattering them out of it (onboards) at HBM speed on a second stream
+//     per direction (gather.go, Config.GatherBuffers). Both directions then
+//     run at once near the link's duplex rate for small blocks too, and the
+//     SMs work only a small part of each chunk's time.
 //   - A Transfer is done only when the device has completed its copies
 //     (design.md, invariant 2). The memory it reads or writes — host slots,
 //     GPU blocks — MUST NOT be reused by the caller before Done is closed, even
@@ -91,11 +99,13 @@ type Config struct {
 	// take 96 MiB of device memory for both directions.
 	GatherBuffers     int
 	GatherBufferBytes int64
-	// GatherMinRunBytes is MethodAuto's switch to the gather path: a
-	// transfer gathers when its host side coalesces into runs averaging at
-	// least this many bytes and at least four times its GPU side's pieces
-	// (default DefaultGatherMinRunBytes).
-	GatherMinRunBytes int64
+	// GatherMinRunBytes and GatherBelowBytes are MethodAuto's switches to
+	// the gather path: a transfer gathers when its GPU side's pieces
+	// average fewer than GatherBelowBytes and its host side coalesces into
+	// runs averaging at least GatherMinRunBytes and at least four times
+	// those pieces (defaults DefaultGatherMinRunBytes and
+	// DefaultGatherBelowBytes; kvtier probe --methods measures both).
+	GatherMinRunBytes, GatherBelowBytes int64
 	// Now is the clock used for Transfer.Duration (default: wall time since
 	// the engine started). Replays pass the simulator's virtual clock.
 	Now func() time.Duration
@@ -114,6 +124,7 @@ type Engine struct {
 	maxBatch int
 
 	gatherMinRun int64
+	gatherBelow  int64
 	gatherMem    []cudastream.DevicePtr // the rings' device memory, freed by Close
 	// skipGatherWait disables the waits before a device staging buffer is
 	// refilled, for the test that proves it would catch the overwrite.
@@ -256,6 +267,7 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		maxBatch: cfg.MaxBatch,
 
 		gatherMinRun: cfg.GatherMinRunBytes,
+		gatherBelow:  cfg.GatherBelowBytes,
 	}
 	e.events.dev = dev
 	if e.now == nil {

@@ -512,9 +512,19 @@ func (e *Engine) linkCopies(d *direction, l *linkOps) error {
 // errNoGatherKernel: the ring's copy kernel failed its first copy.
 var errNoGatherKernel = errors.New("transfer: the device cannot run the gather/scatter path")
 
-// DefaultGatherMinRunBytes is Config.GatherMinRunBytes's default: host runs
-// of 1 MiB and more keep the link's DMAs near its large-copy rate.
-const DefaultGatherMinRunBytes = 1 << 20
+// Defaults of MethodAuto's switches to the gather path, from kvtier probe
+// --methods on the H200 (2026-12-02, 1 GiB each way at once): in 16 KiB
+// blocks, gather/scatter beat every direct pair from host runs of 256 KiB
+// (69.1 GiB/s against 52.2) and reached 75.8 from runs of 1 MiB; in 256 KiB
+// blocks it beat batches both ways (89.1 against 84.8), in 2 MiB blocks
+// batches beat it (91.3 against 88.8), and one way they were equal from
+// 256 KiB.
+const (
+	// DefaultGatherMinRunBytes is Config.GatherMinRunBytes's default.
+	DefaultGatherMinRunBytes = 1 << 20
+	// DefaultGatherBelowBytes is Config.GatherBelowBytes's default.
+	DefaultGatherBelowBytes = 1 << 20
+)
 
 // checkGatherConfig checks the ring's settings and fills their defaults.
 func checkGatherConfig(cfg *Config) error {
@@ -525,6 +535,8 @@ func checkGatherConfig(cfg *Config) error {
 		return fmt.Errorf("transfer: Config.GatherBufferBytes must not be negative, got %d", cfg.GatherBufferBytes)
 	case cfg.GatherMinRunBytes < 0:
 		return fmt.Errorf("transfer: Config.GatherMinRunBytes must not be negative, got %d", cfg.GatherMinRunBytes)
+	case cfg.GatherBelowBytes < 0:
+		return fmt.Errorf("transfer: Config.GatherBelowBytes must not be negative, got %d", cfg.GatherBelowBytes)
 	case cfg.Method == MethodGather && cfg.GatherBuffers == 0:
 		return errors.New("transfer: Config.Method is gather, but Config.GatherBuffers is 0: the path needs a device staging ring")
 	}
@@ -533,6 +545,9 @@ func checkGatherConfig(cfg *Config) error {
 	}
 	if cfg.GatherMinRunBytes == 0 {
 		cfg.GatherMinRunBytes = DefaultGatherMinRunBytes
+	}
+	if cfg.GatherBelowBytes == 0 {
+		cfg.GatherBelowBytes = DefaultGatherBelowBytes
 	}
 	if cfg.GatherBuffers > 0 && cfg.GatherBufferBytes < cfg.GPU.PartBytes {
 		return fmt.Errorf("transfer: Config.GatherBufferBytes %d cannot hold one piece of %d bytes (GPU.PartBytes)", cfg.GatherBufferBytes, cfg.GPU.PartBytes)
@@ -586,10 +601,13 @@ func (e *Engine) GatherBytes() int64 {
 
 // useGather reports whether a transfer of pairs on d takes the gather path
 // (whole blocks for offloads, layer by layer for onboards).
-// MethodAuto gathers where the host side coalesces into runs of at least
-// GatherMinRunBytes on average and at least four times the GPU side's
-// pieces: then a chunk's DMAs are few and long, where direct copies would be
-// one descriptor (or kernel piece) per GPU piece.
+// MethodAuto gathers where the GPU side's pieces average below
+// GatherBelowBytes and the host side coalesces into runs of at least
+// GatherMinRunBytes on average and at least four times those pieces: then a
+// chunk's DMAs are few and long, where direct copies would be one
+// descriptor (or kernel piece) per GPU piece. Pieces of a megabyte and more
+// go to batches, which move them at the link's rate both ways without
+// taking SMs.
 func (e *Engine) useGather(d *direction, pairs []Pair, wholeBlocks bool) bool {
 	if d.ring == nil || len(pairs) == 0 {
 		return false
@@ -599,7 +617,7 @@ func (e *Engine) useGather(d *direction, pairs []Pair, wholeBlocks bool) bool {
 		p := e.planGather(d, pairs, wholeBlocks)
 		host := p.bytes / int64(p.hostOps)
 		dev := p.bytes / int64(p.devRuns)
-		use = host >= e.gatherMinRun && host >= 4*dev
+		use = dev < e.gatherBelow && host >= e.gatherMinRun && host >= 4*dev
 	}
 	return use
 }

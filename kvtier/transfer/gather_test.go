@@ -270,6 +270,19 @@ func TestAutoGathers(t *testing.T) {
 		wait(t, tr)
 	}
 
+	// Large GPU pieces go to batches (here 32 KiB blocks against a 16 KiB
+	// switch), however long the host runs.
+	big := f.engine(t, Config{GatherBuffers: 2, GatherBufferBytes: 256 << 10, GatherMinRunBytes: 128 << 10, GatherBelowBytes: 16 << 10})
+	tr, err := big.Offload(context.Background(), consecutive(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tr.Done()
+	if tr.GatherChunks() != 0 {
+		t.Errorf("an offload of 32 KiB blocks with GatherBelowBytes 16 KiB gathered (%d chunks)", tr.GatherChunks())
+	}
+	wait(t, tr)
+
 	// One layer of one part: an onboard's host pieces are whole slots, so
 	// consecutive slots make one run.
 	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 8 << 20, Link: cudastream.H200Link()})
@@ -289,7 +302,7 @@ func TestAutoGathers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e1.Close()
-	tr, err := e1.Onboard(context.Background(), consecutive(16))
+	tr, err = e1.Onboard(context.Background(), consecutive(16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +359,7 @@ func TestGatherConfigErrors(t *testing.T) {
 		{Config{GatherBuffers: 2, GatherBufferBytes: -1}, "Config.GatherBufferBytes must not be negative"},
 		{Config{GatherBuffers: 2, GatherBufferBytes: fxPart - 16}, "cannot hold one piece"},
 		{Config{GatherMinRunBytes: -1}, "Config.GatherMinRunBytes must not be negative"},
+		{Config{GatherBelowBytes: -1}, "Config.GatherBelowBytes must not be negative"},
 		{Config{Method: MethodGather}, "Config.GatherBuffers is 0"},
 		{Config{GatherBuffers: 64, GatherBufferBytes: 1 << 20}, "device staging buffers"},
 	} {

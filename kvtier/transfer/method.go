@@ -11,7 +11,18 @@ import (
 type Method uint8
 
 const (
-	// MethodAuto picks, for each call of at most MaxBatch descriptors, the
+	// MethodAuto first decides, per transfer, whether it takes the
+	// gather/scatter path (MethodGather): where the engine has a device
+	// staging ring (Config.GatherBuffers), the GPU side's pieces average
+	// under Config.GatherBelowBytes (1 MiB) and the host side coalesces
+	// into runs of at least Config.GatherMinRunBytes (1 MiB) and four times
+	// those pieces. Both ways at once on the H200 (benchmarks/results/
+	// transfer-h200.md, 2026-12-02, the directions submitted from two
+	// goroutines), it moved 16 KiB blocks at 0.91 of two large copies and
+	// serving blocks of 32 layers (64 KiB pieces per layer) at 0.97, where
+	// the direct methods below reach 0.57 and 0.73.
+	//
+	// Otherwise it picks, for each call of at most MaxBatch descriptors, the
 	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size:
 	// the kernel below Config.KernelBelowBytes (64 KiB), batches from
 	// there. One exception: while offloads are in flight, onboards use the
