@@ -20,7 +20,7 @@ const (
 	// transfer-h200.md, 2026-12-02, the directions submitted from two
 	// goroutines), it moved 16 KiB blocks at 0.91 of two large copies and
 	// serving blocks of 32 layers (64 KiB pieces per layer) at 0.97, where
-	// the direct methods below reach 0.57 and 0.73.
+	// the direct methods below reach 0.55 and 0.73.
 	//
 	// Otherwise it picks, for each call of at most MaxBatch descriptors, the
 	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size:
