@@ -486,13 +486,11 @@ type engineLayers struct {
 
 func (e *engineLayers) NumLayers() int { return e.tr.Layers() }
 
-// LayerEvent implements Layers. For a load staged from NVMe it first waits
-// until the engine has read the blocks and recorded the events: an event
-// not yet recorded would count as complete.
-func (e *engineLayers) LayerEvent(l int) Event {
-	<-e.tr.Issued()
-	return e.tr.LayerEvent(l)
-}
+// LayerEvent implements Layers. For a load staged from NVMe, or one
+// through the gather path, the transfer's LayerEvent first waits until the
+// engine has recorded the events: an event not yet recorded would count as
+// complete.
+func (e *engineLayers) LayerEvent(l int) Event { return e.tr.LayerEvent(l) }
 
 func (e *engineLayers) WaitLayer(ctx context.Context, l int) error { return e.tr.WaitLayer(ctx, l) }
 

@@ -163,6 +163,7 @@ type direction struct {
 	kernelBroken bool                    // CopyKernel said ErrNotSupported: Auto uses batches
 	ring         *gatherRing             // nil: no gather/scatter path
 	strided      cudastream.Copier2D     // the stream's strided copies, for the ring (nil: none)
+	gatherPairs  []Pair                  // gatherAsync's copy of a transfer's pairs, under mu
 
 	row   int        // onboardRow or offloadRow of MethodAuto's table
 	other *direction // the opposite direction, whose traffic MethodAuto watches
@@ -339,31 +340,60 @@ var ErrClosed = errors.New("transfer: engine closed")
 
 // Onboard copies blocks from their host slots to the GPU, layer by layer,
 // recording one event per layer. The host slots and GPU blocks MUST NOT be
-// reused until the Transfer is done. Invalid pairs are rejected before any
-// copy is issued.
+// reused until the Transfer is done; pairs may be reused once Onboard
+// returns. Invalid pairs are rejected before any copy is issued.
 func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	d := &e.on
 	t, err := e.start(d, pairs, e.gpu.Layers)
 	if err != nil {
 		return nil, err
 	}
-	defer d.mu.Unlock()
 	if e.useGather(d, pairs, false) {
-		e.gather(ctx, d, t, pairs, false)
-	} else {
-		for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
-			d.begin(ctx, t, "onboard layer", l)
-			d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
-			d.end()
-			if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
-				t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
-			}
+		e.gatherAsync(ctx, d, t, pairs, false)
+		return t, nil
+	}
+	defer d.mu.Unlock()
+	for l := 0; l < e.gpu.Layers && t.err == nil; l++ {
+		d.begin(ctx, t, "onboard layer", l)
+		d.co.addLayer(&e.gpu, &e.host, e.hostBase, pairs, l, true)
+		d.end()
+		if err := t.layerEv[l].Record(d.stream); err != nil && t.err == nil {
+			t.err = fmt.Errorf("transfer: onboard layer %d: record event: %w", l, err)
 		}
 	}
 	e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
 	e.stats.onboardBytes.Add(t.bytes)
 	e.submit(d, t)
 	return t, nil
+}
+
+// gatherAsync submits a transfer through the gather path on a goroutine of
+// its own, which holds d's lock (taken by start) until the transfer is
+// submitted: building the descriptors of a large transfer takes
+// milliseconds (65,536 pieces of 16 KiB: 3.5-5 ms on the H200 test
+// machine), and a caller with the other direction to submit need not wait
+// for them. It copies pairs first, since the caller may reuse them once
+// Onboard or Offload returns. The transfer's Issued is closed when the
+// goroutine has submitted it; its layer events are usable from then on
+// (LayerEvent waits for it).
+func (e *Engine) gatherAsync(ctx context.Context, d *direction, t *Transfer, pairs []Pair, offload bool) {
+	d.gatherPairs = append(d.gatherPairs[:0], pairs...)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer d.mu.Unlock()
+		pairs := d.gatherPairs
+		if t.err == nil {
+			e.gather(ctx, d, t, pairs, offload)
+		}
+		e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+		if offload {
+			e.stats.offloadBytes.Add(t.bytes)
+		} else {
+			e.stats.onboardBytes.Add(t.bytes)
+		}
+		e.submit(d, t)
+	}()
 }
 
 // Offload copies blocks from the GPU to their host slots once the events
@@ -377,7 +407,6 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 	if err != nil {
 		return nil, err
 	}
-	defer d.mu.Unlock()
 	gather := e.useGather(d, pairs, true)
 	reads := d.stream // the stream whose copies read the GPU blocks
 	if gather {
@@ -391,11 +420,12 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 			t.err = fmt.Errorf("transfer: offload: wait for the producer's event: %w", err)
 		}
 	}
-	switch {
-	case t.err != nil:
-	case gather:
-		e.gather(ctx, d, t, pairs, true)
-	default:
+	if gather {
+		e.gatherAsync(ctx, d, t, pairs, true)
+		return t, nil
+	}
+	defer d.mu.Unlock()
+	if t.err == nil {
 		d.begin(ctx, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
 		d.end()

@@ -468,3 +468,39 @@ func TestLinkOpsMerge(t *testing.T) {
 		t.Errorf("without strided copies: %d ops, want 2", len(l.ops))
 	}
 }
+
+// TestGatherPairsReusable: the gather path submits on a goroutine of its
+// own, but the caller may reuse its pairs as soon as Onboard or Offload
+// returns: overwriting them at once changes nothing that moves.
+func TestGatherPairsReusable(t *testing.T) {
+	f := newFixture(t, "block-first", cudastream.H200Link())
+	e := f.engine(t, gatherConfig(MethodGather))
+	rng := rand.New(rand.NewPCG(4, 4))
+	fill(rng, f.host.Pool[:8*f.host.SlotBytes])
+	pairs := make([]Pair, 8)
+	blocks := rng.Perm(fxBlocks)[:8]
+	for i, b := range blocks {
+		pairs[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
+	}
+	tr, err := e.Onboard(context.Background(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pairs {
+		pairs[i] = Pair{GPUBlock: 0, HostSlot: 31}
+	}
+	wait(t, tr)
+	for i, b := range blocks {
+		pairs[i] = Pair{GPUBlock: int32(b), HostSlot: int32(16 + i)}
+	}
+	if tr, err = e.Offload(context.Background(), pairs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pairs {
+		pairs[i] = Pair{GPUBlock: 1, HostSlot: 30}
+	}
+	wait(t, tr)
+	if !bytes.Equal(f.host.Pool[:8*f.host.SlotBytes], f.host.Pool[16*f.host.SlotBytes:24*f.host.SlotBytes]) {
+		t.Fatal("pairs overwritten after Onboard and Offload returned changed what moved")
+	}
+}

@@ -162,20 +162,34 @@ func (t *Transfer) Duration() time.Duration {
 func (t *Transfer) Layers() int { return len(t.layerEv) }
 
 // Issued is closed once the transfer's events have been recorded: when
-// Onboard or Offload returns, and for a staged onboard once its last block
-// has been read and its copies enqueued.
+// Onboard or Offload returns for direct copies; for the gather path once
+// its goroutine has submitted every chunk (Engine.gatherAsync); for a
+// staged onboard once its last block has been read and its copies
+// enqueued.
 func (t *Transfer) Issued() <-chan struct{} { return t.issued }
 
 // LayerEvent returns the event that completes when layer l's blocks are on
 // the device. The compute stream waits on it (Stream.WaitEvent) before
-// running layer l. An event not yet recorded counts as complete, so a staged
-// onboard's events MUST NOT be waited on before Issued is closed. The event
-// belongs to the transfer: do not record or destroy it, and do not use it
-// after Release.
-func (t *Transfer) LayerEvent(l int) cudastream.Event { return t.layerEv[l] }
+// running layer l. An event not yet recorded would count as complete, so
+// LayerEvent first waits until the transfer is issued (at once for direct
+// copies, after the submission for the gather path and staged onboards).
+// The event belongs to the transfer: do not record or destroy it, and do
+// not use it after Release.
+func (t *Transfer) LayerEvent(l int) cudastream.Event {
+	<-t.issued
+	return t.layerEv[l]
+}
 
-// LayerReady reports whether layer l's copies have completed.
-func (t *Transfer) LayerReady(l int) (bool, error) { return t.layerEv[l].Query() }
+// LayerReady reports whether layer l's copies have completed (false until
+// the transfer is issued).
+func (t *Transfer) LayerReady(l int) (bool, error) {
+	select {
+	case <-t.issued:
+		return t.layerEv[l].Query()
+	default:
+		return false, nil
+	}
+}
 
 // WaitLayer blocks the host until layer l's copies have completed (for CPU
 // users of the KV; a GPU stream waits on LayerEvent instead, without
