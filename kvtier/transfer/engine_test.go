@@ -109,12 +109,7 @@ func TestRoundTrip(t *testing.T) {
 			e := f.engine(t, Config{MaxBatch: 7})
 			rng := rand.New(rand.NewPCG(1, 1))
 			fill(rng, f.host.Pool[:8*f.host.SlotBytes])
-			in := make([]Pair, 8)
-			out := make([]Pair, 8)
-			for i, b := range rng.Perm(fxBlocks)[:8] {
-				in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
-				out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(16 + i)}
-			}
+			in, out := roundTripPairs(rng)
 			tr, err := e.Onboard(context.Background(), in)
 			if err != nil {
 				t.Fatal(err)

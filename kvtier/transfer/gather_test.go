@@ -21,6 +21,17 @@ func gatherConfig(m Method) Config {
 	return Config{Method: m, GatherBuffers: 2, GatherBufferBytes: 5 * fxPart, MaxBatch: 3}
 }
 
+// roundTripPairs maps 8 random GPU blocks to host slots 0-7 (in) and
+// 16-23 (out).
+func roundTripPairs(rng *rand.Rand) (in, out []Pair) {
+	in, out = make([]Pair, 8), make([]Pair, 8)
+	for i, b := range rng.Perm(fxBlocks)[:8] {
+		in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
+		out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(16 + i)}
+	}
+	return in, out
+}
+
 // roundTrip onboards 8 random host slots into scattered GPU blocks and
 // offloads them into 8 other slots, and reports whether every byte came
 // back, with the two transfers' gather chunks.
@@ -29,11 +40,7 @@ func roundTrip(t *testing.T, f *fixture, e *Engine, seed uint64) (same bool, chu
 	rng := rand.New(rand.NewPCG(seed, 3))
 	fill(rng, f.host.Pool[:8*f.host.SlotBytes])
 	clear(f.host.Pool[16*f.host.SlotBytes : 24*f.host.SlotBytes])
-	in, out := make([]Pair, 8), make([]Pair, 8)
-	for i, b := range rng.Perm(fxBlocks)[:8] {
-		in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
-		out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(16 + i)}
-	}
+	in, out := roundTripPairs(rng)
 	tr, err := e.Onboard(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
