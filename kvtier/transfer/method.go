@@ -17,10 +17,9 @@ const (
 	// under Config.GatherBelowBytes (1 MiB) and the host side coalesces
 	// into runs of at least Config.GatherMinRunBytes (1 MiB) and four times
 	// those pieces. Both ways at once on the H200 (benchmarks/results/
-	// transfer-h200.md, 2026-12-02, the directions submitted from two
-	// goroutines), it moved 16 KiB blocks at 0.91 of two large copies and
-	// serving blocks of 32 layers (64 KiB pieces per layer) at 0.97, where
-	// the direct methods below reach 0.55 and 0.73.
+	// transfer-h200.md, 2026-12-02), it moved 16 KiB blocks at 0.86 of two
+	// large copies and serving blocks of 32 layers (64 KiB pieces per
+	// layer) at 0.95, where the direct methods below reach 0.55 and 0.70.
 	//
 	// Otherwise it picks, for each call of at most MaxBatch descriptors, the
 	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size:
