@@ -613,7 +613,9 @@ func (e *Engine) useGather(d *direction, pairs []Pair, wholeBlocks bool) bool {
 		return false
 	}
 	use := e.method == MethodGather
-	if e.method == MethodAuto {
+	// A transfer smaller than one run cannot average runs that long: no
+	// need for the pre-pass.
+	if e.method == MethodAuto && int64(len(pairs))*e.gpu.BlockBytes() >= e.gatherMinRun {
 		p := e.planGather(d, pairs, wholeBlocks)
 		host := p.bytes / int64(p.hostOps)
 		dev := p.bytes / int64(p.devRuns)
