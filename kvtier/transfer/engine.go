@@ -125,7 +125,6 @@ type Engine struct {
 
 	gatherMinRun int64
 	gatherBelow  int64
-	gatherMem    []cudastream.DevicePtr // the rings' device memory, freed by Close
 	// skipGatherWait disables the waits before a device staging buffer is
 	// refilled, for the test that proves it would catch the overwrite.
 	skipGatherWait bool
@@ -659,9 +658,9 @@ func (e *Engine) Close() error {
 		for _, b := range e.staging {
 			errs = append(errs, b.ev.Destroy())
 		}
-		for i, d := range []*direction{&e.on, &e.off} {
+		for _, d := range []*direction{&e.on, &e.off} {
 			if d.ring != nil {
-				errs = append(errs, d.ring.destroy(e.dev, e.gatherMem[i]))
+				errs = append(errs, d.ring.destroy(e.dev))
 			}
 		}
 		errs = append(errs, e.events.close())

@@ -37,7 +37,8 @@ import (
 // Config.GatherBuffers), from the H200 (2026-12-02, 1 GiB each way, blocks
 // of 16 KiB to 2 MiB scattered over 4 GiB): 16 MiB chunks in a ring of 3
 // reached 91-93 GiB/s both ways at every block size, where 4 MiB chunks
-// reached 85-90 and 64 MiB ones 84-91; 2 buffers instead of 3 lost up to 6%.
+// reached 85-90 and 64 MiB ones 84-93, with a wider spread; 2 buffers
+// instead of 3 lost up to 6%.
 const (
 	DefaultGatherBufferBytes = 16 << 20
 	DefaultGatherBuffers     = 3
@@ -49,9 +50,10 @@ type gatherRing struct {
 	kernel cudastream.Stream // runs the gather (offload) or scatter (onboard) kernels
 	kc     cudastream.KernelCopier
 	bufs   []gatherBuf
-	next   int   // the buffer the chunk being built goes to
-	size   int64 // bytes per buffer
-	fill   int64 // bytes of the chunk being built
+	mem    cudastream.DevicePtr // the buffers' device memory (0: not allocated)
+	next   int                  // the buffer the chunk being built goes to
+	size   int64                // bytes per buffer
+	fill   int64                // bytes of the chunk being built
 	// join is recorded on one of the direction's streams and waited on by
 	// the other, so that a failed transfer's last event follows everything
 	// it issued on both.
@@ -78,20 +80,20 @@ const gatherLaunches = 128
 // newGatherRing allocates n buffers of size bytes and their events, and
 // the kernel stream, at priority prio, for pieces of partBytes. It returns
 // nil with no error when the device's streams have no copy kernel.
-func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int, ko cudastream.KernelCopyOptions) (*gatherRing, cudastream.DevicePtr, error) {
+func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int, ko cudastream.KernelCopyOptions) (*gatherRing, error) {
 	s, err := dev.NewStream(prio)
 	if err != nil {
-		return nil, 0, fmt.Errorf("transfer: gather stream: %w", err)
+		return nil, fmt.Errorf("transfer: gather stream: %w", err)
 	}
 	kc, ok := s.(cudastream.KernelCopier)
 	if !ok {
 		s.Destroy()
-		return nil, 0, nil
+		return nil, nil
 	}
 	r := &gatherRing{kernel: s, kc: kc, size: size}
-	fail := func(err error) (*gatherRing, cudastream.DevicePtr, error) {
-		r.destroy(dev, 0)
-		return nil, 0, err
+	fail := func(err error) (*gatherRing, error) {
+		r.destroy(dev)
+		return nil, err
 	}
 	// One chunk's pieces in one slot of the descriptor ring: the kernel
 	// cuts copies to PieceBytes, and a chunk holds size/partBytes pieces
@@ -114,61 +116,50 @@ func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int
 	if err := kc.SetKernelCopyOptions(ko); err != nil {
 		return fail(fmt.Errorf("transfer: Config.KernelCopy: %w", err))
 	}
-	mem, err := dev.Alloc(int64(n) * size)
-	if err != nil {
+	if r.mem, err = dev.Alloc(int64(n) * size); err != nil {
 		return fail(fmt.Errorf("transfer: %d device staging buffers of %d bytes (Config.GatherBuffers, Config.GatherBufferBytes): %w", n, size, err))
 	}
 	if r.join, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
-		dev.Free(mem)
 		return fail(fmt.Errorf("transfer: gather event: %w", err))
 	}
 	for i := range n {
-		b := gatherBuf{base: uint64(mem) + uint64(int64(i)*size)}
+		b := gatherBuf{base: uint64(r.mem) + uint64(int64(i)*size)}
+		if b.filled, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
+			return fail(fmt.Errorf("transfer: gather event: %w", err))
+		}
+		if b.freed, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
+			b.filled.Destroy()
+			return fail(fmt.Errorf("transfer: gather event: %w", err))
+		}
 		r.bufs = append(r.bufs, b)
-		if b.filled, err = dev.NewEvent(cudastream.EventOptions{}); err == nil {
-			b.freed, err = dev.NewEvent(cudastream.EventOptions{})
-			if err != nil {
-				b.filled.Destroy()
-			}
-		}
-		if err != nil {
-			r.bufs = r.bufs[:i]
-			r.destroy(dev, mem)
-			return nil, 0, fmt.Errorf("transfer: gather event: %w", err)
-		}
-		r.bufs[i] = b
 	}
 	// The copy kernel may still be unusable (its module does not load on
 	// this device): try it once, on the ring's own memory.
-	probe := []cudastream.Copy{{Dst: uint64(mem) + 16, Src: uint64(mem), Bytes: 16}}
+	probe := []cudastream.Copy{{Dst: uint64(r.mem) + 16, Src: uint64(r.mem), Bytes: 16}}
 	if err := kc.CopyKernel(cudastream.DeviceToDevice, probe); err != nil {
-		r.destroy(dev, mem)
-		return nil, 0, fmt.Errorf("%w: the gather kernel: %w", errNoGatherKernel, err)
+		return fail(fmt.Errorf("%w: the gather kernel: %w", errNoGatherKernel, err))
 	}
 	if err := s.Synchronize(); err != nil {
-		r.destroy(dev, mem)
-		return nil, 0, fmt.Errorf("%w: the gather kernel: %w", errNoGatherKernel, err)
+		return fail(fmt.Errorf("%w: the gather kernel: %w", errNoGatherKernel, err))
 	}
-	return r, mem, nil
+	return r, nil
 }
 
-// destroy releases the ring's stream, events and memory (mem, where not 0),
-// after the stream's work completes.
-func (r *gatherRing) destroy(dev cudastream.Device, mem cudastream.DevicePtr) error {
+// destroy releases the ring's stream, events and memory, after the
+// stream's work completes.
+func (r *gatherRing) destroy(dev cudastream.Device) error {
 	var errs []error
 	if r.kernel != nil {
 		errs = append(errs, r.kernel.Destroy())
 	}
 	for _, b := range r.bufs {
-		if b.filled != nil {
-			errs = append(errs, b.filled.Destroy(), b.freed.Destroy())
-		}
+		errs = append(errs, b.filled.Destroy(), b.freed.Destroy())
 	}
 	if r.join != nil {
 		errs = append(errs, r.join.Destroy())
 	}
-	if mem != 0 {
-		errs = append(errs, dev.Free(mem))
+	if r.mem != 0 {
+		errs = append(errs, dev.Free(r.mem))
 	}
 	return errors.Join(errs...)
 }
@@ -563,7 +554,7 @@ func (e *Engine) setupGather(cfg *Config) error {
 	}
 	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}
 	for i, d := range []*direction{&e.on, &e.off} {
-		r, mem, err := newGatherRing(e.dev, cfg.GatherBuffers, cfg.GatherBufferBytes, cfg.GPU.PartBytes, prio[i], cfg.KernelCopy)
+		r, err := newGatherRing(e.dev, cfg.GatherBuffers, cfg.GatherBufferBytes, cfg.GPU.PartBytes, prio[i], cfg.KernelCopy)
 		if errors.Is(err, errNoGatherKernel) && cfg.Method == MethodAuto {
 			return nil // Auto copies directly
 		}
@@ -577,7 +568,6 @@ func (e *Engine) setupGather(cfg *Config) error {
 			return nil
 		}
 		d.ring = r
-		e.gatherMem = append(e.gatherMem, mem)
 		r.link.offload, r.plan.offload = d == &e.off, d == &e.off
 		if c2, ok := d.stream.(cudastream.Copier2D); ok {
 			d.strided = c2
