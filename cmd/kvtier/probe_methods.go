@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -61,6 +60,16 @@ type probeMethodBench struct {
 // probeMethods runs the measurement on d with transfers of total bytes and
 // adds its rows to res.
 func probeMethods(d cudastream.Device, total int64, runs int, res *results.File) (probeSwitches, error) {
+	var sizes []int64 // the block sizes a transfer of total bytes holds 4 or more of
+	for _, bs := range probeMethodSizes {
+		if total%bs == 0 && total/bs >= 4 {
+			sizes = append(sizes, bs)
+		}
+	}
+	if len(sizes) == 0 {
+		return probeSwitches{}, fmt.Errorf("--methods: --size %s is not a multiple of 4 blocks of any size measured (%s to %s)",
+			bytesize.Format(total), bytesize.Format(probeMethodSizes[0]), bytesize.Format(probeMethodSizes[len(probeMethodSizes)-1]))
+	}
 	b := &probeMethodBench{d: d, total: total, runs: runs, rng: rand.New(rand.NewPCG(5, 5))}
 	var err error
 	if b.gpu, err = d.Alloc(8 * total); err != nil {
@@ -72,10 +81,7 @@ func probeMethods(d cudastream.Device, total int64, runs int, res *results.File)
 	}
 	defer d.HostFree(b.pool)
 	fig := map[string]float64{}
-	for _, bs := range probeMethodSizes {
-		if total%bs != 0 || total/bs < 4 {
-			continue
-		}
+	for _, bs := range sizes {
 		if err := b.size(bs, fig, res); err != nil {
 			return probeSwitches{}, fmt.Errorf("--methods: %s blocks: %w", bytesize.Format(bs), err)
 		}
@@ -157,7 +163,7 @@ func (b *probeMethodBench) size(bs int64, fig map[string]float64, res *results.F
 	}
 	for i, c := range cases {
 		res.Add("methods "+c.key, "GiB/s", samples[i], "")
-		fig[c.key] = median(samples[i])
+		fig[c.key] = results.Median(samples[i])
 	}
 	return nil
 }
@@ -215,15 +221,6 @@ func (b *probeMethodBench) timed(on, off *transfer.Engine, pa, pb []transfer.Pai
 		t.Release()
 	}
 	return time.Since(start), bytes, errs
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[len(s)/2]
 }
 
 // probeDeriveSwitches reads the switch points off the figures.

@@ -200,5 +200,14 @@ func TestProbeMethodsOnSim(t *testing.T) {
 		if sw.KernelBelowBytes == 0 || sw.OnboardContendedKernelBelowBytes == 0 {
 			t.Errorf("switches %+v: some are missing", sw)
 		}
+		// A --size that holds 4 blocks of no size measured is refused
+		// before anything is allocated.
+		free, _, _ := sim.MemGetInfo()
+		if _, err := probeMethods(sim, 48<<10, 1, res); err == nil || !strings.Contains(err.Error(), "--size 48KiB is not a multiple of 4 blocks") {
+			t.Errorf("probeMethods with 48 KiB: %v, want the --size refused", err)
+		}
+		if after, _, _ := sim.MemGetInfo(); after != free {
+			t.Errorf("a refused --size changed the device's free memory from %d to %d", free, after)
+		}
 	})
 }
