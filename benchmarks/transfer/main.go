@@ -347,7 +347,7 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 			e := engs[i]
 			name := m.name
 			cases = append(cases, bcase{name, func() (time.Duration, error) {
-				return b.runEngine(dir, e, e, pairsA, pairsB, onboardFirst, chose, name)
+				return b.runEngine(dir, e, e, pairsA, pairsB, onboardFirst, chose, name, nil)
 			}})
 		}
 		if dir == both {
@@ -356,21 +356,21 @@ func (b *bench) size(res *results.File, bs int64, rounds int, base transfer.Conf
 				// Onboard by the copy kernel, offload by batches: the
 				// copy engines and the SMs each carry one direction.
 				bcase{"engine-kernel-onboard+batch-offload", func() (time.Duration, error) {
-					return b.runEngine(dir, kernel, batch, pairsA, pairsB, onboardFirst, nil, "")
+					return b.runEngine(dir, kernel, batch, pairsA, pairsB, onboardFirst, nil, "", nil)
 				}},
 				bcase{"engine-batch-onboard+kernel-offload", func() (time.Duration, error) {
-					return b.runEngine(dir, batch, kernel, pairsA, pairsB, onboardFirst, nil, "")
+					return b.runEngine(dir, batch, kernel, pairsA, pairsB, onboardFirst, nil, "", nil)
 				}},
 				// A server's background offload is often running when an
 				// onboard arrives: the offload goes first, into an idle link.
 				bcase{"engine-auto-offload-first", func() (time.Duration, error) {
-					return b.runEngine(dir, auto, auto, pairsA, pairsB, offloadFirst, chose, "engine-auto-offload-first")
+					return b.runEngine(dir, auto, auto, pairsA, pairsB, offloadFirst, chose, "engine-auto-offload-first", nil)
 				}},
 				// A server submits them from two goroutines (the request's
 				// onboard, another request's write-back): neither waits
 				// for the other's submission.
 				bcase{"engine-auto-concurrent", func() (time.Duration, error) {
-					return b.runEngine(dir, auto, auto, pairsA, pairsB, concurrent, chose, "engine-auto-concurrent")
+					return b.runEngine(dir, auto, auto, pairsA, pairsB, concurrent, chose, "engine-auto-concurrent", nil)
 				}})
 		}
 		nEngine := len(cases)
@@ -448,10 +448,6 @@ func (b *bench) verify(e *transfer.Engine, pairs []transfer.Pair, m string) erro
 	return nil
 }
 
-// runEngine onboards pa with on and offloads pb with off, as dir says, and
-// returns the wall time until both are done. Both ways, the onboard is
-// submitted first unless offloadFirst. Where chose is not nil, it records
-// under name which method moved each direction.
 // submission is how runEngine submits both directions.
 type submission int
 
@@ -461,7 +457,13 @@ const (
 	concurrent                     // each from a goroutine of its own, at once
 )
 
-func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []transfer.Pair, order submission, chose map[string]string, name string) (time.Duration, error) {
+// runEngine onboards pa with on and offloads pb with off, as dir says, and
+// returns the wall time until both are done. Both ways, order says how they
+// are submitted. during, where not nil, runs once both are submitted, while
+// they are in flight (the overlap measurement's compute kernel). Where
+// chose is not nil, it records under name which method moved each
+// direction and how long its submission took.
+func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []transfer.Pair, order submission, chose map[string]string, name string, during func() error) (time.Duration, error) {
 	ctx := context.Background()
 	start := time.Now()
 	var tOn, tOff *transfer.Transfer
@@ -495,6 +497,9 @@ func (b *bench) runEngine(dir direction, on, off *transfer.Engine, pa, pb []tran
 		submitOff()
 	}
 	errs := []error{errOn, errOff}
+	if during != nil {
+		errs = append(errs, during())
+	}
 	var picks []string
 	for _, tc := range []struct {
 		what  string
@@ -661,7 +666,7 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 					var d time.Duration
 					var copyTime time.Duration
 					if withCopies {
-						copyTime, err = b.runEngineDuring(c.dir, e, pa, pb, chose, func() (kerr error) {
+						copyTime, err = b.runEngine(c.dir, e, e, pa, pb, onboardFirst, chose, "overlap", func() (kerr error) {
 							d, kerr = kernel(shape.ctasPerSM, shape.iters)
 							return kerr
 						})
@@ -699,42 +704,4 @@ func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.C
 		}
 	}
 	return nil
-}
-
-// runEngineDuring submits dir's transfers on e (pa onboard, pb offload),
-// runs compute while they are in flight, and returns the time until the
-// transfers are done; chose["overlap"] says which method moved them.
-func (b *bench) runEngineDuring(dir direction, e *transfer.Engine, pa, pb []transfer.Pair, chose map[string]string, compute func() error) (time.Duration, error) {
-	ctx := context.Background()
-	start := time.Now()
-	type sub struct {
-		what string
-		t    *transfer.Transfer
-	}
-	var subs []sub
-	var errs []error
-	if dir != dtoh {
-		t, err := e.Onboard(ctx, pa)
-		errs = append(errs, err)
-		if err == nil {
-			subs = append(subs, sub{"onboard", t})
-		}
-	}
-	if dir != htod {
-		t, err := e.Offload(ctx, pb, nil)
-		errs = append(errs, err)
-		if err == nil {
-			subs = append(subs, sub{"offload", t})
-		}
-	}
-	errs = append(errs, compute())
-	var picks []string
-	for _, s := range subs {
-		errs = append(errs, s.t.Wait(ctx))
-		picks = append(picks, fmt.Sprintf("%s %s", s.what, methodName(s.t)))
-		s.t.Release()
-	}
-	d := time.Since(start)
-	chose["overlap"] = strings.Join(picks, ", ")
-	return d, errors.Join(errs...)
 }
