@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/examples/server/internal/engine"
@@ -24,6 +25,7 @@ type parts struct {
 	dev     cudastream.Device
 	region  cudastream.DevicePtr
 	runner  engine.Runner
+	gpu     *gpu.Model // nil on the CPU backend
 	cache   *kvtier.Cache
 	remote  *kvtier.RemoteTier // nil without -remote
 	cal     *calibration       // nil: the model has no cost preset, or neither -cost-learn nor -cost-calibration
@@ -80,12 +82,12 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 	p.closers = append(p.closers, func() error { return p.dev.Free(p.region) })
 
 	if p.onGPU {
-		m, err := gpu.New(s.model, c.seed, p.region, slots, gpu.Options{MaxTokens: s.context, MaxContext: s.context})
+		m, err := gpu.New(s.model, c.seed, p.region, slots, gpu.Options{MaxTokens: s.context, MaxContext: s.context, ExactRows: c.exactRows})
 		if err != nil {
 			return p, err
 		}
 		p.closers = append(p.closers, m.Close)
-		p.runner = engine.GPURunner{M: m}
+		p.runner, p.gpu = engine.GPURunner{M: m}, m
 		c.log.Info("server: model on the GPU", "device", p.dev.Info().Name, "model", s.model.Name, "params", s.model.Params(), "cublas", m.Library())
 	} else {
 		m, err := model.NewCPU(s.model, c.seed, slots)
@@ -221,4 +223,28 @@ func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRe
 		}
 		return policy.NewDenseLRU[kvtier.BlockRef](n)
 	}
+}
+
+// warmUp starts the GPU model's warm-up passes (gpu.Model.WarmUp, unless
+// -warm-up=false) in the scratch slots, which nothing uses before the
+// engine starts, and returns a function that waits for them. The caller
+// MUST call it before the model is used or closed.
+func (p *parts) warmUp(c *config, s shape) (wait func() error) {
+	if p.gpu == nil || !c.warmUp {
+		return func() error { return nil }
+	}
+	slots := make([]int32, s.scratch)
+	for i := range slots {
+		slots[i] = int32(s.cacheSlots + i)
+	}
+	done := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		n, err := p.gpu.WarmUp(slots)
+		if err == nil {
+			c.log.Info("server: one pass of each row bucket run (-warm-up)", "passes", n, "took_s", time.Since(start).Seconds())
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
 }

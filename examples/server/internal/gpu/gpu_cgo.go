@@ -192,9 +192,11 @@ func (m *Model) build(seed uint64) error {
 	if m.sin, err = m.upload("rope sin", unsafe.Pointer(&sin[0]), int64(len(sin))*4); err != nil {
 		return err
 	}
-	n, h, qw := int64(o.MaxTokens), int64(c.Hidden), int64(c.QHeads*c.HeadDim)
-	kvw := int64(c.KVHeads*c.HeadDim) * int64(o.MaxContext)
-	scores := int64(c.QHeads) * int64(m.chunk) * int64(o.MaxContext)
+	// The products' rows (Options.rows) may pass MaxTokens: the padding
+	// rows of the activations are read and written, never used.
+	n, h, qw := int64(o.rows(o.MaxTokens)), int64(c.Hidden), int64(c.QHeads*c.HeadDim)
+	kvw := int64(c.KVHeads*c.HeadDim) * int64(o.keyCap())
+	scores := int64(c.QHeads) * int64(m.chunk) * int64(o.keyCap())
 	for _, b := range []struct {
 		p     *ptr
 		name  string
@@ -209,6 +211,12 @@ func (m *Model) build(seed uint64) error {
 	} {
 		if *b.p, err = m.alloc(b.name, b.bytes); err != nil {
 			return err
+		}
+		// Zeroed once, so that padding rows hold finite values from the
+		// start (fresh memory may hold NaN patterns; they would stay in
+		// their own rows, but a reader of a dump should not meet them).
+		if rc := C.gmMemset(m.lib, *b.p, C.size_t(b.bytes)); rc != 0 {
+			return m.errf("zero "+b.name, rc)
 		}
 	}
 	m.hostTok = make([]int32, o.MaxTokens)
@@ -320,10 +328,24 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 	return m.logitsH, m.nextH, nil
 }
 
+// forward runs the layers over the nc positions to compute of a sequence
+// of n. Every per-row kernel runs over the nc rows; the linear layers'
+// products over pr = Options.rows(nc) rows, so that their shapes repeat
+// from pass to pass. A product's output row depends on its input row
+// alone, so the pr-nc padding rows change nothing in the others: they
+// hold what earlier passes left in the activations (the residual's are
+// zeroed each pass, so that nothing accumulates there), are never
+// normalized, attended or stored in a block.
 func (m *Model) forward(p model.Plan, n, nc int) error {
 	c := m.cfg
 	h, d, qw, inter := c.Hidden, c.HeadDim, c.QHeads*c.HeadDim, c.Intermediate
 	bb, pb := uint64(c.BlockBytes()), uint64(c.PartBytes())
+	pr := m.o.rows(nc)
+	if pr > nc {
+		if rc := C.gmMemset(m.lib, m.x+ptr(nc*h*4), C.size_t((pr-nc)*h*4)); rc != 0 {
+			return m.errf("zero the residual's padding rows", rc)
+		}
+	}
 	if err := m.launch(kEmbed, uint32(nc), 1, 256, uint64(m.tok), uint64(m.embed), uint64(m.x), i32(h)); err != nil {
 		return err
 	}
@@ -338,7 +360,7 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
 			return err
 		}
-		if err := m.linear("qkv", m.qkv, m.xn, w[model.QKV], nc, h, c.QKVWidth(), storeBF16); err != nil {
+		if err := m.linear("qkv", m.qkv, m.xn, w[model.QKV], pr, h, c.QKVWidth(), storeBF16); err != nil {
 			return err
 		}
 		if err := m.launch(kRope, uint32(nc), 1, 128, uint64(m.qkv), uint64(m.q), uint64(m.region), uint64(m.pos),
@@ -346,25 +368,25 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 			return err
 		}
 		if err := m.launch(kGather, uint32(n), 1, gatherThreads, uint64(m.region), uint64(m.slots), uint64(m.kc), uint64(m.vc),
-			i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.MaxContext)); err != nil {
+			i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.keyCap())); err != nil {
 			return err
 		}
 		if err := m.attend(p, nc); err != nil {
 			return err
 		}
-		if err := m.linear("out", m.x, m.att, w[model.Out], nc, qw, h, addF32); err != nil {
+		if err := m.linear("out", m.x, m.att, w[model.Out], pr, qw, h, addF32); err != nil {
 			return err
 		}
 		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.MLPNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
 			return err
 		}
-		if err := m.linear("gate/up", m.gu, m.xn, w[model.GateUp], nc, h, 2*inter, storeBF16); err != nil {
+		if err := m.linear("gate/up", m.gu, m.xn, w[model.GateUp], pr, h, 2*inter, storeBF16); err != nil {
 			return err
 		}
 		if err := m.launch(kSiLU, uint32(nc), 1, 256, uint64(m.gu), uint64(m.act), i32(inter)); err != nil {
 			return err
 		}
-		if err := m.linear("down", m.x, m.act, w[model.Down], nc, inter, h, addF32); err != nil {
+		if err := m.linear("down", m.x, m.act, w[model.Down], pr, inter, h, addF32); err != nil {
 			return err
 		}
 	}
@@ -376,6 +398,48 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 		return err
 	}
 	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
+}
+
+// WarmUp runs one pass of each row bucket up to Options.MaxTokens
+// (RowBuckets; a pass of min(bucket, MaxTokens) rows from position 0),
+// then short passes after prefixes of growing length for the attention
+// products (attentionWarmUps), writing their KV into slots, which MUST be
+// distinct and not hold KV anyone needs: a server's scratch slots before
+// it serves. After it, a pass meets no linear product's shape for the
+// first time, and the attention products' kernels are loaded. Passes that
+// do not fit the slots are skipped. It returns how many passes it ran;
+// with Options.ExactRows, none.
+func (m *Model) WarmUp(slots []int32) (int, error) {
+	if m.o.ExactRows {
+		return 0, nil
+	}
+	bt := m.cfg.BlockTokens
+	rows := min(m.o.MaxTokens, len(slots)*bt)
+	tok := make([]int32, rows)
+	pos := make([]int32, rows)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	passes := 0
+	for _, b := range RowBuckets(m.o.MaxTokens) {
+		n := min(b, m.o.MaxTokens)
+		if n > rows {
+			break
+		}
+		if _, _, err := m.Forward(tok[:n], model.Plan{Slots: slots[:m.cfg.Blocks(n)], Compute: pos[:n]}); err != nil {
+			return passes, fmt.Errorf("gpu: warm-up pass of %d rows: %w", n, err)
+		}
+		passes++
+	}
+	// The largest pass above left KV in every position below rows.
+	for _, kr := range m.o.attentionWarmUps(rows) {
+		keys, r := kr[0], kr[1]
+		if _, _, err := m.Forward(tok[:keys], model.Plan{Slots: slots[:m.cfg.Blocks(keys)], Compute: pos[keys-r : keys]}); err != nil {
+			return passes, fmt.Errorf("gpu: warm-up pass of %d rows after %d: %w", r, keys-r, err)
+		}
+		passes++
+	}
+	return passes, nil
 }
 
 // flashShared is the fused kernel's dynamic shared memory: two stages of a
@@ -398,7 +462,7 @@ func (m *Model) attend(p model.Plan, nc int) error {
 			k = kFlash64
 		}
 		return m.launchShared(k, uint32((nc+63)/64), uint32(c.QHeads), 128, flashShared(k), uint64(m.q), uint64(m.kc), uint64(m.vc),
-			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.MaxContext),
+			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.keyCap()),
 			f32(float32(1/math.Sqrt(float64(c.HeadDim)))))
 	}
 	for c0 := 0; c0 < nc; c0 += m.chunk {
@@ -409,13 +473,14 @@ func (m *Model) attend(p model.Plan, nc int) error {
 	return nil
 }
 
-// attention for computed rows [c0, c0+rows): scores against keys [0, last
-// position of the chunk], masked softmax, times V into m.att.
+// attention for computed rows [c0, c0+rows): scores against keys [0,
+// Options.keys(last position of the chunk + 1)), masked softmax (each row
+// over the keys up to its position), times V into m.att.
 func (m *Model) attention(p model.Plan, c0, rows int) error {
 	c := m.cfg
 	d, group, qw := c.HeadDim, c.QHeads/c.KVHeads, c.QHeads*c.HeadDim
-	keys := int(p.Compute[c0+rows-1]) + 1
-	capElems := int64(m.o.MaxContext) * int64(d)
+	keys := m.o.keys(int(p.Compute[c0+rows-1]) + 1)
+	capElems := int64(m.o.keyCap()) * int64(d)
 	for j := range group {
 		m.gemm = C.gmGemm{transa: opT, transb: opN, m: C.int(keys), n: C.int(rows), k: C.int(d),
 			alpha: C.float(1 / math.Sqrt(float64(d))),

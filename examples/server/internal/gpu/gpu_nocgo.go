@@ -22,6 +22,11 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 	return nil, 0, fmt.Errorf("gpu: built without cgo: %w", cudastream.ErrNoDriver)
 }
 
+// WarmUp is unreachable: New never returns a Model.
+func (m *Model) WarmUp(slots []int32) (int, error) {
+	return 0, fmt.Errorf("gpu: built without cgo: %w", cudastream.ErrNoDriver)
+}
+
 // Close does nothing.
 func (m *Model) Close() error { return nil }
 

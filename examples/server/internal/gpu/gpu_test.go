@@ -312,3 +312,56 @@ func TestHolesOnGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestRowBucketsOnGPU: padding a pass's products to its row bucket changes
+// nothing in its own rows. Passes of 97 and of 100 positions (one bucket:
+// 112 rows), with a pass of other tokens between them so that the padding
+// rows hold something else, write the same bytes into the blocks of their
+// first 96 positions. Against products at exact rows (another Model, the
+// same weights), a prefill's logits are within cpuTolerance and pick the
+// same token. WarmUp runs one pass per bucket into its own slots and leaves
+// the model as it was: the pass after it repeats the one before bit for
+// bit.
+func TestRowBucketsOnGPU(t *testing.T) {
+	f := newFixture(t, 128, gpu.Options{})
+	c := f.c
+	tok := tokens(128, c.Vocab)
+	other := make([]int32, 128)
+	for i := range other {
+		other[i] = int32((i*104729 + 5) % c.Vocab)
+	}
+	// Tiny's blocks hold 4 tokens: a in slots 0-24, the other pass in
+	// 32-63, b in 64-88, the warm-up in 96-127.
+	a, b := slotRange(0, c.Blocks(97)), slotRange(64, c.Blocks(100))
+	fwd(t, f.m, tok[:97], model.Plan{Slots: a, Compute: span(0, 97)})
+	fwd(t, f.m, other, model.Plan{Slots: slotRange(32, c.Blocks(128)), Compute: span(0, 128)})
+	want, wantNext := fwd(t, f.m, tok[:100], model.Plan{Slots: b, Compute: span(0, 100)})
+	for i := range 96 / c.BlockTokens {
+		if !bytes.Equal(f.slot(t, a[i]), f.slot(t, b[i])) {
+			t.Fatalf("block %d: a pass of 97 positions and one of 100 (one bucket) wrote different KV", i)
+		}
+	}
+
+	exact := newFixture(t, 128, gpu.Options{ExactRows: true})
+	got, next := fwd(t, exact.m, tok[:100], model.Plan{Slots: b, Compute: span(0, 100)})
+	r := maxDiff(got, want) / maxAbs(want)
+	t.Logf("100 positions, products at 112 rows against at 100: logits differ by %.3g of the largest", r)
+	if r > cpuTolerance || next != wantNext {
+		t.Fatalf("exact rows: next %d (padded: %d), logits differ by %.3g of the largest (tolerance %g)", next, wantNext, r, cpuTolerance)
+	}
+	warm := slotRange(96, 32)
+	if n, err := exact.m.WarmUp(warm); n != 0 || err != nil {
+		t.Fatalf("WarmUp with ExactRows: %d passes, %v; want none", n, err)
+	}
+
+	// 9 buckets (1, 16, ..., 128), then 1, 8, 16 and 32 rows and 63
+	// (FusedMinTokens 64, less one) after 128 keys.
+	n, err := f.m.WarmUp(warm)
+	if n != 14 || err != nil {
+		t.Fatalf("WarmUp: %d passes, %v; want 14", n, err)
+	}
+	again, againNext := fwd(t, f.m, tok[:100], model.Plan{Slots: b, Compute: span(0, 100)})
+	if againNext != wantNext || maxDiff(again, want) != 0 {
+		t.Fatalf("after WarmUp: next %d (want %d), logits differ by up to %g", againNext, wantNext, maxDiff(again, want))
+	}
+}
