@@ -167,6 +167,8 @@ flags:
 	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
+	fs.Var(&c.HandlingTime, "handling-time", "each request's time outside the GPU and its copies (HTTP, parsing, the cache's bookkeeping), added to its TTFT beside the GPU, e.g. 1.9ms (benchmarks/serve/report -handling fits it from a served run)")
+	fs.Var(&c.HandlingTokenTime, "handling-token-time", "the same per prompt token, e.g. 410ns")
 	fs.IntVar(&c.PrefillSlots, "prefill-slots", def.PrefillSlots, "requests prefilling at once, each with the GPU's full rate to itself (1: one GPU, prefills queue); 0: no limit")
 	fs.BoolVar(&c.DecodeOnGPU, "decode-on-gpu", def.DecodeOnGPU, "decode shares the GPU with prefill, as the model server (examples/server) schedules it: between two prefills, one step (--decode-token-time) of every request decoding; needs --prefill-slots 1")
 	fs.IntVar(&c.MaxBatch, "max-batch", def.MaxBatch, "with --decode-on-gpu: the most requests decoding at once; no prefill starts while that many decode (the server's -max-batch; 0: 16)")
@@ -345,6 +347,8 @@ var replayOverrides = []struct {
 	{"write-through", func(d, s *replay.Config) { d.WriteThrough = s.WriteThrough }},
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
+	{"handling-time", func(d, s *replay.Config) { d.HandlingTime = s.HandlingTime }},
+	{"handling-token-time", func(d, s *replay.Config) { d.HandlingTokenTime = s.HandlingTokenTime }},
 	{"prefill-slots", func(d, s *replay.Config) { d.PrefillSlots = s.PrefillSlots }},
 	{"decode-on-gpu", func(d, s *replay.Config) { d.DecodeOnGPU = s.DecodeOnGPU }},
 	{"max-batch", func(d, s *replay.Config) { d.MaxBatch = s.MaxBatch }},

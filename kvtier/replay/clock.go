@@ -75,6 +75,18 @@ func (e *engine) checkRequestClock(tr *trace.Request, name string, line int) err
 		return bad(outField, "%d output tokens at %v each, %d blocks to load and %d tokens to prefill",
 			tr.OutputTokens, e.cfg.DecodeTokenTime, len(tr.Keys), tr.InputTokens)
 	}
+	inField := "input_tokens"
+	if e.src != nil && e.src.Format() == trace.FormatMooncake {
+		inField = "input_length"
+	}
+	handling, ok := e.handlingOf(tr.InputTokens)
+	if ok {
+		work, ok = addClock(work, handling)
+	}
+	if !ok {
+		return bad(inField, "%d prompt tokens at handling_token_time %v each, plus handling_time %v",
+			tr.InputTokens, e.cfg.HandlingTokenTime, e.cfg.HandlingTime)
+	}
 	if _, ok := addClock(tr.Arrival, work); !ok {
 		return bad(arrField, "arrival %v plus the request's own work %v", tr.Arrival, work)
 	}
@@ -100,4 +112,15 @@ func (e *engine) checkEventTime(at time.Duration, kind eventKind) {
 	}
 	e.clock.err = fmt.Errorf("replay: %s: near line %d, an event (kind %d) after the virtual time %v overflows the clock (int64 nanoseconds, 292 years): the trace's arrivals and durations, or decode_token_time, are too large",
 		e.name, line, kind, e.now)
+}
+
+// handlingOf is a request of tokens prompt tokens' handling time
+// (Config.HandlingTime, HandlingTokenTime), false when it does not fit
+// the clock.
+func (e *engine) handlingOf(tokens int) (time.Duration, bool) {
+	d, ok := mulClock(int64(max(0, tokens)), time.Duration(e.cfg.HandlingTokenTime))
+	if !ok {
+		return 0, false
+	}
+	return addClock(d, time.Duration(e.cfg.HandlingTime))
 }

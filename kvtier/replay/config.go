@@ -64,6 +64,18 @@ type Config struct {
 	// With DecodeOnGPU it is the GPU time of one decode step of one
 	// request.
 	DecodeTokenTime Duration `json:"decode_token_time"`
+	// HandlingTime and HandlingTokenTime are a request's time outside the
+	// GPU and its copies, per request and per prompt token: the HTTP round
+	// trip, encoding and parsing the prompt, tokenizing, the cache's
+	// bookkeeping. Each TTFT includes HandlingTime + prompt tokens ×
+	// HandlingTokenTime; the replay runs it beside the GPU (a model
+	// server parses requests while it computes others), so it delays no
+	// other request. A served run gives them: `benchmarks/serve/report
+	// -handling LABEL` fits TTFT less the server's own pass time over the
+	// requests that did not queue. 0: none (the replay's times are the
+	// GPU's and the links' alone).
+	HandlingTime      Duration `json:"handling_time,omitempty"`
+	HandlingTokenTime Duration `json:"handling_token_time,omitempty"`
 	// MaxOutputTokens, when above 0, caps every request's output tokens,
 	// as `kvtier bench-serve --max-tokens` caps the max_tokens it sends, so
 	// that a replay and a measured run of one trace decode the same; 0
@@ -245,6 +257,10 @@ func (c *Config) Validate() error {
 		return cfgErr("nvme_bytes", "%v is negative", c.NVMeBytes)
 	case c.DecodeTokenTime < 0:
 		return cfgErr("decode_token_time", "%v is negative", c.DecodeTokenTime)
+	case c.HandlingTime < 0:
+		return cfgErr("handling_time", "%v is negative", c.HandlingTime)
+	case c.HandlingTokenTime < 0:
+		return cfgErr("handling_token_time", "%v is negative", c.HandlingTokenTime)
 	case c.PrefillSlots < 0:
 		return cfgErr("prefill_slots", "%d is negative", c.PrefillSlots)
 	case c.DecodeOnGPU && c.PrefillSlots != 1:

@@ -211,3 +211,31 @@ func TestMaxOutputTokens(t *testing.T) {
 		t.Errorf("max_output_tokens -1: %v", err)
 	}
 }
+
+// TestHandlingByHand: a request's handling (2 ms, and 100 us for each of
+// its 16 prompt tokens: H = 3.6 ms) is added to its TTFT, beside the GPU:
+// the by-hand schedule of TestDecodeOnGPUByHand keeps its starts and ends,
+// and each TTFT, the report's maximum included, is H longer.
+func TestHandlingByHand(t *testing.T) {
+	cfg := DefaultConfig()
+	const D, ms = 10 * time.Millisecond, time.Millisecond
+	cfg.DecodeTokenTime, cfg.DecodeOnGPU = Duration(D), true
+	F := passFloor(t, cfg)
+	src := stringSource("by-hand", tinyLine(0, 4, 1)+tinyLine(5, 3, 2)+tinyLine(25, 2, 3)+tinyLine(100, 1, 4))
+	cfg.HandlingTime, cfg.HandlingTokenTime = Duration(2*ms), Duration(100*time.Microsecond)
+	const H = 3600 * time.Microsecond
+	rep, recs := collect(t, src, cfg)
+	for s := range NumStrategies {
+		checkRecords(t, recs, s.String(), []want{
+			{0, 0, F + H, 3*F + 4*D},
+			{1, F + D, 2*F + D - 5*ms + H, 3*F + 5*D},
+			{2, 2*F + 3*D, 3*F + 3*D - 25*ms + H, 3*F + 6*D},
+			{3, 100 * ms, F + H, 100*ms + F},
+		})
+	}
+	for _, r := range rep.Results {
+		if ns(r.TTFT.Max) != 3*F+3*D-25*ms+H {
+			t.Errorf("%s: TTFT max %v, want %v", r.Strategy, ns(r.TTFT.Max), 3*F+3*D-25*ms+H)
+		}
+	}
+}

@@ -29,8 +29,9 @@ type RequestRecord struct {
 	// StartSeconds is when its prefill started (its lookup), after it
 	// queued for the GPU.
 	StartSeconds float64 `json:"start_s"`
-	// TTFTSeconds is its time to first token: the end of its prefill less
-	// its arrival, queueing included.
+	// TTFTSeconds is its time to first token: the end of its prefill plus
+	// its handling (Config.HandlingTime, HandlingTokenTime) less its
+	// arrival, queueing included.
 	TTFTSeconds float64 `json:"ttft_s"`
 	// EndSeconds is when its last token came and it released its blocks.
 	EndSeconds float64 `json:"end_s"`

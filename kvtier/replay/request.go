@@ -413,10 +413,13 @@ func (e *engine) computeDone(r *request, ph phase) {
 // decode follows: beside the GPU, or with Config.DecodeOnGPU on it
 // (decode.go).
 func (e *engine) prefilled(r *request) {
+	// The client sees the first token after the request's handling
+	// (checkRequestClock made sure it fits).
+	handling, _ := e.handlingOf(r.inputTokens)
 	if x := r.ext; x != nil {
-		x.firstToken = e.now
+		x.firstToken = e.now + handling
 	}
-	e.ttfts = append(e.ttfts, e.now-r.arrival)
+	e.ttfts = append(e.ttfts, e.now+handling-r.arrival)
 	e.res.QueueWait += r.started - r.arrival
 	e.inPrefill--
 	if e.cfg.DecodeOnGPU {
