@@ -153,6 +153,15 @@ func serveEndToEnd(t *testing.T, args ...string) {
 	if c := other.Usage.PromptTokensDetails.CachedTokens; c != 0 {
 		t.Errorf("another tenant's request: %d cached tokens, want 0 (salts must not share KV)", c)
 	}
+	// The server's timing: the forward passes are within the prefill,
+	// which is within the client's TTFT with the queue.
+	for name, r := range map[string]*openai.Result{"first": first, "cached": second, "no-cache": ref} {
+		st := r.Usage.ServerTiming
+		if st == nil || st.ForwardSeconds <= 0 || st.PrefillSeconds < st.ForwardSeconds || st.QueueSeconds < 0 ||
+			st.QueueSeconds+st.PrefillSeconds > r.TTFT.Seconds() {
+			t.Errorf("%s request: server timing %+v against a TTFT of %v", name, st, r.TTFT)
+		}
+	}
 	// Logprobs: the greedy token is the most likely, cached or not, and
 	// the CPU backend computes the cached prefix's KV bit for bit as the
 	// reference does (same products): equal log-probabilities.

@@ -115,7 +115,8 @@ func TestVerifyReportCounts(t *testing.T) {
 	a := &Config{Verify: 1, VerifyLogprobs: 2, VerifyTolerance: 0.05, PerRequest: true}
 	c := newCollector(a)
 	res := &openai.Result{Tokens: []int32{1}, TokenCount: 1, TTFT: time.Millisecond,
-		Usage: &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4, CachedTokensByTier: &openai.TierTokens{Host: 4}, RecomputedTokens: 2}}}
+		Usage: &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4, CachedTokensByTier: &openai.TierTokens{Host: 4}, RecomputedTokens: 2},
+			ServerTiming: &openai.ServerTiming{QueueSeconds: 0.25, PrefillSeconds: 0.5, ForwardSeconds: 0.375}}}
 	j := func(i int) *job { return &job{index: i, arrival: time.Duration(i) * time.Second} }
 	c.add(j(2), outcome{res: res, verified: true, mismatch: &Mismatch{Tie: true, Gap: 0.01}, drift: 0.002})
 	c.add(j(0), outcome{res: res, verified: true, mismatch: &Mismatch{Gap: -1}, drift: 0.004})
@@ -134,7 +135,8 @@ func TestVerifyReportCounts(t *testing.T) {
 			t.Fatalf("record %d: %+v", i, r)
 		}
 	}
-	if r := rep.Requests[0]; r.CachedTokens != 4 || r.ByTier.Host != 4 || r.RecomputedTokens != 2 || r.TTFTSeconds != 0.001 {
+	if r := rep.Requests[0]; r.CachedTokens != 4 || r.ByTier.Host != 4 || r.RecomputedTokens != 2 || r.TTFTSeconds != 0.001 ||
+		r.ServerTiming == nil || *r.ServerTiming != (openai.ServerTiming{QueueSeconds: 0.25, PrefillSeconds: 0.5, ForwardSeconds: 0.375}) {
 		t.Errorf("record 0: %+v", r)
 	}
 	if r := rep.Requests[3]; r.Error != "refused" {

@@ -108,6 +108,10 @@ type RequestRecord struct {
 	CachedTokens     int                `json:"cached_tokens"`
 	ByTier           *openai.TierTokens `json:"cached_tokens_by_tier,omitempty"`
 	RecomputedTokens int                `json:"recomputed_tokens"`
+	// ServerTiming is the server's own account of the request's time to
+	// first token (openai.ServerTiming: kvtier's model server sends it),
+	// nil when it sent none.
+	ServerTiming *openai.ServerTiming `json:"server_timing,omitempty"`
 	// Error is set for a request that failed; Cancelled for one the run's
 	// end cut short.
 	Error     string `json:"error,omitempty"`

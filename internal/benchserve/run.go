@@ -356,6 +356,9 @@ func (c *collector) record(j *job, o *outcome) {
 			d := u.PromptTokensDetails
 			rec.CachedTokens, rec.ByTier, rec.RecomputedTokens = d.CachedTokens, d.CachedTokensByTier, d.RecomputedTokens
 		}
+		if u := r.Usage; u != nil {
+			rec.ServerTiming = u.ServerTiming
+		}
 	}
 	c.records = append(c.records, rec)
 }

@@ -90,6 +90,7 @@ type Usage struct {
 	CompletionTokens    int                  `json:"completion_tokens"`
 	TotalTokens         int                  `json:"total_tokens"`
 	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+	ServerTiming        *ServerTiming        `json:"server_timing,omitempty"`
 }
 
 // PromptTokensDetails splits the prompt's tokens by where their KV came
@@ -107,6 +108,16 @@ type PromptTokensDetails struct {
 	// failed). They are prefilled tokens, not cached ones. A kvtier
 	// extension.
 	RecomputedTokens int `json:"recomputed_tokens,omitempty"`
+}
+
+// ServerTiming is where a request's time to first token went inside the
+// server, in seconds: queued before its prefill started, in the prefill
+// (from its lookup to its first token), and in forward passes within the
+// prefill. A kvtier extension (examples/server); other servers send none.
+type ServerTiming struct {
+	QueueSeconds   float64 `json:"queue_s"`
+	PrefillSeconds float64 `json:"prefill_s"`
+	ForwardSeconds float64 `json:"forward_s"`
 }
 
 // TierTokens is a token count per kvtier tier, fastest first.

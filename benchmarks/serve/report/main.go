@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"kvtier.dev/internal/benchserve"
 	"kvtier.dev/internal/results"
@@ -45,7 +47,17 @@ func main() {
 	flag.Var(&notes, "note", "a note to record (repeatable)")
 	requestsOut := flag.String("replay-requests", "", "kvtier replay --requests-out FILE of the same trace (the run's bench-serve JSON with --per-request): record, per strategy, the median of measured less predicted TTFT per request, and for cost over the short prefills the replay did not queue")
 	against := flag.String("decisions", "", "LABEL of a second cost run in -run (bench-LABEL.json, run with --per-request, e.g. from another prior): record both runs' decisions per window of 20 requests")
+	handlingOf := flag.String("handling", "", "LABELs, comma separated, of runs whose bench-LABEL.json has per-request records with the server's timing (examples/server sends it): record each run's handling, its TTFT less the server's queue and forward passes, fitted as a time per request and one per prompt token (kvtier replay --handling-time, --handling-token-time)")
 	flag.Parse()
+	if *handlingOf != "" {
+		for _, label := range strings.Split(*handlingOf, ",") {
+			line, err := handling(*runDir, label)
+			if err != nil {
+				log.Fatalf("report: -handling: %v", err)
+			}
+			notes = append(notes, line)
+		}
+	}
 	if *requestsOut != "" {
 		lines, err := perRequest(*runDir, *requestsOut, shortPrefill)
 		if err != nil {
@@ -325,4 +337,51 @@ func decisions(runDir, other string, n int) ([]string, error) {
 			w, min(w+n, len(a))-1, ah, ar, other, bh, br, same, min(w+n, len(a))-w))
 	}
 	return lines, nil
+}
+
+// handling fits the handling of the run labelled label: per request, its
+// TTFT less the server's queue and forward passes (openai.ServerTiming),
+// against its prompt tokens, as a + b × tokens by Theil-Sen (the median
+// of the pairwise slopes, then of the intercepts), which a few requests
+// slowed by something else (a decode round, a garbage collection) cannot
+// swing. It returns the note that says so.
+func handling(runDir, label string) (string, error) {
+	rep, err := readBench(runDir, label, true)
+	if err != nil {
+		return "", err
+	}
+	var xs, ys []float64
+	for _, r := range rep.Requests {
+		if st := r.ServerTiming; st != nil && r.Error == "" && !r.Cancelled {
+			xs = append(xs, float64(r.PromptTokens))
+			ys = append(ys, r.TTFTSeconds-st.QueueSeconds-st.ForwardSeconds)
+		}
+	}
+	if len(xs) < 2 {
+		return "", fmt.Errorf("bench-%s.json: %d requests with the server's timing; a fit needs 2", label, len(xs))
+	}
+	a, b := theilSen(xs, ys)
+	return fmt.Sprintf("handling, %s: TTFT less the server's queue and forward passes, over %d requests: %.3f ms + %.0f ns per prompt token (median %.2f ms; kvtier replay --handling-time %s --handling-token-time %s)",
+		label, len(xs), 1e3*a, 1e9*b, 1e3*results.Median(ys), time.Duration(a*1e9).Round(time.Microsecond), time.Duration(math.Round(b*1e9))), nil
+}
+
+// theilSen returns the intercept and slope of the Theil-Sen line through
+// the points (xs[i], ys[i]); the slope is 0 when every x is the same.
+func theilSen(xs, ys []float64) (a, b float64) {
+	var slopes []float64
+	for i := range xs {
+		for j := i + 1; j < len(xs); j++ {
+			if xs[j] != xs[i] {
+				slopes = append(slopes, (ys[j]-ys[i])/(xs[j]-xs[i]))
+			}
+		}
+	}
+	if len(slopes) > 0 {
+		b = results.Median(slopes)
+	}
+	res := make([]float64, len(xs))
+	for i := range xs {
+		res[i] = ys[i] - b*xs[i]
+	}
+	return results.Median(res), b
 }

@@ -193,3 +193,37 @@ func TestPerRequest(t *testing.T) {
 		t.Errorf("a run without records: %v", err)
 	}
 }
+
+// TestHandling: requests whose handling is 2 ms + 500 ns per prompt token,
+// and two slowed by 50 ms (a decode round they waited for), fit to the
+// line; a run without the server's timing is an error.
+func TestHandling(t *testing.T) {
+	dir := t.TempDir()
+	r := &benchserve.Report{}
+	for i := range 20 {
+		tokens := 1000 + 400*i
+		h := 0.002 + 500e-9*float64(tokens)
+		if i == 3 || i == 11 {
+			h += 0.050
+		}
+		st := &openai.ServerTiming{QueueSeconds: 0.001 * float64(i%3), PrefillSeconds: 0.03, ForwardSeconds: 0.025}
+		r.Requests = append(r.Requests, benchserve.RequestRecord{Index: i, PromptTokens: tokens,
+			TTFTSeconds: h + st.QueueSeconds + st.ForwardSeconds, ServerTiming: st})
+	}
+	r.Requests = append(r.Requests, benchserve.RequestRecord{Index: 20, PromptTokens: 9000, TTFTSeconds: 9}) // no timing: skipped
+	writeJSON(t, filepath.Join(dir, "bench-cost.json"), r)
+	got, err := handling(dir, "cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "over 20 requests: 2.000 ms + 500 ns per prompt token") || !strings.Contains(got, "--handling-time 2ms --handling-token-time 500ns") {
+		t.Errorf("%s", got)
+	}
+	writeJSON(t, filepath.Join(dir, "bench-none.json"), &benchserve.Report{Requests: []benchserve.RequestRecord{{TTFTSeconds: 1}}})
+	if _, err := handling(dir, "none"); err == nil || !strings.Contains(err.Error(), "0 requests with the server's timing") {
+		t.Errorf("a run without the server's timing: %v", err)
+	}
+	if _, err := handling(dir, "absent"); err == nil {
+		t.Error("a missing run accepted")
+	}
+}

@@ -22,6 +22,7 @@ func (e *Engine) prefill(s *seq) bool {
 		return false
 	}
 	start := time.Now()
+	s.forward = 0
 	s.tokens = append(make([]int32, 0, s.positions()+1), s.req.Tokens...)
 	var logits []float32
 	var next int32
@@ -35,7 +36,12 @@ func (e *Engine) prefill(s *seq) bool {
 		e.end(s, err)
 		return false
 	}
-	e.prefillSecs.Observe(time.Since(start).Seconds())
+	prefill := time.Since(start)
+	e.prefillSecs.Observe(prefill.Seconds())
+	if !s.req.Arrival.IsZero() {
+		s.usage.QueueSeconds = start.Sub(s.req.Arrival).Seconds()
+	}
+	s.usage.PrefillSeconds, s.usage.ForwardSeconds = prefill.Seconds(), s.forward.Seconds()
 	return e.emit(s, logits, next)
 }
 
@@ -48,8 +54,10 @@ func (e *Engine) prefillScratch(s *seq) ([]float32, int32, error) {
 	p := model.Plan{Slots: s.slots[:e.cfg.Model.Blocks(n)], Compute: appendRange(nil, 0, n)}
 	t0 := time.Now()
 	logits, next, err := e.cfg.Runner.Forward(s.tokens, p, nil)
+	d := time.Since(t0)
+	s.forward += d
 	if err == nil && e.cfg.Observer != nil {
-		e.cfg.Observer.Pass(0, n, time.Since(t0))
+		e.cfg.Observer.Pass(0, n, d)
 	}
 	return logits, next, err
 }
@@ -172,6 +180,7 @@ func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 	t0 := time.Now()
 	logits, next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
 	passTime := time.Since(t0)
+	s.forward += passTime
 	if werr := m.Wait(s.ctx, &s.look); werr != nil {
 		for b := range full {
 			if lb := byPos[b]; lb != nil && lb.Loading {

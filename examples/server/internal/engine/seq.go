@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/kvtier"
@@ -22,6 +23,7 @@ type seq struct {
 	leased  bool // look and ins hold blocks until the sequence ends
 	sent    int
 	usage   httpapi.Usage
+	forward time.Duration // the prefill's forward passes
 }
 
 // positions is how many positions the sequence's KV takes at most: the

@@ -94,6 +94,13 @@ type Usage struct {
 	// RecomputedTokens are prefilled prompt tokens whose KV a tier held but
 	// the engine computed anyway (cheaper, or the load failed).
 	RecomputedTokens int
+	// Where the time to the first token went in the engine: QueueSeconds
+	// from Request.Arrival to the start of the prefill (its lookup),
+	// PrefillSeconds from there to the first token, ForwardSeconds the
+	// forward passes within it (waits for layers loading included). What
+	// a client's TTFT has beyond QueueSeconds + ForwardSeconds is the
+	// request's handling: HTTP, parsing, the cache's bookkeeping.
+	QueueSeconds, PrefillSeconds, ForwardSeconds float64
 }
 
 // CachedTokens returns the prompt tokens whose KV was loaded, all tiers.

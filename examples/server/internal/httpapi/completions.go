@@ -229,7 +229,9 @@ func (c *completion) wireUsage(u *Usage, generated int) *openai.Usage {
 	return &openai.Usage{PromptTokens: c.promptTokens, CompletionTokens: generated,
 		TotalTokens: c.promptTokens + generated,
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: byTier.Sum(),
-			CachedTokensByTier: &byTier, RecomputedTokens: u.RecomputedTokens}}
+			CachedTokensByTier: &byTier, RecomputedTokens: u.RecomputedTokens},
+		ServerTiming: &openai.ServerTiming{QueueSeconds: u.QueueSeconds, PrefillSeconds: u.PrefillSeconds,
+			ForwardSeconds: u.ForwardSeconds}}
 }
 
 // chunkPrefix is every chunk's JSON up to its text's value.
