@@ -111,7 +111,8 @@ type PromptTokensDetails struct {
 }
 
 // ServerTiming is where a request's time to first token went inside the
-// server, in seconds: queued before its prefill started, in the prefill
+// server, in seconds: queued (parsed, waiting for the GPU) before its
+// prefill started, in the prefill
 // (from its lookup to its first token), and in forward passes within the
 // prefill. A kvtier extension (examples/server); other servers send none.
 type ServerTiming struct {

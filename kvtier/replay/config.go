@@ -71,9 +71,9 @@ type Config struct {
 	// HandlingTokenTime; the replay runs it beside the GPU (a model
 	// server parses requests while it computes others), so it delays no
 	// other request. A served run gives them: `benchmarks/serve/report
-	// -handling LABEL` fits TTFT less the server's own pass time over the
-	// requests that did not queue. 0: none (the replay's times are the
-	// GPU's and the links' alone).
+	// -handling LABEL` fits each request's TTFT less the server's queue
+	// and forward passes (the server_timing examples/server reports). 0:
+	// none (the replay's times are the GPU's and the links' alone).
 	HandlingTime      Duration `json:"handling_time,omitempty"`
 	HandlingTokenTime Duration `json:"handling_token_time,omitempty"`
 	// MaxOutputTokens, when above 0, caps every request's output tokens,

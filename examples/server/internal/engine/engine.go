@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -152,7 +153,7 @@ func (e *Engine) Submit(ctx context.Context, req *httpapi.Request, out *httpapi.
 	if n := len(req.Tokens) + req.MaxTokens - 1; n > e.cfg.ContextTokens || len(req.Tokens) == 0 || req.MaxTokens < 1 {
 		return fmt.Errorf("engine: request %s: %d prompt tokens and max_tokens %d do not fit the context of %d", req.ID, len(req.Tokens), req.MaxTokens, e.cfg.ContextTokens)
 	}
-	s := &seq{req: req, ctx: ctx, out: out, noCache: req.NoCache || e.cfg.Strategy == None}
+	s := &seq{req: req, ctx: ctx, out: out, noCache: req.NoCache || e.cfg.Strategy == None, submitted: time.Now()}
 	e.mu.Lock()
 	switch {
 	case e.closed:

@@ -38,9 +38,7 @@ func (e *Engine) prefill(s *seq) bool {
 	}
 	prefill := time.Since(start)
 	e.prefillSecs.Observe(prefill.Seconds())
-	if !s.req.Arrival.IsZero() {
-		s.usage.QueueSeconds = start.Sub(s.req.Arrival).Seconds()
-	}
+	s.usage.QueueSeconds = start.Sub(s.submitted).Seconds()
 	s.usage.PrefillSeconds, s.usage.ForwardSeconds = prefill.Seconds(), s.forward.Seconds()
 	return e.emit(s, logits, next)
 }

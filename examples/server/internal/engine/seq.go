@@ -24,6 +24,8 @@ type seq struct {
 	sent    int
 	usage   httpapi.Usage
 	forward time.Duration // the prefill's forward passes
+	// submitted is when Submit queued it (after the HTTP side parsed it).
+	submitted time.Time
 }
 
 // positions is how many positions the sequence's KV takes at most: the

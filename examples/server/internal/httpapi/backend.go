@@ -95,7 +95,8 @@ type Usage struct {
 	// the engine computed anyway (cheaper, or the load failed).
 	RecomputedTokens int
 	// Where the time to the first token went in the engine: QueueSeconds
-	// from Request.Arrival to the start of the prefill (its lookup),
+	// from the engine's Submit (the request parsed) to the start of the
+	// prefill (its lookup),
 	// PrefillSeconds from there to the first token, ForwardSeconds the
 	// forward passes within it (waits for layers loading included). What
 	// a client's TTFT has beyond QueueSeconds + ForwardSeconds is the
