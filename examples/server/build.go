@@ -227,8 +227,9 @@ func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRe
 
 // warmUp starts the GPU model's warm-up passes (gpu.Model.WarmUp, unless
 // -warm-up=false) in the scratch slots, which nothing uses before the
-// engine starts, and returns a function that waits for them. The caller
-// MUST call it before the model is used or closed.
+// engine starts, and returns a function that waits for them: the caller
+// waits for the host tier's pinning meanwhile, and MUST call it before the
+// model is used or closed.
 func (p *parts) warmUp(c *config, s shape) (wait func() error) {
 	if p.gpu == nil || !c.warmUp {
 		return func() error { return nil }
