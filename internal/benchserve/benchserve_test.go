@@ -172,3 +172,43 @@ func TestValidate(t *testing.T) {
 		t.Errorf("no scheme: %v", err)
 	}
 }
+
+// TestServerTimingReport: the requests whose usage carried a server_timing
+// are split into the server's queue, prefill and forward time and the
+// handling left of their TTFT; one without is left out, and a run where
+// none had it reports none.
+func TestServerTimingReport(t *testing.T) {
+	a := &Config{}
+	c := newCollector(a)
+	res := func(ttft time.Duration, st *openai.ServerTiming) outcome {
+		return outcome{res: &openai.Result{Tokens: []int32{1}, TokenCount: 1, TTFT: ttft, Usage: &openai.Usage{ServerTiming: st}}}
+	}
+	j := func(i int) *job { return &job{index: i} }
+	c.add(j(0), res(10*time.Millisecond, &openai.ServerTiming{QueueSeconds: 0.001, PrefillSeconds: 0.008, ForwardSeconds: 0.006}))
+	c.add(j(1), res(20*time.Millisecond, &openai.ServerTiming{QueueSeconds: 0.002, PrefillSeconds: 0.016, ForwardSeconds: 0.012}))
+	c.add(j(2), res(90*time.Millisecond, nil))
+	rep := c.report(a, trace.NewReader(strings.NewReader(""), trace.Options{}), time.Second)
+	st := rep.Server
+	if st == nil || st.Requests != 2 {
+		t.Fatalf("server timing %+v; want 2 requests", st)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
+	if !near(st.Handling.Max, 0.006) || !near(st.Handling.Mean, 0.0045) || !near(st.Queue.Max, 0.002) ||
+		!near(st.Prefill.Mean, 0.012) || !near(st.Forward.Max, 0.012) {
+		t.Errorf("server timing %+v; want handling 3 and 6 ms, queue up to 2 ms, prefill 12 ms on average, forward up to 12 ms", st)
+	}
+	var txt strings.Builder
+	if err := rep.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"server queue", "server prefill", "server forward", "handling"} {
+		if !strings.Contains(txt.String(), w) {
+			t.Errorf("the report lacks %q:\n%s", w, txt.String())
+		}
+	}
+	c = newCollector(a)
+	c.add(j(0), res(10*time.Millisecond, nil))
+	if rep := c.report(a, trace.NewReader(strings.NewReader(""), trace.Options{}), time.Second); rep.Server != nil {
+		t.Errorf("no server timing sent, but the report has %+v", rep.Server)
+	}
+}

@@ -56,6 +56,10 @@ type Report struct {
 	Latency    replay.Percentiles `json:"latency"`
 
 	Cache CacheReport `json:"cache"`
+	// Server is the server's own account of the TTFTs, from the requests
+	// whose usage carried a server_timing (kvtier's model server sends
+	// it); nil when none did.
+	Server *ServerTimingReport `json:"server_timing,omitempty"`
 	// Verify is set with --verify.
 	Verify *VerifyReport `json:"verify,omitempty"`
 	// Requests has one record per request sent, in dispatch order, with
@@ -63,6 +67,19 @@ type Report struct {
 	Requests []RequestRecord `json:"requests,omitempty"`
 
 	ttftQ, itlQ []float64 // 0th to 100th percentiles, seconds, for plot
+}
+
+// ServerTimingReport splits the TTFTs of the Requests that reported a
+// server_timing: the server's Queue (parsed, waiting for the GPU),
+// Prefill (lookup to first token) and Forward (the passes within it), and
+// Handling, each TTFT less its queue and forward passes: HTTP, parsing and
+// the cache's bookkeeping (kvtier replay --handling-time models it).
+type ServerTimingReport struct {
+	Requests int                `json:"requests"`
+	Queue    replay.Percentiles `json:"queue"`
+	Prefill  replay.Percentiles `json:"prefill"`
+	Forward  replay.Percentiles `json:"forward"`
+	Handling replay.Percentiles `json:"handling"`
 }
 
 // PromptSettings are the Config fields that decide the requests sent.
@@ -171,6 +188,14 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 	r.TTFT, r.ttftQ = percentiles(c.ttft)
 	r.InterToken, r.itlQ = percentiles(c.itl)
 	r.Latency, _ = percentiles(c.e2e)
+	if len(c.server[0]) > 0 {
+		st := &ServerTimingReport{Requests: len(c.server[0])}
+		for i, p := range []*replay.Percentiles{&st.Queue, &st.Prefill, &st.Forward, &st.Handling} {
+			slices.Sort(c.server[i])
+			*p, _ = percentiles(c.server[i])
+		}
+		r.Server = st
+	}
 	r.Cache = CacheReport{RequestsWithUsage: c.withUsage, RequestsWithTiers: c.byTier, CachedTokens: c.cachedTotal,
 		ByTier: c.cached, RecomputedTokens: c.recomputed}
 	if c.promptTokens > 0 {
@@ -235,10 +260,16 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.RequestsPerSecond, r.InputTokensPerSecond, r.OutputTokensPerSecond)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tp50\tp90\tp99\tmean\tmax\t")
-	for _, row := range []struct {
+	type row struct {
 		name string
 		p    replay.Percentiles
-	}{{"TTFT", r.TTFT}, {"inter-token", r.InterToken}, {"latency", r.Latency}} {
+	}
+	rows := []row{{"TTFT", r.TTFT}, {"inter-token", r.InterToken}, {"latency", r.Latency}}
+	if st := r.Server; st != nil {
+		rows = append(rows, row{"server queue", st.Queue}, row{"server prefill", st.Prefill},
+			row{"server forward", st.Forward}, row{"handling", st.Handling})
+	}
+	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", row.name, ms(row.p.P50), ms(row.p.P90), ms(row.p.P99), ms(row.p.Mean), ms(row.p.Max))
 	}
 	if err := tw.Flush(); err != nil {

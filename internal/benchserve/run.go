@@ -327,8 +327,11 @@ type collector struct {
 	recomputed        int64
 	withUsage, byTier int
 	verify            *VerifyReport
-	perRequest        bool
-	records           []RequestRecord
+	// server: the queue, prefill, forward and handling of the requests
+	// that reported a server_timing (ServerTimingReport).
+	server     [4][]time.Duration
+	perRequest bool
+	records    []RequestRecord
 }
 
 func newCollector(a *Config) *collector {
@@ -397,6 +400,13 @@ func (c *collector) add(j *job, o outcome) {
 	c.completionTokens += int64(r.TokenCount)
 	if u := r.Usage; u != nil {
 		c.withUsage++
+		if st := u.ServerTiming; st != nil && r.TokenCount > 0 {
+			sec := func(s float64) time.Duration { return time.Duration(s * 1e9) }
+			for i, d := range []time.Duration{sec(st.QueueSeconds), sec(st.PrefillSeconds), sec(st.ForwardSeconds),
+				r.TTFT - sec(st.QueueSeconds) - sec(st.ForwardSeconds)} {
+				c.server[i] = append(c.server[i], d)
+			}
+		}
 		if d := u.PromptTokensDetails; d != nil {
 			c.cachedTotal += int64(d.CachedTokens)
 			c.recomputed += int64(d.RecomputedTokens)
