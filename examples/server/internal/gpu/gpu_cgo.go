@@ -420,7 +420,7 @@ func (m *Model) WarmUp(slots []int32) (int, error) {
 	for i := range pos {
 		pos[i] = int32(i)
 	}
-	passes := 0
+	passes, filled := 0, 0
 	for _, b := range RowBuckets(m.o.MaxTokens) {
 		n := min(b, m.o.MaxTokens)
 		if n > rows {
@@ -429,10 +429,10 @@ func (m *Model) WarmUp(slots []int32) (int, error) {
 		if _, _, err := m.Forward(tok[:n], model.Plan{Slots: slots[:m.cfg.Blocks(n)], Compute: pos[:n]}); err != nil {
 			return passes, fmt.Errorf("gpu: warm-up pass of %d rows: %w", n, err)
 		}
-		passes++
+		passes, filled = passes+1, n
 	}
-	// The largest pass above left KV in every position below rows.
-	for _, kr := range m.o.attentionWarmUps(rows) {
+	// The largest pass above left KV in every position below filled.
+	for _, kr := range m.o.attentionWarmUps(filled) {
 		keys, r := kr[0], kr[1]
 		if _, _, err := m.Forward(tok[:keys], model.Plan{Slots: slots[:m.cfg.Blocks(keys)], Compute: pos[keys-r : keys]}); err != nil {
 			return passes, fmt.Errorf("gpu: warm-up pass of %d rows after %d: %w", r, keys-r, err)

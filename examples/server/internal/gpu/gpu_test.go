@@ -360,6 +360,11 @@ func TestRowBucketsOnGPU(t *testing.T) {
 	if n != 14 || err != nil {
 		t.Fatalf("WarmUp: %d passes, %v; want 14", n, err)
 	}
+	// 10 slots hold 40 positions: the buckets 1, 16 and 32, and no
+	// attention pass (none of 128 keys fits).
+	if n, err := f.m.WarmUp(slotRange(96, 10)); n != 3 || err != nil {
+		t.Fatalf("WarmUp in 10 slots: %d passes, %v; want 3", n, err)
+	}
 	again, againNext := fwd(t, f.m, tok[:100], model.Plan{Slots: b, Compute: span(0, 100)})
 	if againNext != wantNext || maxDiff(again, want) != 0 {
 		t.Fatalf("after WarmUp: next %d (want %d), logits differ by up to %g", againNext, wantNext, maxDiff(again, want))
