@@ -112,9 +112,9 @@ type PromptTokensDetails struct {
 
 // ServerTiming is where a request's time to first token went inside the
 // server, in seconds: queued (parsed, waiting for the GPU) before its
-// prefill started, in the prefill
-// (from its lookup to its first token), and in forward passes within the
-// prefill. A kvtier extension (examples/server); other servers send none.
+// prefill started, in the prefill (from its lookup to its first token),
+// and in forward passes within the prefill. A kvtier extension
+// (examples/server); other servers send none.
 type ServerTiming struct {
 	QueueSeconds   float64 `json:"queue_s"`
 	PrefillSeconds float64 `json:"prefill_s"`

@@ -34,7 +34,9 @@
 //     tail, and a hole recomputes while later blocks load. The prefill is
 //     at least one forward pass, which reads every weight from HBM
 //     (Scenario.PassFloor);
-//  5. emits its first token when its prefill ends (that is its TTFT), commits
+//  5. emits its first token when its prefill ends (its TTFT is that, plus
+//     its handling outside the GPU, Config.HandlingTime and
+//     HandlingTokenTime, 0 by default, which delays nothing else), commits
 //     its blocks, decodes its other output tokens at Config.DecodeTokenTime
 //     each while holding them, then offloads its blocks to the host tier and
 //     releases them.

@@ -96,11 +96,11 @@ type Usage struct {
 	RecomputedTokens int
 	// Where the time to the first token went in the engine: QueueSeconds
 	// from the engine's Submit (the request parsed) to the start of the
-	// prefill (its lookup),
-	// PrefillSeconds from there to the first token, ForwardSeconds the
-	// forward passes within it (waits for layers loading included). What
-	// a client's TTFT has beyond QueueSeconds + ForwardSeconds is the
-	// request's handling: HTTP, parsing, the cache's bookkeeping.
+	// prefill (its lookup), PrefillSeconds from there to the first token,
+	// ForwardSeconds the forward passes within it (waits for layers
+	// loading included). What a client's TTFT has beyond QueueSeconds +
+	// ForwardSeconds is the request's handling: HTTP, parsing, the
+	// cache's bookkeeping.
 	QueueSeconds, PrefillSeconds, ForwardSeconds float64
 }
 
