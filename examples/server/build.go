@@ -225,27 +225,21 @@ func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRe
 	}
 }
 
-// warmUp starts the GPU model's warm-up passes (gpu.Model.WarmUp, unless
+// warmUp runs the GPU model's warm-up passes (gpu.Model.WarmUp, unless
 // -warm-up=false) in the scratch slots, which nothing uses before the
-// engine starts, and returns a function that waits for them: the caller
-// waits for the host tier's pinning meanwhile, and MUST call it before the
-// model is used or closed.
-func (p *parts) warmUp(c *config, s shape) (wait func() error) {
+// engine starts.
+func (p *parts) warmUp(c *config, s shape) error {
 	if p.gpu == nil || !c.warmUp {
-		return func() error { return nil }
+		return nil
 	}
 	slots := make([]int32, s.scratch)
 	for i := range slots {
 		slots[i] = int32(s.cacheSlots + i)
 	}
-	done := make(chan error, 1)
-	go func() {
-		start := time.Now()
-		n, err := p.gpu.WarmUp(slots)
-		if err == nil {
-			c.log.Info("server: one pass of each row bucket run (-warm-up)", "passes", n, "took_s", time.Since(start).Seconds())
-		}
-		done <- err
-	}()
-	return func() error { return <-done }
+	start := time.Now()
+	n, err := p.gpu.WarmUp(slots)
+	if err == nil {
+		c.log.Info("server: one pass of each row bucket run (-warm-up)", "passes", n, "took_s", time.Since(start).Seconds())
+	}
+	return err
 }

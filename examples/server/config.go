@@ -113,7 +113,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
 	fs.BoolVar(&c.exactRows, "exact-rows", false, "on the GPU, run the linear layers' products at exactly a pass's rows instead of padding them to a few dozen row buckets (whose shapes -warm-up runs once before listening: on the H200 a pass of a shape cuBLAS has not run yet took 54 ms against 15 for its repeats)")
-	fs.BoolVar(&c.warmUp, "warm-up", true, "on the GPU, before listening, run one pass of each row bucket up to -context and short passes after growing prefixes (106 passes, 9 s, for llama-3.1-8b at -context 16400 on the H200), beside what is left of the host tier's pinning (nothing with -exact-rows)")
+	fs.BoolVar(&c.warmUp, "warm-up", true, "on the GPU, before listening, run one pass of each row bucket up to -context and short passes after growing prefixes (106 passes, 9 s, for llama-3.1-8b at -context 16400 on the H200) (nothing with -exact-rows)")
 	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")

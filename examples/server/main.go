@@ -77,19 +77,18 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if err != nil {
 		return err
 	}
-	warmed := p.warmUp(c, s)
 	if p.cache != nil && !c.serveWhilePinning {
 		start := time.Now()
 		switch err := p.cache.WaitHostPinned(ctx); {
 		case ctx.Err() != nil:
-			return errors.Join(fmt.Errorf("stopped while the host tier was being pinned: %w", err), warmed(), p.close())
+			return errors.Join(fmt.Errorf("stopped while the host tier was being pinned: %w", err), p.close())
 		case err != nil: // the tier keeps what was pinned (the cache logged why)
 			c.log.Warn("server: the host tier is smaller than asked", "slots", p.cache.CapacitySlots(kvtier.Host), "err", err)
 		default:
 			c.log.Info("server: host tier pinned before listening (-serve-while-pinning to listen sooner)", "waited_s", time.Since(start).Seconds())
 		}
 	}
-	if err := warmed(); err != nil {
+	if err := p.warmUp(c, s); err != nil {
 		return errors.Join(err, p.close())
 	}
 	reg := prometheus.NewRegistry()

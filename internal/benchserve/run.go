@@ -402,9 +402,8 @@ func (c *collector) add(j *job, o outcome) {
 		c.withUsage++
 		if st := u.ServerTiming; st != nil && r.TokenCount > 0 {
 			sec := func(s float64) time.Duration { return time.Duration(s * 1e9) }
-			for i, d := range []time.Duration{sec(st.QueueSeconds), sec(st.PrefillSeconds), sec(st.ForwardSeconds),
-				r.TTFT - sec(st.QueueSeconds) - sec(st.ForwardSeconds)} {
-				c.server[i] = append(c.server[i], d)
+			for i, s := range []float64{st.QueueSeconds, st.PrefillSeconds, st.ForwardSeconds, st.HandlingSeconds(r.TTFT.Seconds())} {
+				c.server[i] = append(c.server[i], sec(s))
 			}
 		}
 		if d := u.PromptTokensDetails; d != nil {

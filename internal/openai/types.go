@@ -121,6 +121,13 @@ type ServerTiming struct {
 	ForwardSeconds float64 `json:"forward_s"`
 }
 
+// HandlingSeconds is what a client's TTFT of ttftSeconds has beyond the
+// server's queue and forward passes: HTTP, parsing, the cache's
+// bookkeeping (kvtier replay's handling).
+func (t *ServerTiming) HandlingSeconds(ttftSeconds float64) float64 {
+	return ttftSeconds - t.QueueSeconds - t.ForwardSeconds
+}
+
 // TierTokens is a token count per kvtier tier, fastest first.
 type TierTokens struct {
 	GPU  int `json:"gpu"`

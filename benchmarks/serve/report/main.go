@@ -354,7 +354,7 @@ func handling(runDir, label string) (string, error) {
 	for _, r := range rep.Requests {
 		if st := r.ServerTiming; st != nil && r.Error == "" && !r.Cancelled {
 			xs = append(xs, float64(r.PromptTokens))
-			ys = append(ys, r.TTFTSeconds-st.QueueSeconds-st.ForwardSeconds)
+			ys = append(ys, st.HandlingSeconds(r.TTFTSeconds))
 		}
 	}
 	if len(xs) < 2 {
