@@ -82,6 +82,7 @@ type drvDevice struct {
 	closeMu                 sync.Mutex
 	cleanup                 runtime.Cleanup
 	kernel                  drvKernel // the copy kernel's module, loaded at first use
+	sum                     drvSum    // the word-sum kernel's module, loaded at first use
 }
 
 func (d *drvDevice) open(ordinal int) error {
@@ -720,6 +721,7 @@ func (d *drvDevice) Close() error {
 		errs = append(errs, d.err("cuMemFree", C.drvMemFree(d.t, C.drvCUdeviceptr(d.kernel.fmaOut))))
 	}
 	errs = append(errs, d.err("cuModuleUnload", C.drvUnloadCopyModule(d.t)))
+	errs = append(errs, d.err("cuModuleUnload (word sums)", C.drvUnloadSumModule(d.t)))
 	// The table stays allocated: streams and events may still hold it, and
 	// their calls then fail with the driver's error instead of reading freed
 	// memory. It is one small struct per Open.

@@ -794,6 +794,61 @@ drvResult drvUnloadCopyModule(drvTable *t) {
 	return r;
 }
 
+drvResult drvLoadSumModule(drvTable *t, const char *ptx, int *step) {
+	DRV_NEED(t, moduleLoadData);
+	DRV_NEED(t, moduleGetFunction);
+	DRV_NEED(t, moduleUnload);
+	DRV_NEED(t, launchKernel);
+	DRV_CTX(t);
+	drvCUmodule m = NULL;
+	*step = drvKStepLoad;
+	drvResult r = t->moduleLoadData(&m, ptx);
+	if (r != 0)
+		return r;
+	drvCUfunction f = NULL;
+	*step = drvKStepGetCopy;
+	r = t->moduleGetFunction(&f, m, "kvtier_wordsum");
+	if (r != 0) {
+		t->moduleUnload(m);
+		return r;
+	}
+	t->sumModule = m;
+	t->sumFn = f;
+	return 0;
+}
+
+drvResult drvUnloadSumModule(drvTable *t) {
+	if (t->sumModule == NULL)
+		return 0;
+	DRV_NEED(t, moduleUnload);
+	DRV_CTX(t);
+	drvResult r = t->moduleUnload(t->sumModule);
+	t->sumModule = NULL;
+	t->sumFn = NULL;
+	return r;
+}
+
+// drvSumBlocks has kvtier_wordsum's kvSumBlocks layout.
+typedef struct {
+	int ids[256];
+} drvSumBlocks;
+
+drvResult drvLaunchWordSum(drvTable *t, drvCUstream s, drvCUdeviceptr bases, unsigned pieces,
+                           unsigned long long pieceWords, unsigned long long blockStride, const int *ids, unsigned n,
+                           unsigned long long chunkWords, unsigned chunks, unsigned threads, drvCUdeviceptr partials) {
+	if (t->sumFn == NULL)
+		return DRV_NO_MODULE;
+	if (n == 0 || n > 256)
+		return 1; // CUDA_ERROR_INVALID_VALUE: the Go side checks n first
+	DRV_NEED(t, launchKernel);
+	DRV_CTX(t);
+	drvSumBlocks b;
+	memset(&b, 0, sizeof b);
+	memcpy(b.ids, ids, n * sizeof(int));
+	void *params[] = {&bases, &pieces, &pieceWords, &blockStride, &b, &chunkWords, &partials};
+	return t->launchKernel(t->sumFn, chunks, pieces, n, threads, 1, 1, 0, s, params, NULL);
+}
+
 // drvCheckHost checks that the GPU reaches [p, p+n) at the host's own
 // address: pinned host memory mapped for the device (registered with
 // DEVICEMAP, cuMemHostAlloc'd, or VMM memory the device may access).

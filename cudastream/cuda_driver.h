@@ -112,6 +112,9 @@ typedef struct drvTable {
 	// The copy kernel's module (kvtier_copy, kvtier_fma), loaded once.
 	drvCUmodule copyModule;
 	drvCUfunction copyFn, fmaFn;
+	// The word-sum kernel's module (kvtier_wordsum), loaded once.
+	drvCUmodule sumModule;
+	drvCUfunction sumFn;
 	drvCUdevice dev;
 	drvCUcontext ctx;
 
@@ -299,6 +302,16 @@ drvResult drvUnloadCopyModule(drvTable *t);
 // nothing was enqueued.
 drvResult drvCopyKernel(drvTable *t, drvStreamState *st, drvCUstream s, int kind, const drvCopy *ops, size_t n,
                         const drvKernelOpts *o, size_t *failIdx, int *step);
+// drvLoadSumModule loads the word-sum PTX image once and finds
+// kvtier_wordsum; drvUnloadSumModule undoes it. *step is 2 (load) or 3
+// (get function) on failure.
+drvResult drvLoadSumModule(drvTable *t, const char *ptx, int *step);
+drvResult drvUnloadSumModule(drvTable *t);
+// drvLaunchWordSum enqueues one launch of kvtier_wordsum on s: grid
+// (chunks, pieces, n) of threads threads over the n <= 256 blocks ids.
+drvResult drvLaunchWordSum(drvTable *t, drvCUstream s, drvCUdeviceptr bases, unsigned pieces,
+                           unsigned long long pieceWords, unsigned long long blockStride, const int *ids, unsigned n,
+                           unsigned long long chunkWords, unsigned chunks, unsigned threads, drvCUdeviceptr partials);
 // drvLaunchFMA enqueues kvtier_fma over grid x threads threads.
 drvResult drvLaunchFMA(drvTable *t, drvCUstream s, drvCUdeviceptr out, unsigned grid, unsigned threads,
                        unsigned iters);

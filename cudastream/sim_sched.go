@@ -69,7 +69,8 @@ type simOp struct {
 	scheduled bool
 	marker    *simMarker // record: the marker it completes; wait: the one it waits for
 	spans     []simSpan
-	bytes     int64 // copies: total bytes
+	bytes     int64    // copies: total bytes
+	sum       *simSums // WordSums: the work to do at completion (spans only track its memory)
 }
 
 // simMarker is the completion state of one event record. It is shared by the
@@ -100,6 +101,7 @@ func (s *Sim) newOp(kind simOpKind, call string) *simOp {
 
 func (s *Sim) putOp(op *simOp) {
 	clear(op.spans) // drop references to memory
+	op.sum = nil
 	op.spans = op.spans[:0]
 	if op.marker != nil {
 		s.releaseMarker(op.marker)
@@ -293,6 +295,9 @@ func (s *Sim) finish(st *simStream, op *simOp) {
 				if sp.dst != nil && sp.src != nil {
 					copy(sp.dst, sp.src)
 				}
+			}
+			if op.sum != nil {
+				op.sum.run(s, st)
 			}
 		}
 	case simOpRecord:
