@@ -106,6 +106,15 @@ type Config struct {
 	// those pieces (defaults DefaultGatherMinRunBytes and
 	// DefaultGatherBelowBytes; kvtier probe --methods measures both).
 	GatherMinRunBytes, GatherBelowBytes int64
+	// Sums makes every offload and staged onboard also compute, on the
+	// GPU, the word sum (internal/checksum's WordSum) of each block it
+	// moved, over the block's bytes in host order: Transfer.Sums
+	// (sums.go). Onboards from the pool are not summed: their bytes came
+	// from an offload, or were checked on their way into the pool. The device
+	// MUST implement cudastream.WordSummer (a TimingOnly simulator does
+	// not) and GPU.PartBytes be a multiple of 8; New fails otherwise,
+	// wrapping cudastream.ErrNotSupported where the device is the cause.
+	Sums bool
 	// Now is the clock used for Transfer.Duration (default: wall time since
 	// the engine started). Replays pass the simulator's virtual clock.
 	Now func() time.Duration
@@ -143,6 +152,7 @@ type Engine struct {
 
 	events eventPool
 	stats  counters
+	sums   *sumState // nil without Config.Sums
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -290,6 +300,10 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.setupGather(&cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.setupSums(&cfg); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -446,6 +460,12 @@ func (e *Engine) start(d *direction, pairs []Pair, layers int) (*Transfer, error
 	if err != nil {
 		return nil, err
 	}
+	if e.sums != nil && d == &e.off {
+		t.sumBlocks = make([]int32, len(pairs))
+		for i, p := range pairs {
+			t.sumBlocks[i] = p.GPUBlock
+		}
+	}
 	d.mu.Lock()
 	if e.closed.Load() {
 		d.mu.Unlock()
@@ -528,6 +548,7 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 			t.err = fmt.Errorf("transfer: record completion event: %w", err)
 		}
 	}
+	e.enqueueSums(t)
 	e.stats.transfers.Add(1)
 	close(t.issued)
 	d.pending <- t
@@ -561,6 +582,9 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 	if err != nil {
 		return nil, err
 	}
+	if e.sums != nil {
+		t.sumBlocks = append([]int32(nil), gpuBlocks...)
+	}
 	// Under the onboard lock, which Close takes to mark the engine closed:
 	// once Close has started waiting, no staged onboard can join.
 	e.on.mu.Lock()
@@ -585,6 +609,7 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 			}
 		}
 		d.mu.Unlock()
+		e.enqueueSums(t)
 		close(t.issued)
 		e.stats.transfers.Add(1)
 		e.stats.onboardBytes.Add(t.bytes)
@@ -662,6 +687,9 @@ func (e *Engine) Close() error {
 			if d.ring != nil {
 				errs = append(errs, d.ring.destroy(e.dev))
 			}
+		}
+		if e.sums != nil {
+			errs = append(errs, e.sums.destroy(e.dev))
 		}
 		errs = append(errs, e.events.close())
 	})

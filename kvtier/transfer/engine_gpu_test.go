@@ -9,12 +9,14 @@ import (
 	"testing"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/checksum"
 )
 
 // TestGPURoundTrip runs the engine on the real device: random data from the
 // pinned pool to scattered GPU blocks and back into other slots, compared
 // byte for byte, by every method (the gather/scatter path through a small
-// device staging ring among them) and for both GPU layouts. It skips without
+// device staging ring among them) and for both GPU layouts; the offloads'
+// word sums (Config.Sums) are checksum.WordSum's of what came back. It skips without
 // a driver, unless KVTIER_REQUIRE_GPU=1 says a GPU must be there. Build it
 // here and run it on the GPU machine:
 //
@@ -62,7 +64,7 @@ func TestGPURoundTrip(t *testing.T) {
 			t.Run(layout+"/"+m.String(), func(t *testing.T) {
 				// A ring of 3 buffers of 1.25 MiB: 64 blocks of 256 KiB
 				// take 13 chunks each way, and chunks end inside blocks.
-				e, err := New(dev, Config{GPU: g, Host: host, Method: m, GatherBuffers: 3, GatherBufferBytes: 5 << 18})
+				e, err := New(dev, Config{GPU: g, Host: host, Method: m, GatherBuffers: 3, GatherBufferBytes: 5 << 18, Sums: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -99,10 +101,21 @@ func TestGPURoundTrip(t *testing.T) {
 				if err := tr.Wait(ctx); err != nil {
 					t.Fatal(err)
 				}
+				sums := append([]uint64(nil), tr.Sums()...)
 				tr.Release()
 				for i := range in {
 					if !bytes.Equal(host.Slot(int32(i)), host.Slot(int32(half+i))) {
 						t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
+					}
+				}
+				// The offload's sums, computed by the kernel on the GPU,
+				// are checksum.WordSum's of the bytes that came back.
+				if len(sums) != len(out) {
+					t.Fatalf("offload: %d sums for %d blocks", len(sums), len(out))
+				}
+				for i, sum := range sums {
+					if w := checksum.WordSum(host.Slot(int32(half + i))); sum != w {
+						t.Fatalf("GPU block %d: the kernel's word sum %#x, checksum.WordSum %#x", out[i].GPUBlock, sum, w)
 					}
 				}
 				st := e.Stats()

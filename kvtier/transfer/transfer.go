@@ -36,6 +36,13 @@ type Transfer struct {
 	err          error // set before done is closed; read only after
 	done         chan struct{}
 	issued       chan struct{} // closed once every event has been recorded
+
+	// With Config.Sums (sums.go): the GPU blocks to sum, the buffer and
+	// event of their sums, and the sums once done.
+	sumBlocks []int32
+	sumBuf    *sumBuf
+	sumEv     cudastream.Event
+	sums      []uint64
 }
 
 func (e *Engine) newTransfer(kind cudastream.CopyKind, layers int) (*Transfer, error) {
@@ -74,6 +81,9 @@ func (t *Transfer) await() {
 	}
 	if err == nil {
 		err = t.final.Synchronize()
+	}
+	if err == nil {
+		err = t.awaitSums()
 	}
 	t.finish(err)
 }
