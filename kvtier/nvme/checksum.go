@@ -18,6 +18,15 @@ func newChecksum(key []byte) *checksum { return &checksum{s: sumpkg.New(key)} }
 // sum returns the checksum of b.
 func (c *checksum) sum(b []byte) uint64 { return c.s.Of(b) }
 
+// payload returns the checksum of payload b as a header with word-summed
+// (flagWordSum) or not says it is computed.
+func (c *checksum) payload(b []byte, wordSum bool) uint64 {
+	if wordSum {
+		return sumpkg.WordSum(b)
+	}
+	return c.s.Of(b)
+}
+
 // flags is what the header's flags field says of this checksum.
 func (c *checksum) flags() uint16 {
 	if c.s.Keyed() {

@@ -11,7 +11,7 @@ import (
 //	 0 magic       uint64  headerMagic
 //	 8 headerSum   uint64  checksum of bytes [16, 80+4*tokenCount)
 //	16 version     uint16  formatVersion
-//	18 flags       uint16  flagKeyed or 0
+//	18 flags       uint16  flagKeyed, flagWordSum or 0
 //	20 tokenCount  uint32
 //	24 seq         uint64  store-wide write sequence number
 //	32 key         uint64
@@ -25,12 +25,17 @@ import (
 //	80 tokens      [tokenCount]uint32
 //
 // The checksum is XXH3-64, or with flagKeyed a keyed MAC (see checksum).
+// With flagWordSum the payload's checksum is internal/checksum's WordSum,
+// which the writer computed (on the GPU, WriteOp.WordSummed); the header's
+// own checksum is still XXH3-64. A keyed store never writes it.
 const (
 	headerMagic      uint64 = 0x31454d564e54564b // "KVTNVME1"
 	formatVersion    uint16 = 3                  // 3: XXH3 or keyed sums (2: xxhash64; 1 had no position)
 	headerFixedBytes        = 80
 	// flagKeyed marks a header whose sums are keyed (Config.ChecksumKey).
 	flagKeyed uint16 = 1
+	// flagWordSum marks a payload checksum that is a word sum.
+	flagWordSum uint16 = 2
 )
 
 // header is the decoded form of a slot header.
@@ -45,6 +50,7 @@ type header struct {
 	slot       uint32
 	file       uint32
 	payloadSum uint64
+	wordSum    bool // payloadSum is a word sum (flagWordSum)
 	tokens     []uint32
 }
 
@@ -58,7 +64,11 @@ func encodeHeader(dst []byte, h *header, cs *checksum) {
 	le := binary.LittleEndian
 	le.PutUint64(dst[0:], headerMagic)
 	le.PutUint16(dst[16:], h.version)
-	le.PutUint16(dst[18:], cs.flags())
+	flags := cs.flags()
+	if h.wordSum {
+		flags |= flagWordSum
+	}
+	le.PutUint16(dst[18:], flags)
 	le.PutUint32(dst[20:], uint32(len(h.tokens)))
 	le.PutUint64(dst[24:], h.seq)
 	le.PutUint64(dst[32:], h.key)
@@ -105,12 +115,15 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 		return fmt.Errorf("%w: header claims %d tokens, at most %d fit", ErrCorrupt, nt, maxTokens)
 	}
 	n := headerBytes(int(nt))
-	switch f := le.Uint16(src[18:]); {
-	case f&^flagKeyed != 0:
+	f := le.Uint16(src[18:])
+	switch keyed := f&flagKeyed != 0; {
+	case f&^(flagKeyed|flagWordSum) != 0:
 		return fmt.Errorf("%w: unknown header flags %#x", ErrCorrupt, f)
-	case f == flagKeyed && !cs.s.Keyed():
+	case keyed && f&flagWordSum != 0:
+		return fmt.Errorf("%w: header flags %#x: keyed and word-summed (a keyed store never writes word sums)", ErrCorrupt, f)
+	case keyed && !cs.s.Keyed():
 		return fmt.Errorf("%w: header summed with a key, and Config.ChecksumKey is empty", ErrCorrupt)
-	case f == 0 && cs.s.Keyed():
+	case !keyed && cs.s.Keyed():
 		return fmt.Errorf("%w: header summed without the key of Config.ChecksumKey (written by a store without it, or planted)", ErrCorrupt)
 	}
 	if sum := cs.sum(src[16:n]); sum != le.Uint64(src[8:]) {
@@ -126,6 +139,7 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 	h.file = le.Uint32(src[64:])
 	h.position = le.Uint32(src[68:])
 	h.payloadSum = le.Uint64(src[72:])
+	h.wordSum = f&flagWordSum != 0
 	h.tokens = h.tokens[:0]
 	for i := range int(nt) {
 		h.tokens = append(h.tokens, le.Uint32(src[headerFixedBytes+4*i:]))

@@ -21,6 +21,16 @@ type WriteOp struct {
 	Slot    Slot
 	Meta    BlockMeta
 	Payload []byte
+	// WordSummed says that WordSum is internal/checksum's WordSum of
+	// Payload, computed by the caller where the bytes already are (the
+	// GPU: transfer.Config.Sums). The store then writes it into the header
+	// instead of hashing Payload on the CPU, and the payload's check on a
+	// read can be left to the caller (ReadOp.DeferWordSum). A wrong sum
+	// makes the block fail every read, never serves wrong bytes. A keyed
+	// store (Config.ChecksumKey) refuses it (ErrInvalid): a word sum is not
+	// a MAC.
+	WordSummed bool
+	WordSum    uint64
 	// Err is set by WriteBatch: nil when the block is readable.
 	Err error
 }
@@ -37,9 +47,37 @@ type ReadOp struct {
 	// Meta is filled on success; Meta.Tokens' storage is reused (and, like
 	// Dst, its contents are undefined on error).
 	Meta BlockMeta
-	// Err is set by ReadBatch: nil when Dst holds the verified payload.
+	// DeferWordSum leaves the payload's check to the caller where the slot
+	// was written with a word sum (WriteOp.WordSummed): ReadBatch checks
+	// the header (the block's identity, its sequence number, the header's
+	// own checksum) but not the payload, and sets Deferred and Check. The
+	// caller MUST then check Dst's payload against Check.WordSum before it
+	// uses it as KV (on the GPU, after copying it there: Transfer.Sums),
+	// and report a mismatch with Store.ReportCorrupt. Other slots are
+	// checked in full as always.
+	DeferWordSum bool
+	// Deferred is set by ReadBatch when the payload's check was left to
+	// the caller. Check is set for every block read that carries a word
+	// sum, checked or not: its WordSum is the payload's.
+	Deferred bool
+	Check    PayloadCheck
+	// Err is set by ReadBatch: nil when Dst holds the verified payload, or,
+	// with Deferred, the payload of a verified header.
 	Err error
 }
+
+// PayloadCheck is what a read's word-summed payload must hash to; a check
+// ReadBatch left to its caller (ReadOp.Deferred) is reported failed with
+// Store.ReportCorrupt.
+type PayloadCheck struct {
+	// WordSum is what internal/checksum's WordSum of the payload must be.
+	WordSum uint64
+	slot    Slot
+	seq     uint64
+}
+
+// Valid reports whether c came from a read (of a word-summed block).
+func (c PayloadCheck) Valid() bool { return c.seq != 0 }
 
 // op is the internal form of one block's I/O.
 type op struct {
@@ -52,6 +90,9 @@ type op struct {
 	key         uint64    // expected key, for reads
 	sum         uint64    // for reads: the payload checksum of the header that passed checkHeader
 	hashPending bool      // for reads: the payload still has to be checked against sum
+	wordSum     bool      // writes: sum is the caller's word sum; reads: the header's sum is a word sum
+	deferSum    bool      // reads: the caller checks a word-summed payload (ReadOp.DeferWordSum)
+	deferred    bool      // reads: the check was left to the caller
 	prepared    bool      // the slot was marked busy and must be released
 	submitted   bool
 	err         error
@@ -122,6 +163,9 @@ func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
 	if err := s.checkAligned(w.Slot, "payload", w.Payload); err != nil {
 		return err
 	}
+	if w.WordSummed && s.sums.s.Keyed() {
+		return fmt.Errorf("%w: slot %d: a word sum on a keyed store (Config.ChecksumKey): the store computes its MAC itself", ErrInvalid, w.Slot)
+	}
 	if t, ok := s.index[w.Meta.Key]; ok && t != w.Slot {
 		return fmt.Errorf("%w: key %#x is in slot %d, write to slot %d", ErrKeyExists, w.Meta.Key, t, w.Slot)
 	}
@@ -129,6 +173,7 @@ func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
 	si.busy = -1
 	o.file, o.idx = s.geom.split(w.Slot)
 	o.buf, o.plen, o.meta = w.Payload, len(w.Payload), w.Meta
+	o.wordSum, o.sum = w.WordSummed, w.WordSum
 	s.seq++
 	o.seq = s.seq
 	o.prepared = true
@@ -209,6 +254,13 @@ func (s *Store) ReadBatch(ctx context.Context, ops []ReadOp) error {
 		if o.err == nil {
 			ops[i].Meta = o.meta
 		}
+		ops[i].Deferred, ops[i].Check = o.err == nil && o.deferred, PayloadCheck{}
+		if o.err == nil && o.wordSum {
+			ops[i].Check = PayloadCheck{WordSum: o.sum, slot: o.slot, seq: o.seq}
+		}
+		if ops[i].Deferred {
+			s.ctr.deferred.Add(1)
+		}
 		ops[i].Err = o.err
 	}
 	s.mu.Unlock()
@@ -243,6 +295,7 @@ func (s *Store) prepareReadLocked(o *op, r *ReadOp) error {
 	o.file, o.idx = s.geom.split(r.Slot)
 	o.buf, o.plen, o.meta = r.Dst, int(si.payloadLen), r.Meta
 	o.seq, o.key = si.seq, si.key
+	o.deferSum = r.DeferWordSum
 	o.prepared = true
 	return nil
 }
@@ -348,6 +401,10 @@ func (s *Store) doRun(w *worker, ops []op, run []int, write bool) {
 	var iw *worker // taken only to invalidate a corrupt slot
 	for _, k := range run {
 		if o := &ops[k]; o.err == nil && o.hashPending {
+			if o.wordSum && o.deferSum {
+				o.hashPending, o.deferred = false, true
+				continue
+			}
 			if s.checkPayload(o) {
 				continue
 			}
@@ -399,9 +456,13 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		hb := w.hdr[i*g.hdrBytes : (i+1)*g.hdrBytes]
 		// A local header: w.h's token storage is the worker's, and must not
 		// alias the caller's Tokens, which a later decode would overwrite.
+		sum := o.sum
+		if !o.wordSum {
+			sum = s.sums.sum(o.buf[:o.plen])
+		}
 		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
 			salt: o.meta.Salt, position: o.meta.Position, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
-			payloadSum: s.sums.sum(o.buf[:o.plen]), tokens: o.meta.Tokens}
+			payloadSum: sum, wordSum: o.wordSum, tokens: o.meta.Tokens}
 		encodeHeader(hb, &h, s.sums)
 		if s.cfg.Durable {
 			w.bufs = append(w.bufs, w.zero)
@@ -522,7 +583,7 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 	m := &o.meta
 	m.Key, m.Parent, m.Salt, m.Position, m.PayloadBytes = h.key, h.parent, h.salt, h.position, o.plen
 	m.Tokens = append(m.Tokens[:0], h.tokens...)
-	o.sum, o.hashPending = h.payloadSum, true
+	o.sum, o.wordSum, o.hashPending = h.payloadSum, h.wordSum, true
 	return nil
 }
 
@@ -533,11 +594,50 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 // passed.
 func (s *Store) checkPayload(o *op) bool {
 	o.hashPending = false
-	if sum := s.sums.sum(o.buf[:o.plen]); sum != o.sum {
+	if sum := s.sums.payload(o.buf[:o.plen], o.wordSum); sum != o.sum {
 		s.corrupt(o, fmt.Errorf("%w: payload checksum %#x, header says %#x", ErrCorrupt, sum, o.sum))
 		return false
 	}
 	return true
+}
+
+// ReportCorrupt reports that a payload whose check ReadBatch left to the
+// caller (ReadOp.Deferred) failed it. If the slot still holds
+// that block, the store drops it and clears its header on disk (synced),
+// as it does for a payload it finds corrupt itself, so that no restart
+// adopts it again; it counts it in CorruptDrops and ReportedCorrupt. A
+// slot rewritten or freed since the read is left alone. It returns an
+// error only for a closed store or a check no read returned.
+func (s *Store) ReportCorrupt(c PayloadCheck) error {
+	if err := s.begin(context.Background()); err != nil {
+		s.ops.RUnlock()
+		return err
+	}
+	defer s.ops.RUnlock()
+	s.mu.Lock()
+	si, err := s.slotLocked(c.slot)
+	if err != nil || c.seq == 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: ReportCorrupt of a check no read returned (slot %d, seq %d)", ErrInvalid, c.slot, c.seq)
+	}
+	if si.state != stReadable || si.seq != c.seq || si.busy < 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	s.forgetLocked(c.slot, si)
+	si.busy++ // no write may start on the slot while its header is cleared
+	s.mu.Unlock()
+	s.ctr.corrupt.Add(1)
+	s.ctr.reported.Add(1)
+	o := op{slot: c.slot}
+	o.file, o.idx = s.geom.split(c.slot)
+	w := s.pool.acquireNow()
+	s.invalidate(w, &o)
+	s.pool.release(w)
+	s.mu.Lock()
+	si.busy--
+	s.mu.Unlock()
+	return nil
 }
 
 // invalidate clears, durably, the header of o's slot, which a read has just

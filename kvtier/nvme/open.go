@@ -102,7 +102,7 @@ func openFiles(cfg Config, names []slabName, direct bool) (s *Store, err error) 
 	}
 	s.info = Info{Mode: mode, AlignBytes: alignBytes, AlignSource: align.Source,
 		HeaderBytes: g.hdrBytes, SlotBytes: g.slotBytes, FirstSlotOffset: g.superBytes, Slots: len(paths) * cfg.SlotsPerFile,
-		Files: paths, Preallocated: true}
+		Files: paths, Preallocated: true, Keyed: len(cfg.ChecksumKey) > 0}
 	if s.pool, err = newPool(cfg.Workers, g, cfg.MaxTokens); err != nil {
 		return nil, fmt.Errorf("nvme: worker scratch: %w", err)
 	}

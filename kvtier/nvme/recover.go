@@ -186,7 +186,7 @@ func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 	if err := s.readFull(f, [][]byte{p}, off+int64(g.hdrBytes)); err != nil {
 		return scanIOError
 	}
-	if s.sums.sum(p[:h.payloadLen]) != h.payloadSum {
+	if s.sums.payload(p[:h.payloadLen], h.wordSum) != h.payloadSum {
 		return scanCorrupt
 	}
 	return scanGood

@@ -51,8 +51,13 @@ type Stats struct {
 	// Syscalls counts preadv/pwritev calls, Syncs fdatasync calls.
 	Syscalls, Syncs uint64
 	// CorruptDrops counts slots dropped because a header or payload failed
-	// verification, at Read or at Open.
+	// verification, at Read, at Open, or by the caller's check
+	// (ReportCorrupt).
 	CorruptDrops uint64
+	// DeferredChecks counts reads whose payload check was left to the
+	// caller (ReadOp.DeferWordSum); ReportedCorrupt those of them the
+	// caller reported failed (ReportCorrupt).
+	DeferredChecks, ReportedCorrupt uint64
 	// SlotsInvalidated counts corrupt slots whose header was cleared on disk
 	// (and synced), at Read or at Open, so that no restart finds them again.
 	SlotsInvalidated uint64
@@ -76,6 +81,7 @@ type counters struct {
 	reads, writes, readBytes, writeBytes, syscalls, syncs atomic.Uint64
 	corrupt, invalidated, version, duplicate, recovered   atomic.Uint64
 	superRewritten, extended                              atomic.Uint64
+	deferred, reported                                    atomic.Uint64
 	readErr, writeErr, syncErr                            [NumIOErrorKinds]atomic.Uint64
 }
 
@@ -87,6 +93,7 @@ func (c *counters) snapshot() Stats {
 		CorruptDrops: c.corrupt.Load(), SlotsInvalidated: c.invalidated.Load(), VersionDrops: c.version.Load(),
 		DuplicateDrops: c.duplicate.Load(), Recovered: c.recovered.Load(),
 		SuperblocksRewritten: c.superRewritten.Load(), FilesExtended: c.extended.Load(),
+		DeferredChecks: c.deferred.Load(), ReportedCorrupt: c.reported.Load(),
 	}
 	for k := range NumIOErrorKinds {
 		s.ReadIOErrors[k] = c.readErr[k].Load()

@@ -53,6 +53,9 @@ type Info struct {
 	// Preallocated is false when the file system refused fallocate and the
 	// files were extended with ftruncate instead.
 	Preallocated bool
+	// Keyed says the checksums are keyed (Config.ChecksumKey): the store
+	// then refuses word sums (WriteOp.WordSummed).
+	Keyed bool
 }
 
 type slotState uint8
