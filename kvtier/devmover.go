@@ -49,6 +49,25 @@ import (
 //
 // NVMe writes are as durable as the store makes them: with nvme.Config.Durable
 // an op completes only once its block is synced.
+//
+// Checksums on the GPU. When the engine sums its transfers
+// (transfer.Config.Sums) and the store is not keyed, the host never reads
+// a payload to checksum it:
+//
+//   - an offload's sums (computed on the GPU) stay with its host slots, and
+//     a write of such a slot to NVMe hands the store its sum
+//     (nvme.WriteOp.WordSummed); the bounce path does the same when the
+//     bounce engine sums;
+//   - a load from NVMe to the GPU leaves the payload's check to the GPU
+//     (nvme.ReadOp.DeferWordSum): the staged onboard sums the blocks as
+//     they landed, and a block whose sum is not the one its header stores
+//     fails its op with ErrSourceLost, after the store was told
+//     (Store.ReportCorrupt: the slot is dropped and cleared on disk). Its
+//     layers may have been read by then: the caller MUST treat the op's
+//     error as the block's loss, as for any failed load (recompute it);
+//   - a read from NVMe into the host tier is checked in full by the store
+//     (the host tier only ever holds checked blocks, since the remote tier
+//     publishes from it), and a word-summed block keeps its sum there.
 type DeviceMover struct {
 	eng        *transfer.Engine
 	host       transfer.HostLayout
@@ -73,6 +92,14 @@ type DeviceMover struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	writing []bool
+
+	// sums: NVMe payloads are checksummed on the GPU (see the type's doc);
+	// bounceSums: the bounce engine sums too. hostSum[s] is host slot s's
+	// word sum when hostSummed[s], guarded by sumMu.
+	sums, bounceSums bool
+	sumMu            sync.Mutex
+	hostSum          []uint64
+	hostSummed       []bool
 
 	wg    sync.WaitGroup
 	stats moverCounters
@@ -176,6 +203,12 @@ func NewDeviceMover(cfg DeviceMoverConfig) (*DeviceMover, error) {
 		bounce: cfg.Bounce, bounceHost: cfg.BounceHost,
 	}
 	d.cond.L = &d.mu
+	if cfg.Store != nil && cfg.Engine.Sums() && !cfg.Store.Info().Keyed {
+		d.sums = true
+		d.bounceSums = cfg.Bounce != nil && cfg.Bounce.Sums()
+		d.hostSum = make([]uint64, cfg.Host.Slots())
+		d.hostSummed = make([]bool, cfg.Host.Slots())
+	}
 	if cfg.Bounce != nil {
 		n := cfg.BounceHost.Slots()
 		d.bounceSlots = make(chan int32, n)
@@ -307,6 +340,7 @@ type moveJob struct {
 	bounceMeta       []nvme.BlockMeta
 	bounceTo         []Slot
 	writeTo          []Slot // manager NVMe slot of each write
+	readTo           []Slot // host slot of each read
 }
 
 // addAfter adds a producer event to the job's (once each), and reports
@@ -347,6 +381,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 		case (op.From == Host && int(op.FromSlot) >= d.host.Slots()) || (op.To == Host && int(op.ToSlot) >= d.host.Slots()):
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: host slot out of the pool's %d (DeviceMoverConfig.Host)", ErrBadInput, d.host.Slots()))
 		case op.From == GPU && op.To == Host:
+			d.forgetHostSum(op.ToSlot)
 			j.offload = append(j.offload, transfer.Pair{GPUBlock: int32(op.FromSlot), HostSlot: int32(op.ToSlot)})
 			j.offIdx = append(j.offIdx, i)
 		case op.From == Host && op.To == GPU:
@@ -358,13 +393,17 @@ func (d *DeviceMover) Submit(t *Batch) error {
 			fail, failErr = append(fail, i), append(failErr, fmt.Errorf("%w: nvme slot out of the mover's %d (DeviceMoverConfig.NVMeSlots)", ErrBadInput, len(d.nvmeSlot)))
 		case op.From == Host && op.To == NVMe:
 			meta := blockMeta(&t.Ops[i], d.tokens)
-			j.writes = append(j.writes, nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: meta, Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]})
+			w := nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: meta, Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]}
+			w.WordSum, w.WordSummed = d.hostSumOf(op.FromSlot)
+			j.writes = append(j.writes, w)
 			j.writeIdx = append(j.writeIdx, i)
 			j.writeTo = append(j.writeTo, op.ToSlot)
 		case op.From == NVMe && op.To == Host:
+			d.forgetHostSum(op.ToSlot)
 			meta := blockMeta(&t.Ops[i], d.tokens)
 			j.reads = append(j.reads, nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))}})
 			j.readIdx = append(j.readIdx, i)
+			j.readTo = append(j.readTo, op.ToSlot)
 			j.want = append(j.want, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Position, meta.Tokens})
 		case op.From == NVMe && op.To == GPU:
 			meta := blockMeta(&t.Ops[i], d.tokens)
@@ -386,18 +425,22 @@ func (d *DeviceMover) Submit(t *Batch) error {
 	if len(j.offload) > 0 {
 		d.stats.offloads.Add(uint64(len(j.offload)))
 		tr, err := d.eng.Offload(context.Background(), j.offload, j.afters...)
-		d.finishEngine(t, j.offIdx, tr, err, "offload", nil)
+		d.finishEngine(t, j.offIdx, tr, err, "offload", nil, d.keepHostSums(j.offload))
 	}
 	if len(j.onboard) > 0 {
 		d.stats.onboards.Add(uint64(len(j.onboard)))
 		tr, err := d.eng.Onboard(context.Background(), j.onboard)
-		d.finishEngine(t, j.onIdx, tr, err, "onboard", nil)
+		d.finishEngine(t, j.onIdx, tr, err, "onboard", nil, nil)
 	}
 	if len(j.staged) > 0 {
 		d.stats.staged.Add(uint64(len(j.staged)))
 		src := &storeSource{d: d, ops: j.stagedOps, want: j.stagedWant, lost: -1}
+		if d.sums {
+			src.checks = make([]nvme.PayloadCheck, len(j.staged))
+			src.deferred = make([]bool, len(j.staged))
+		}
 		tr, err := d.eng.OnboardStaged(context.Background(), src, j.staged)
-		d.finishEngine(t, j.stagedIdx, tr, err, "staged onboard from nvme", src)
+		d.finishEngine(t, j.stagedIdx, tr, err, "staged onboard from nvme", src, src.checkSum)
 	}
 	if len(j.writes) > 0 {
 		d.stats.nvmeWrites.Add(uint64(len(j.writes)))
@@ -423,8 +466,10 @@ func (d *DeviceMover) Submit(t *Batch) error {
 
 // finishEngine completes ops idx of t when the engine's transfer is done,
 // never before (a goroutine waits on Done), or at once if it never started.
-// src, for a staged onboard, names the op whose NVMe block was lost.
-func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource) {
+// src, for a staged onboard, names the op whose NVMe block was lost. each,
+// if set, runs for op k of a transfer done without error, before the
+// transfer is released, and returns that op's error.
+func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource, each func(k int, tr *transfer.Transfer) error) {
 	if err != nil {
 		err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
 		d.stats.failed(len(idx), err)
@@ -460,6 +505,16 @@ func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, e
 		defer d.wg.Done()
 		<-tr.Done()
 		err := tr.Err()
+		var errs []error
+		if err == nil && each != nil {
+			errs = make([]error, len(idx))
+			for k := range idx {
+				if errs[k] = each(k, tr); errs[k] != nil {
+					errs[k] = fmt.Errorf("%s of %d blocks: block %d: %w", what, len(idx), k, errs[k])
+					d.stats.failed(1, errs[k])
+				}
+			}
+		}
 		ly.Release()
 		if err != nil {
 			err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
@@ -469,6 +524,9 @@ func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, e
 			e := err
 			if e != nil && src != nil && k == src.lost {
 				e = fmt.Errorf("%w: %w", ErrSourceLost, e)
+			}
+			if errs != nil {
+				e = errs[k]
 			}
 			t.Complete(i, e)
 		}
@@ -610,6 +668,9 @@ func (d *DeviceMover) runReads(j *moveJob) {
 		if e == nil {
 			e = j.want[k].check(r.Meta)
 		}
+		if e == nil && d.sums && r.Check.Valid() {
+			d.setHostSum(int32(j.readTo[k]), r.Check.WordSum)
+		}
 		if e != nil {
 			e = fmt.Errorf("nvme read of store slot %d: %w", r.Slot, e)
 			d.stats.failed(1, e)
@@ -646,17 +707,24 @@ type storeSource struct {
 	want []wantMeta
 	rd   [1]nvme.ReadOp
 	lost int // the block whose slot was found lost, or -1; read after Done
+	// With the mover's sums: each block's check, and whether the store
+	// left it to the GPU; read after Done.
+	checks   []nvme.PayloadCheck
+	deferred []bool
 }
 
 // ReadBlock implements transfer.Source. The engine calls it from one
 // goroutine at a time.
 func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 	slot := s.d.nvmeSlot[s.ops[i].FromSlot]
-	s.rd[0] = nvme.ReadOp{Slot: slot, Dst: dst, Meta: nvme.BlockMeta{Tokens: s.rd[0].Meta.Tokens[:0]}}
+	s.rd[0] = nvme.ReadOp{Slot: slot, Dst: dst, Meta: nvme.BlockMeta{Tokens: s.rd[0].Meta.Tokens[:0]}, DeferWordSum: s.d.sums}
 	if err := s.d.store.ReadBatch(ctx, s.rd[:]); err != nil {
 		return err
 	}
 	err := s.rd[0].Err
+	if err == nil && s.checks != nil {
+		s.checks[i], s.deferred[i] = s.rd[0].Check, s.rd[0].Deferred
+	}
 	if err == nil {
 		err = s.want[i].check(s.rd[0].Meta)
 	}
@@ -667,6 +735,71 @@ func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 		return fmt.Errorf("store slot %d: %w", slot, err)
 	}
 	return nil
+}
+
+// checkSum is the staged onboard's per-block check (finishEngine's each):
+// a block whose check the store left to the GPU must have landed with the
+// sum its header stores; one that did not is reported to the store, which
+// drops its slot, and fails with ErrSourceLost.
+func (s *storeSource) checkSum(k int, tr *transfer.Transfer) error {
+	if s.deferred == nil || !s.deferred[k] {
+		return nil
+	}
+	sums := tr.Sums()
+	if k >= len(sums) {
+		return fmt.Errorf("kvtier: DeviceMover: the staged onboard returned %d sums for %d blocks", len(sums), len(s.deferred))
+	}
+	c := s.checks[k]
+	if sums[k] == c.WordSum {
+		return nil
+	}
+	err := fmt.Errorf("%w: %w: nvme block %#x landed with word sum %#x, its header says %#x", ErrSourceLost, nvme.ErrCorrupt, s.ops[k].Key, sums[k], c.WordSum)
+	if rerr := s.d.store.ReportCorrupt(c); rerr != nil {
+		err = fmt.Errorf("%w (and reporting it to the store failed: %w)", err, rerr)
+	}
+	return err
+}
+
+// forgetHostSum drops host slot s's sum: new bytes are coming.
+func (d *DeviceMover) forgetHostSum(s Slot) {
+	if !d.sums {
+		return
+	}
+	d.sumMu.Lock()
+	d.hostSummed[s] = false
+	d.sumMu.Unlock()
+}
+
+// hostSumOf returns host slot s's word sum, if it has one.
+func (d *DeviceMover) hostSumOf(s Slot) (uint64, bool) {
+	if !d.sums {
+		return 0, false
+	}
+	d.sumMu.Lock()
+	defer d.sumMu.Unlock()
+	return d.hostSum[s], d.hostSummed[s]
+}
+
+// setHostSum records host slot s's word sum.
+func (d *DeviceMover) setHostSum(s int32, sum uint64) {
+	d.sumMu.Lock()
+	d.hostSum[s], d.hostSummed[s] = sum, true
+	d.sumMu.Unlock()
+}
+
+// keepHostSums is an offload's per-block step (finishEngine's each): the
+// sums of the GPU blocks it copied become their host slots'. nil without
+// sums.
+func (d *DeviceMover) keepHostSums(pairs []transfer.Pair) func(int, *transfer.Transfer) error {
+	if !d.sums {
+		return nil
+	}
+	return func(k int, tr *transfer.Transfer) error {
+		if sums := tr.Sums(); k < len(sums) {
+			d.setHostSum(pairs[k].HostSlot, sums[k])
+		}
+		return nil
+	}
 }
 
 // runBounce moves GPU blocks to the store through the bounce slots, a few
@@ -689,11 +822,15 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 			}
 		}
 		k := len(pairs)
-		err := d.bounceCopy(pairs, j.afters)
+		sums, err := d.bounceCopy(pairs, j.afters)
 		ops = ops[:0]
 		for c := range k {
-			ops = append(ops, nvme.WriteOp{Slot: d.nvmeSlot[j.bounceTo[next+c]], Meta: j.bounceMeta[next+c],
-				Payload: d.bounceHost.Slot(pairs[c].HostSlot)[:d.blockBytes]})
+			w := nvme.WriteOp{Slot: d.nvmeSlot[j.bounceTo[next+c]], Meta: j.bounceMeta[next+c],
+				Payload: d.bounceHost.Slot(pairs[c].HostSlot)[:d.blockBytes]}
+			if c < len(sums) && d.bounceSums {
+				w.WordSum, w.WordSummed = sums[c], true
+			}
+			ops = append(ops, w)
 		}
 		if err == nil {
 			d.writeAll(ops, j.bounceTo[next:next+k])
@@ -717,17 +854,19 @@ func (d *DeviceMover) runBounce(j *moveJob) {
 }
 
 // bounceCopy offloads pairs into the bounce pool, on the device after
-// after (nil: at once), and waits for the copy. It runs on the mover's
+// after (nil: at once), and waits for the copy. It returns the blocks' word
+// sums when the bounce engine sums (nil otherwise). It runs on the mover's
 // goroutine, off the request's path.
-func (d *DeviceMover) bounceCopy(pairs []transfer.Pair, after []cudastream.Event) error {
+func (d *DeviceMover) bounceCopy(pairs []transfer.Pair, after []cudastream.Event) ([]uint64, error) {
 	tr, err := d.bounce.Offload(context.Background(), pairs, after...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	<-tr.Done()
 	err = tr.Err()
+	sums := append([]uint64(nil), tr.Sums()...)
 	tr.Release()
-	return err
+	return sums, err
 }
 
 // blockMeta returns the identity of op i's block for an NVMe header: key,

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/checksum"
 	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/transfer"
@@ -56,6 +57,9 @@ type devOpts struct {
 	// real runs on GPU 0 instead of the sim: the test skips without a
 	// driver, and fails then if KVTIER_REQUIRE_GPU=1.
 	real bool
+	// sums makes both engines sum their transfers on the device
+	// (transfer.Config.Sums): NVMe payloads are then checksummed there.
+	sums bool
 }
 
 func openDevice(t *testing.T, o devOpts) cudastream.Device {
@@ -145,11 +149,11 @@ func newDevShard(t *testing.T, o devOpts) (*devFixture, Config) {
 	if sim, ok := dev.(*cudastream.Sim); ok {
 		now = sim.Clock().Now
 	}
-	eng, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: f.host, Staging: staging, Now: now})
+	eng, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: f.host, Staging: staging, Now: now, Sums: o.sums})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounce, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: bounceHost, Now: now})
+	bounce, err := transfer.New(dev, transfer.Config{GPU: gpu, Host: bounceHost, Now: now, Sums: o.sums})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,12 +372,18 @@ func TestDeviceMoverRoundTrip(t *testing.T) { testDeviceMoverRoundTrip(t, false)
 
 func testDeviceMoverRoundTrip(t *testing.T, real bool) {
 	for _, wt := range []bool{false, true} {
-		t.Run(fmt.Sprintf("writeThrough=%v", wt), func(t *testing.T) { roundTrip(t, real, wt) })
+		for _, sums := range []bool{false, true} {
+			t.Run(fmt.Sprintf("writeThrough=%v/sums=%v", wt, sums), func(t *testing.T) { roundTrip(t, real, wt, sums) })
+		}
 	}
 }
 
-func roundTrip(t *testing.T, real, writeThrough bool) {
-	f := newDevFixture(t, devOpts{gpu: 8, host: 6, nvme: 64, writeThrough: writeThrough,
+// roundTrip moves blocks along every path and checks every byte served.
+// With sums, the NVMe payloads are checksummed on the device: the store
+// hashes none it writes from an offload, and leaves the check of the
+// blocks it loads into the GPU to the device.
+func roundTrip(t *testing.T, real, writeThrough, sums bool) {
+	f := newDevFixture(t, devOpts{gpu: 8, host: 6, nvme: 64, writeThrough: writeThrough, sums: sums,
 		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
 	ctx := context.Background()
 	var reqs [][]int32
@@ -485,6 +495,9 @@ func roundTrip(t *testing.T, real, writeThrough bool) {
 	}
 	if layered[Host] == 0 || layered[NVMe] == 0 {
 		t.Errorf("blocks checked layer by layer, by tier they loaded from: %v: a path is not covered", layered)
+	}
+	if ss := f.store.Stats(); sums != (ss.DeferredChecks > 0) {
+		t.Errorf("sums %v, but the store left %d payload checks to the device", sums, ss.DeferredChecks)
 	}
 }
 
@@ -674,6 +687,95 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 	if bad := f.checkAll(t); len(bad) > 0 {
 		t.Errorf("ready copies that differ after reuse: %v", bad)
 	}
+}
+
+// TestDeviceMoverCorruptWordSummed: blocks whose NVMe copies carry word
+// sums from the device (one written from the host tier after an offload,
+// one through the bounce slots) have a payload byte flipped on disk.
+// Loading the first into the GPU fails its device-side check: the op fails
+// with ErrSourceLost, the store is told (the slot is dropped and its
+// header cleared), and the block is not served again. Copying the second
+// to the host is checked by the store itself, and fails likewise.
+func TestDeviceMoverCorruptWordSummed(t *testing.T) { testDeviceMoverCorruptWordSummed(t, false) }
+
+func testDeviceMoverCorruptWordSummed(t *testing.T, real bool) {
+	f := newDevFixture(t, devOpts{gpu: 4, host: 4, nvme: 8, sums: true,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
+	ctx := context.Background()
+	a, b := f.request(1), f.request(1)
+	var w Lease
+	f.prefill(t, a, &w)
+	for _, to := range []Tier{Host, NVMe} {
+		if err := f.m.Offload(&w, to); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.m.Wait(ctx, &w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.m.Release(&w)
+	f.prefillToNVMe(t, b)
+	f.mover.Wait()
+	for _, tokens := range [][]int32{a, b} {
+		if _, err := f.m.Evict(ctx, 1, tokens, NVMe); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var la, lb Lease
+	for _, c := range []struct {
+		tokens []int32
+		l      *Lease
+	}{{a, &la}, {b, &lb}} {
+		if err := f.m.Lookup(1, c.tokens, c.l); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.l.Blocks) != 1 || c.l.Blocks[0].Tier != NVMe {
+			t.Fatalf("looked up as %+v, want one block in nvme only", c.l.Blocks)
+		}
+		blk := c.l.Blocks[0]
+		ops := []nvme.ReadOp{{Slot: f.mover.nvmeSlot[blk.Slot], Dst: pinnedBytes(t, f.dev, dmBlockBytes), DeferWordSum: true}}
+		if err := f.store.ReadBatch(ctx, ops); err != nil || ops[0].Err != nil {
+			t.Fatal(err, ops[0].Err)
+		}
+		if !ops[0].Deferred || ops[0].Check.WordSum != checksum.WordSum(f.want[blk.Key]) {
+			t.Fatalf("block %#x on nvme: deferred %v, sum %#x, want the device's sum of its KV %#x", uint64(blk.Key), ops[0].Deferred, ops[0].Check.WordSum, checksum.WordSum(f.want[blk.Key]))
+		}
+		f.corrupt(t, blk.Slot)
+	}
+	before := f.store.Stats()
+	if err := f.m.Plan(&la); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Onboard(&la); err != nil {
+		t.Fatal(err)
+	}
+	err := f.m.Wait(ctx, &la)
+	if !errors.Is(err, ErrMove) || !errors.Is(err, nvme.ErrCorrupt) || !errors.Is(err, ErrSourceLost) {
+		t.Fatalf("Wait after loading a corrupt word-summed block = %v, want ErrMove wrapping nvme.ErrCorrupt and ErrSourceLost", err)
+	}
+	if st := f.store.Stats(); st.ReportedCorrupt != before.ReportedCorrupt+1 || st.SlotsInvalidated != before.SlotsInvalidated+1 {
+		t.Errorf("store after the failed check: %+v; before %+v: want one more reported and invalidated", st, before)
+	}
+	f.promote(t, lb.Blocks[0].Ref)
+	if st := f.store.Stats(); st.CorruptDrops != before.CorruptDrops+2 {
+		t.Errorf("store after the copy to the host: %d corrupt drops, want %d", st.CorruptDrops, before.CorruptDrops+2)
+	}
+	f.m.Release(&la)
+	f.m.Release(&lb)
+	for _, tokens := range [][]int32{a, b} {
+		var l Lease
+		if err := f.m.Lookup(1, tokens, &l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Blocks) != 0 {
+			t.Errorf("a corrupt block is still served: %+v", l.Blocks)
+		}
+		f.m.Release(&l)
+	}
+	if bad := f.checkAll(t); len(bad) > 0 {
+		t.Errorf("ready copies that differ: %v", bad)
+	}
+	f.m.check(t)
 }
 
 // earlyReuse offloads blocks from a two-slot GPU and releases them at once,
@@ -973,7 +1075,8 @@ func testDeviceMoverReclaim(t *testing.T, real bool) {
 func TestDeviceMoverGPU(t *testing.T) {
 	for name, fn := range map[string]func(*testing.T, bool){
 		"RoundTrip": testDeviceMoverRoundTrip, "CorruptNVMe": testDeviceMoverCorruptNVMe,
-		"Concurrent": testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
+		"CorruptWordSummed": testDeviceMoverCorruptWordSummed,
+		"Concurrent":        testDeviceMoverConcurrent, "Reclaim": testDeviceMoverReclaim,
 		"Restart": testDeviceMoverRestart, "Sharded": testShardedDeviceMover,
 	} {
 		t.Run(name, func(t *testing.T) { fn(t, true) })

@@ -400,13 +400,17 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o Options, dirs []string
 			return configErr("Options.GatherStaging", "%d bytes make no buffer of 4 KiB (%d per direction)", o.GatherStaging, transfer.DefaultGatherBuffers)
 		}
 	}
-	if p.Engine, err = transfer.New(sh.Device, ec); err != nil {
+	// With an NVMe tier, the engines checksum its payloads on the GPU
+	// (transfer.Config.Sums, DeviceMover's doc), where the device can.
+	bc := transfer.Config{GPU: sh.GPU, Host: bounceHost, Now: now}
+	ec.Sums, bc.Sums = nvmeSlots > 0, nvmeSlots > 0
+	if p.Engine, err = newEngine(sh.Device, ec); err != nil {
 		if o.GatherStaging > 0 {
 			return fmt.Errorf("Options.GatherStaging %d: %w", o.GatherStaging, err)
 		}
 		return err
 	}
-	if p.Bounce, err = transfer.New(sh.Device, transfer.Config{GPU: sh.GPU, Host: bounceHost, Now: now}); err != nil {
+	if p.Bounce, err = newEngine(sh.Device, bc); err != nil {
 		return err
 	}
 	mc := DeviceMoverConfig{Engine: p.Engine, Host: p.Host, BlockBytes: blockBytes, Bounce: p.Bounce, BounceHost: bounceHost,
@@ -421,6 +425,21 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o Options, dirs []string
 	}
 	p.Mover, err = NewDeviceMover(mc)
 	return err
+}
+
+// newEngine is transfer.New, without Config.Sums where the device cannot
+// sum (a TimingOnly simulator) or the layout's parts are not whole words:
+// the store then checksums payloads on the CPU.
+func newEngine(dev cudastream.Device, cfg transfer.Config) (*transfer.Engine, error) {
+	if cfg.Sums && cfg.GPU.PartBytes%8 != 0 {
+		cfg.Sums = false
+	}
+	e, err := transfer.New(dev, cfg)
+	if cfg.Sums && errors.Is(err, cudastream.ErrNotSupported) {
+		cfg.Sums = false
+		e, err = transfer.New(dev, cfg)
+	}
+	return e, err
 }
 
 // Close waits for every copy in flight (Drain), then closes the mover, the
