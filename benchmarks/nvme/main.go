@@ -23,13 +23,29 @@
 // process (getrusage), the device requests it took and their mean size
 // (/proc/diskstats), and the device's queue limits.
 //
-// Each round runs every case once, the order of raw, raw+header, raw+touch
-// and tier rotating by round; a warm-up pass writes every slot first. It writes
+// With --gpu (a CUDA device, and a binary built with cgo) two more rows
+// per case time the tier as the DeviceMover drives it when its engine sums
+// on the GPU (transfer.Config.Sums): "kvtier/nvme, GPU sums" writes each
+// block with the word sum the GPU computed before copying it out
+// (nvme.WriteOp.WordSummed) and reads each with its check left to the GPU
+// (nvme.ReadOp.DeferWordSum), which copies the block in, sums it there and
+// compares; and "raw O_DIRECT+copy" is the raw I/O plus the same copy to or
+// from the GPU, with no checksum at all. Both move --gpu-batch blocks per
+// wait for the GPU, as a transfer of that many blocks does (the engine waits
+// once per transfer), each block still its own I/O at the same depth. The
+// tier's blocks live in a second store of the same geometry on the same
+// drive, so that the other tier rows keep measuring XXH3 blocks. The CPU
+// rows count the CUDA calls too.
+//
+// Each round runs every case once, the order of the modes rotating by
+// round; a warm-up pass writes every slot first. It writes
 // nvme-<machine>.json and nvme-<machine>.md under --out.
 //
 //	CGO_ENABLED=0 go build -o .gpu/nv/ ./benchmarks/nvme
 //	.gpu/nv/nvme --dir /tmp/kvtier-nvme-bench --machine h200 --out $OUT
 //	.gpu/nv/nvme --dir /tmp/kvtier-nvme-bench --machine h200-thp --thp --out $OUT
+//	go build -o .gpu/nvg/ ./benchmarks/nvme # with cgo, for --gpu
+//	.gpu/nvg/nvme --dir /tmp/kvtier-nvme-bench --machine h200 --gpu --out $OUT
 package main
 
 import (
@@ -69,6 +85,8 @@ func main() {
 	thp := flag.Bool("thp", false, "put the I/O buffers on transparent huge pages (MADV_HUGEPAGE), like the pinned host pool; default 4 KiB pages")
 	workers := flag.Int("workers", 0, "the tier's Config.Workers (0: the same as --depth); fewer than --depth shows whether the tier keeps its workers busy with I/O")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	useGPU := flag.Bool("gpu", false, "also time raw O_DIRECT+copy and the tier with its payloads summed and checked on GPU 0 (needs a CUDA device)")
+	gpuBatch := flag.Int("gpu-batch", 8, "--gpu: blocks per round trip to the GPU (per wait), as a transfer of that many blocks")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -82,8 +100,8 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *dir == "" || *rounds < 1 || *sizeGiB <= 0 || *depth < 1 || *workers < 0 {
-		fmt.Fprintln(os.Stderr, "nvme: --dir is required; --rounds, --size-gib and --depth must be positive, --workers at least 0")
+	if *dir == "" || *rounds < 1 || *sizeGiB <= 0 || *depth < 1 || *workers < 0 || *gpuBatch < 1 || *gpuBatch > 256 {
+		fmt.Fprintln(os.Stderr, "nvme: --dir is required; --rounds, --size-gib and --depth must be positive, --workers at least 0, --gpu-batch in [1, 256]")
 		os.Exit(2)
 	}
 	if *workers == 0 {
@@ -98,7 +116,7 @@ func main() {
 		}
 		bss = append(bss, int(bs))
 	}
-	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth, *workers, *thp); err != nil {
+	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth, *workers, *thp, *useGPU, *gpuBatch); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "nvme:", err)
 		os.Exit(1)
@@ -122,20 +140,22 @@ const (
 	modeRawHdr               // preadv of the header region and the payload (reads only)
 	modeRawTouch             // pread/pwrite of the payload and one pass over its bytes
 	modeTier                 // Store.Read / Store.Write
+	modeRawCopy              // --gpu: raw, and the payload's copy to (reads) or from (writes) the GPU
+	modeTierGPU              // --gpu: the tier with word sums: summed on the GPU before a write, checked there after a read
 	numModes
 )
 
-func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out string, depth, workers int, thp bool) error {
+func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out string, depth, workers int, thp, useGPU bool, gpuBatch int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	res := results.New("nvme", machine, "")
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of raw, raw+header, raw+touch and tier rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
+		fmt.Sprintf("payload GiB/s, %d I/Os in flight (tier: %d workers), buffers on %s pages, %.2f GiB per pass, %d rounds, order of the modes rotating by round", depth, workers, map[bool]string{false: "4 KiB", true: "transparent huge"}[thp], sizeGiB, rounds),
 		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
 	start := time.Now()
 	for _, bs := range sizes {
-		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth, workers, thp)
+		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth, workers, thp, useGPU, gpuBatch)
 		if err != nil {
 			return fmt.Errorf("%s blocks: %w", bytesize.Format(int64(bs)), err)
 		}
@@ -150,7 +170,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 
 // measureSize builds a store of sizeGiB of bs-byte slots and times every
 // case, raw and through the tier, alternating their order by round.
-func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth, workers int, thp bool) (string, error) {
+func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth, workers int, thp, useGPU bool, gpuBatch int) (string, error) {
 	sub := filepath.Join(dir, fmt.Sprintf("bs-%d", bs))
 	if err := os.MkdirAll(sub, 0o700); err != nil {
 		return "", err
@@ -215,6 +235,40 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 		}
 		bufs[i] = b
 	}
+	// --gpu: a device block per goroutine, and a second store of its own
+	// (same geometry, same drive) for the word-summed blocks, so that the
+	// tier's CPU rows keep measuring XXH3 blocks.
+	var gpu *gpuSide
+	var s2 *nvme.Store
+	var slots2 []nvme.Slot
+	if useGPU {
+		fill := func(b []byte) {
+			for j := range b {
+				b[j] = byte(j%bs*131 + j%bs>>12)
+			}
+		}
+		if gpu, err = newGPUSide(depth, gpuBatch, bs, fill); err != nil {
+			return "", err
+		}
+		defer gpu.close()
+		sub2 := sub + "-gpu"
+		if err := os.MkdirAll(sub2, 0o700); err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(sub2)
+		if s2, err = nvme.Open(nvme.Config{Dirs: []string{sub2}, SlotsPerFile: nslots, BlockBytes: bs,
+			MaxTokens: 16, Mode: nvme.ModeDirect, Workers: workers}); err != nil {
+			return "", err
+		}
+		defer s2.Close()
+		slots2 = make([]nvme.Slot, nslots)
+		for i := range slots2 {
+			if slots2[i], err = s2.Allocate(); err != nil {
+				return "", err
+			}
+		}
+		slices.Sort(slots2)
+	}
 	// Header regions for the raw+header reads.
 	hdrs := make([][]byte, depth)
 	for i := range hdrs {
@@ -231,6 +285,77 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	for i := range seq {
 		seq[i] = i
 	}
+	// gpuPass is one goroutine's share of a pass in a GPU mode: batches of
+	// --gpu-batch blocks, each batch one round trip to the GPU, each block
+	// its own I/O as in the raw rows.
+	gpuPass := func(w *gpuWorker, next *atomic.Int64, order []int, write bool, m mode) error {
+		ctx := context.Background()
+		var rd [1]nvme.ReadOp
+		var wr [1]nvme.WriteOp
+		k := int64(len(w.bufs))
+		want := make([]uint64, 0, k)
+		for {
+			i0 := int(next.Add(k) - k)
+			n := min(int(k), len(order)-i0)
+			if n <= 0 {
+				return nil
+			}
+			batch := order[i0 : i0+n]
+			tier := m == modeTierGPU
+			if write {
+				sums, err := w.fromDevice(n, tier)
+				if err != nil {
+					return err
+				}
+				for j, o := range batch {
+					if !tier {
+						if err := full(unix.Pwrite, raw, w.bufs[j], payloadOff(slots[o])); err != nil {
+							return err
+						}
+						continue
+					}
+					wr[0] = nvme.WriteOp{Slot: slots2[o], Meta: nvme.BlockMeta{Key: uint64(slots2[o]) + 1, Parent: uint64(slots2[o]), Salt: 1},
+						Payload: w.bufs[j], WordSummed: true, WordSum: sums[j]}
+					if err := s2.WriteBatch(ctx, wr[:]); err != nil {
+						return err
+					}
+					if wr[0].Err != nil {
+						return wr[0].Err
+					}
+				}
+				continue
+			}
+			want = want[:0]
+			for j, o := range batch {
+				if !tier {
+					if err := full(unix.Pread, raw, w.bufs[j], payloadOff(slots[o])); err != nil {
+						return err
+					}
+					continue
+				}
+				rd[0] = nvme.ReadOp{Slot: slots2[o], Dst: w.bufs[j], DeferWordSum: true, Meta: nvme.BlockMeta{Tokens: rd[0].Meta.Tokens[:0]}}
+				if err := s2.ReadBatch(ctx, rd[:]); err != nil {
+					return err
+				}
+				if rd[0].Err != nil {
+					return rd[0].Err
+				}
+				if !rd[0].Deferred {
+					return fmt.Errorf("slot %d: the store checked a word-summed payload itself", rd[0].Slot)
+				}
+				want = append(want, rd[0].Check.WordSum)
+			}
+			sums, err := w.toDevice(n, tier)
+			if err != nil {
+				return err
+			}
+			for j := range want {
+				if sums[j] != want[j] {
+					return fmt.Errorf("slot %d: the GPU's word sum %#x is not the header's %#x", slots2[batch[j]], sums[j], want[j])
+				}
+			}
+		}
+	}
 	// one pass over all slots, in order, with depth goroutines; returns GiB/s.
 	pass := func(write, random bool, m mode) (float64, error) {
 		order := seq
@@ -244,6 +369,14 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 		t0 := time.Now()
 		for g := range depth {
 			buf, hdr := bufs[g], hdrs[g]
+			if m == modeRawCopy || m == modeTierGPU {
+				wg.Go(func() {
+					if err := gpuPass(gpu.workers[g], &next, order, write, m); err != nil {
+						once.Do(func() { firstErr = err })
+					}
+				})
+				continue
+			}
 			wg.Go(func() {
 				ctx := context.Background()
 				for {
@@ -287,6 +420,11 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	if _, err := pass(true, false, modeTier); err != nil {
 		return "", err
 	}
+	if gpu != nil {
+		if _, err := pass(true, false, modeTierGPU); err != nil {
+			return "", err
+		}
+	}
 	type key struct {
 		c int
 		m mode
@@ -301,6 +439,9 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 				m := (mode(r) + i) % numModes
 				if m == modeRawHdr && cs.write {
 					continue // it would overwrite the tier's headers
+				}
+				if (m == modeRawCopy || m == modeTierGPU) && gpu == nil {
+					continue
 				}
 				before, cpu0 := dev.read(), cpuTime()
 				v, err := pass(cs.write, cs.random, m)
@@ -318,6 +459,11 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	}
 	if st := s.Stats(); st.CorruptDrops != 0 {
 		return "", fmt.Errorf("the tier dropped %d corrupt slots during the run", st.CorruptDrops)
+	}
+	if s2 != nil {
+		if st := s2.Stats(); st.CorruptDrops != 0 || st.DeferredChecks == 0 {
+			return "", fmt.Errorf("the GPU-summed tier dropped %d corrupt slots and deferred %d checks during the run", st.CorruptDrops, st.DeferredChecks)
+		}
 	}
 	blocks := float64(nslots * rounds)
 	for c, cs := range cases {
@@ -339,6 +485,18 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 		res.Rows[len(res.Rows)-1] = r
 		tierCPU := res.Add(fmt.Sprintf("kvtier/nvme %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeTier}], cpuBase)
 		note += fmt.Sprintf("; %s tier CPU per block %.2fx raw's (medians of rounds)", cs.name, 1/tierCPU.Ratio)
+		if gpu != nil {
+			copyName := fmt.Sprintf("raw O_DIRECT+copy %s %s", cs.name, bytesize.Format(int64(bs)))
+			r = res.Add(copyName, "GiB/s", samples[key{c, modeRawCopy}], base)
+			r.Note = "raw, plus the payload's copy to or from the GPU (what any GPU server adds), no checksum"
+			res.Rows[len(res.Rows)-1] = r
+			res.Add(fmt.Sprintf("kvtier/nvme, GPU sums %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeTierGPU}], base)
+			r = res.Add(copyName+" CPU", "CPU µs/block", cpuSamples[key{c, modeRawCopy}], cpuBase)
+			r.Note = "raw plus the copy to or from the GPU"
+			res.Rows[len(res.Rows)-1] = r
+			g := res.Add(fmt.Sprintf("kvtier/nvme, GPU sums %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeTierGPU}], cpuBase)
+			note += fmt.Sprintf("; %s tier with GPU sums CPU per block %.2fx raw's", cs.name, 1/g.Ratio)
+		}
 		note += fmt.Sprintf("; %s CPU µs per block (user+system, this process):", cs.name)
 		for m := range numModes {
 			if d, ok := cpu[key{c, m}]; ok {
@@ -359,7 +517,7 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	return note, nil
 }
 
-var modeNames = [numModes]string{"raw", "raw+header", "raw+touch", "tier"}
+var modeNames = [numModes]string{"raw", "raw+header", "raw+touch", "tier", "raw+copy", "tier, GPU sums"}
 
 // touchByte and touched make the raw+touch pass: bytes.Count reads every
 // byte of the payload at the speed memory delivers it (SIMD, no early
