@@ -4,14 +4,23 @@
 //
 // What it promises:
 //
-//   - It never returns a torn, bit-flipped or foreign block. Every slot starts
-//     with a header that names the block (key, parent, salt, position in its
-//     prefix, token ids), the slot it belongs to, a sequence number and the
-//     checksum of the payload (XXH3-64, or a keyed HMAC with
-//     Config.ChecksumKey), and that carries its own checksum. A read
+//   - It never returns a torn, bit-flipped or foreign block as checked. Every
+//     slot starts with a header that names the block (key, parent, salt,
+//     position in its prefix, token ids), the slot it belongs to, a sequence
+//     number and the checksum of the payload (XXH3-64; a keyed HMAC with
+//     Config.ChecksumKey; or a word sum the writer computed on the GPU,
+//     WriteOp.WordSummed), and that carries its own checksum. A read
 //     checks all of it before it reports success; a mismatch drops the slot,
 //     is counted in Stats, and is returned as a miss (errors.Is(err,
-//     ErrNotFound) and ErrCorrupt).
+//     ErrNotFound) and ErrCorrupt). The one exception is asked for: with
+//     ReadOp.DeferWordSum a word-summed payload is returned unchecked and
+//     marked so (ReadOp.Deferred), with the sum it must have; the caller
+//     checks it where the bytes go (the GPU) and reports a failure
+//     (ReportCorrupt), which drops the slot as the store's own check does.
+//     Checking payloads on the CPU costs a pass over cold memory: 2 to 5
+//     times the CPU of the raw I/O on the H200 machine, where the GPU's
+//     check keeps the tier within 1.4 times
+//     (benchmarks/results/nvme-h200.md).
 //   - A block is readable only after its write completed (and, with
 //     Config.Durable, was synced). A slot is never reused while an I/O on it
 //     is in flight: Free and Write refuse a busy slot with ErrBusy.
