@@ -31,7 +31,9 @@ func (d *drvDevice) loadSum() error {
 			if step == 3 {
 				call = "cuModuleGetFunction (kvtier_wordsum)"
 			}
-			k.err = fmt.Errorf("cudastream: loading the word-sum kernel: %w", d.err(call, rc))
+			// A driver older than the PTX (ISA 9.0, CUDA 13.0) cannot JIT
+			// it: the device cannot sum, and callers fall back.
+			k.err = fmt.Errorf("cudastream: loading the word-sum kernel: %w: %w", ErrNotSupported, d.err(call, rc))
 		}
 	})
 	return k.err

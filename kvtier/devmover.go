@@ -54,10 +54,11 @@ import (
 // (transfer.Config.Sums) and the store is not keyed, the host never reads
 // a payload to checksum it:
 //
-//   - an offload's sums (computed on the GPU) stay with its host slots, and
-//     a write of such a slot to NVMe hands the store its sum
-//     (nvme.WriteOp.WordSummed); the bounce path does the same when the
-//     bounce engine sums;
+//   - an offload's sums (computed on the GPU) stay with its host slots, for
+//     the blocks it moved, and a write of such a slot's block to NVMe hands
+//     the store its sum (nvme.WriteOp.WordSummed); the bounce path does the
+//     same when the bounce engine sums. A slot the host wrote itself (an
+//     Insert into the host tier) has no sum, and the store hashes it;
 //   - a load from NVMe to the GPU leaves the payload's check to the GPU
 //     (nvme.ReadOp.DeferWordSum): the staged onboard sums the blocks as
 //     they landed, and a block whose sum is not the one its header stores
@@ -94,12 +95,11 @@ type DeviceMover struct {
 	writing []bool
 
 	// sums: NVMe payloads are checksummed on the GPU (see the type's doc);
-	// bounceSums: the bounce engine sums too. hostSum[s] is host slot s's
-	// word sum when hostSummed[s], guarded by sumMu.
+	// bounceSums: the bounce engine sums too. hostSums[s] is host slot s's
+	// word sum, for the block it names, guarded by sumMu.
 	sums, bounceSums bool
 	sumMu            sync.Mutex
-	hostSum          []uint64
-	hostSummed       []bool
+	hostSums         []hostSum
 
 	wg    sync.WaitGroup
 	stats moverCounters
@@ -206,8 +206,7 @@ func NewDeviceMover(cfg DeviceMoverConfig) (*DeviceMover, error) {
 	if cfg.Store != nil && cfg.Engine.Sums() && !cfg.Store.Info().Keyed {
 		d.sums = true
 		d.bounceSums = cfg.Bounce != nil && cfg.Bounce.Sums()
-		d.hostSum = make([]uint64, cfg.Host.Slots())
-		d.hostSummed = make([]bool, cfg.Host.Slots())
+		d.hostSums = make([]hostSum, cfg.Host.Slots())
 	}
 	if cfg.Bounce != nil {
 		n := cfg.BounceHost.Slots()
@@ -339,8 +338,10 @@ type moveJob struct {
 	bounceGPU        []int32
 	bounceMeta       []nvme.BlockMeta
 	bounceTo         []Slot
-	writeTo          []Slot // manager NVMe slot of each write
-	readTo           []Slot // host slot of each read
+	writeTo          []Slot    // manager NVMe slot of each write
+	readTo           []Slot    // host slot of each read
+	readKeys         []blockID // with sums: the block of each read
+	offKeys          []blockID // with sums: the block of each offload
 }
 
 // addAfter adds a producer event to the job's (once each), and reports
@@ -384,6 +385,9 @@ func (d *DeviceMover) Submit(t *Batch) error {
 			d.forgetHostSum(op.ToSlot)
 			j.offload = append(j.offload, transfer.Pair{GPUBlock: int32(op.FromSlot), HostSlot: int32(op.ToSlot)})
 			j.offIdx = append(j.offIdx, i)
+			if d.sums {
+				j.offKeys = append(j.offKeys, blockID{op.Key, op.Salt})
+			}
 		case op.From == Host && op.To == GPU:
 			j.onboard = append(j.onboard, transfer.Pair{GPUBlock: int32(op.ToSlot), HostSlot: int32(op.FromSlot)})
 			j.onIdx = append(j.onIdx, i)
@@ -394,7 +398,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 		case op.From == Host && op.To == NVMe:
 			meta := blockMeta(&t.Ops[i], d.tokens)
 			w := nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: meta, Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]}
-			w.WordSum, w.WordSummed = d.hostSumOf(op.FromSlot)
+			w.WordSum, w.WordSummed = d.hostSumOf(op.FromSlot, &t.Ops[i])
 			j.writes = append(j.writes, w)
 			j.writeIdx = append(j.writeIdx, i)
 			j.writeTo = append(j.writeTo, op.ToSlot)
@@ -404,6 +408,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 			j.reads = append(j.reads, nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))}})
 			j.readIdx = append(j.readIdx, i)
 			j.readTo = append(j.readTo, op.ToSlot)
+			j.readKeys = append(j.readKeys, blockID{op.Key, op.Salt})
 			j.want = append(j.want, wantMeta{meta.Key, meta.Parent, meta.Salt, meta.Position, meta.Tokens})
 		case op.From == NVMe && op.To == GPU:
 			meta := blockMeta(&t.Ops[i], d.tokens)
@@ -425,7 +430,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 	if len(j.offload) > 0 {
 		d.stats.offloads.Add(uint64(len(j.offload)))
 		tr, err := d.eng.Offload(context.Background(), j.offload, j.afters...)
-		d.finishEngine(t, j.offIdx, tr, err, "offload", nil, d.keepHostSums(j.offload))
+		d.finishEngine(t, j.offIdx, tr, err, "offload", nil, d.keepHostSums(j.offload, j.offKeys))
 	}
 	if len(j.onboard) > 0 {
 		d.stats.onboards.Add(uint64(len(j.onboard)))
@@ -669,7 +674,7 @@ func (d *DeviceMover) runReads(j *moveJob) {
 			e = j.want[k].check(r.Meta)
 		}
 		if e == nil && d.sums && r.Check.Valid() {
-			d.setHostSum(int32(j.readTo[k]), r.Check.WordSum)
+			d.setHostSum(int32(j.readTo[k]), j.readKeys[k], r.Check.WordSum)
 		}
 		if e != nil {
 			e = fmt.Errorf("nvme read of store slot %d: %w", r.Slot, e)
@@ -760,43 +765,63 @@ func (s *storeSource) checkSum(k int, tr *transfer.Transfer) error {
 	return err
 }
 
+// hostSum is a host slot's word sum and the block it is of. The manager
+// may hand a slot to writers the mover does not see (an Insert into the
+// host tier, RemoteTier.Fetch), so a sum counts only for the block an op
+// names: a slot rewritten with another block is hashed by the store. The
+// same block written into the slot by someone else is assumed to hold the
+// same bytes; if it does not, its NVMe copy fails its check on the GPU at
+// its first load and is recomputed, never served.
+type hostSum struct {
+	block blockID
+	sum   uint64
+	ok    bool
+}
+
+// blockID names a block for its host sum.
+type blockID struct {
+	key  Key
+	salt Salt
+}
+
 // forgetHostSum drops host slot s's sum: new bytes are coming.
 func (d *DeviceMover) forgetHostSum(s Slot) {
 	if !d.sums {
 		return
 	}
 	d.sumMu.Lock()
-	d.hostSummed[s] = false
+	d.hostSums[s] = hostSum{}
 	d.sumMu.Unlock()
 }
 
-// hostSumOf returns host slot s's word sum, if it has one.
-func (d *DeviceMover) hostSumOf(s Slot) (uint64, bool) {
+// hostSumOf returns host slot s's word sum, if it has one for op's block.
+func (d *DeviceMover) hostSumOf(s Slot, op *MoveOp) (uint64, bool) {
 	if !d.sums {
 		return 0, false
 	}
 	d.sumMu.Lock()
 	defer d.sumMu.Unlock()
-	return d.hostSum[s], d.hostSummed[s]
+	h := d.hostSums[s]
+	return h.sum, h.ok && h.block == blockID{op.Key, op.Salt}
 }
 
-// setHostSum records host slot s's word sum.
-func (d *DeviceMover) setHostSum(s int32, sum uint64) {
+// setHostSum records host slot s's word sum for block b.
+func (d *DeviceMover) setHostSum(s int32, b blockID, sum uint64) {
 	d.sumMu.Lock()
-	d.hostSum[s], d.hostSummed[s] = sum, true
+	d.hostSums[s] = hostSum{block: b, sum: sum, ok: true}
 	d.sumMu.Unlock()
 }
 
 // keepHostSums is an offload's per-block step (finishEngine's each): the
-// sums of the GPU blocks it copied become their host slots'. nil without
-// sums.
-func (d *DeviceMover) keepHostSums(pairs []transfer.Pair) func(int, *transfer.Transfer) error {
+// sums of the GPU blocks it copied become their host slots', for blocks
+// (one per pair). nil without sums.
+func (d *DeviceMover) keepHostSums(pairs []transfer.Pair, blocks []blockID) func(int, *transfer.Transfer) error {
 	if !d.sums {
 		return nil
 	}
 	return func(k int, tr *transfer.Transfer) error {
 		if sums := tr.Sums(); k < len(sums) {
-			d.setHostSum(pairs[k].HostSlot, sums[k])
+			d.setHostSum(pairs[k].HostSlot, blocks[k], sums[k])
 		}
 		return nil
 	}

@@ -923,7 +923,13 @@ func detKV(k Key) []byte {
 func TestDeviceMoverConcurrent(t *testing.T) { testDeviceMoverConcurrent(t, false) }
 
 func testDeviceMoverConcurrent(t *testing.T, real bool) {
-	f := newDevFixture(t, devOpts{gpu: 24, host: 12, nvme: 32,
+	for _, sums := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sums=%v", sums), func(t *testing.T) { deviceMoverConcurrent(t, real, sums) })
+	}
+}
+
+func deviceMoverConcurrent(t *testing.T, real, sums bool) {
+	f := newDevFixture(t, devOpts{gpu: 24, host: 12, nvme: 32, sums: sums,
 		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
 	const workers, requests = 4, 60
 	errs := make(chan error, workers)
@@ -1192,4 +1198,62 @@ func testDeviceMoverRestart(t *testing.T, real bool) {
 			t.Errorf("the store still holds %d blocks", n)
 		}
 	})
+}
+
+// TestDeviceMoverStaleHostSum: a host slot that held an offloaded block
+// (whose GPU sum the mover kept) and is then written by the host itself
+// with another block (an Insert into the host tier) must not lend that
+// block the old sum: its NVMe copy is hashed by the store, and loads back
+// into the GPU byte for byte.
+func TestDeviceMoverStaleHostSum(t *testing.T) {
+	f := newDevFixture(t, devOpts{gpu: 4, host: 1, nvme: 8, sums: true,
+		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}})
+	ctx := context.Background()
+	a := f.request(1)
+	var w Lease
+	f.prefill(t, a, &w)
+	if err := f.m.Offload(&w, Host); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Wait(ctx, &w); err != nil {
+		t.Fatal(err)
+	}
+	f.m.Release(&w)
+	if _, err := f.m.Invalidate(1, a); err != nil { // frees the host slot
+		t.Fatal(err)
+	}
+	f.mover.Wait()
+	b := f.request(1)
+	kb := f.hostToNVMe(t, b) // the host's only slot, written by the host
+	f.mover.Wait()
+	if _, err := f.m.EvictKeys(ctx, 1, []Key{kb}, NVMe); err != nil {
+		t.Fatal(err)
+	}
+	var l Lease
+	if err := f.m.Lookup(1, b, &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Blocks) != 1 || l.Blocks[0].Tier != NVMe {
+		t.Fatalf("looked up as %+v, want one block in nvme only", l.Blocks)
+	}
+	if err := f.m.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Onboard(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Wait(ctx, &l); err != nil {
+		t.Fatalf("loading the block the host wrote: %v", err)
+	}
+	s, ok := gpuSlot(l.Blocks[0])
+	if !ok {
+		t.Fatal("the block did not load into the GPU")
+	}
+	if got := f.readGPU(t, s); !bytes.Equal(got, f.want[kb]) {
+		t.Fatal("the block loaded with other bytes")
+	}
+	f.m.Release(&l)
+	if st := f.store.Stats(); st.ReportedCorrupt != 0 || st.CorruptDrops != 0 {
+		t.Fatalf("store %+v: a block was taken for corrupt", st)
+	}
 }

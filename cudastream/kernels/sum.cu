@@ -11,6 +11,10 @@
 // MUST stay those of internal/checksum/wordsum.go.
 //
 //   nvcc -ptx -arch=compute_90 -o cudastream/kernels/sum.ptx cudastream/kernels/sum.cu
+//
+// The committed sum.ptx came from nvcc 13.0 (PTX ISA 9.0: a driver of CUDA
+// 13.0 or later JITs it; ptxas for sm_90: 25 registers, no spills). An
+// older driver cannot load it, and WordSums then fails with ErrNotSupported.
 
 #define KV_INDEX_MUL 0x9e3779b97f4a7c15ULL
 #define KV_INDEX_ADD 0x6a09e667f3bcc908ULL
