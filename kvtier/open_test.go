@@ -226,6 +226,16 @@ func TestOpenShards(t *testing.T) {
 	if err := c.Wait(ctx, &l); err != nil {
 		t.Fatal(err)
 	}
+	// With an NVMe tier the engines sum on the device: the blocks went to
+	// NVMe with the GPU's sums, and came back checked there.
+	for r, p := range c.Ranks {
+		if !p.Engine.Sums() || !p.Bounce.Sums() {
+			t.Errorf("rank %d: engines sum %v, bounce %v; want both", r, p.Engine.Sums(), p.Bounce.Sums())
+		}
+		if got := p.Store.Stats(); got.DeferredChecks != 3 {
+			t.Errorf("rank %d's store left %d payload checks to the GPU, want 3", r, got.DeferredChecks)
+		}
+	}
 }
 
 // TestOpenShardsErrors: a bad shard is refused with an error naming it, and
@@ -318,5 +328,30 @@ func TestOpenHostTierAcrossRegistrations(t *testing.T) {
 	c.Release(&w)
 	if got := c.Metrics().Tiers[Host].ResidentBlocks; got != blocks {
 		t.Errorf("%d blocks in the host tier, want %d", got, blocks)
+	}
+}
+
+// TestOpenChecksumsOnTheCPUWithoutDeviceSums: a device that cannot sum (a
+// TimingOnly simulator has no bytes) still gets its NVMe tier, with the
+// store checksumming payloads on the CPU.
+func TestOpenChecksumsOnTheCPUWithoutDeviceSums(t *testing.T) {
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20, TimingOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	region, _ := sim.Alloc(8 << 12)
+	gpu, err := transfer.BlockFirstLayout(region, 2, 2, 8, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(context.Background(), Options{Shards: []Shard{{Device: sim, GPU: gpu}}, BlockTokens: 4, HostBytes: 8 << 12,
+		NVMeDirs: []string{t.TempDir()}, NVMeBytes: 32 << 12, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Engine.Sums() || c.Bounce.Sums() {
+		t.Error("the engines of a device that cannot sum say they sum")
 	}
 }

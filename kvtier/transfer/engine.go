@@ -39,6 +39,11 @@
 //   - Cancellation stops issuing new copies; what was issued still completes
 //     before the Transfer is done, and the Transfer reports the context's
 //     error: its data MUST NOT be used.
+//   - With Config.Sums, every offload and staged onboard also sums its
+//     blocks on the GPU (internal/checksum's word sum, over each block's
+//     bytes in host order) and is done only once the sums are in host
+//     memory (Transfer.Sums, sums.go): the NVMe tier's checksums, without
+//     the CPU reading a payload.
 package transfer
 
 import (
