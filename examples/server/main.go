@@ -47,6 +47,7 @@ import (
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/kvprom"
+	"kvtier.dev/kvtier/nvme"
 )
 
 func main() {
@@ -96,6 +97,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
 		reg.MustRegister(moverCollectors(p.cache.Mover)...)
+		if p.cache.Store != nil {
+			reg.MustRegister(storeCollectors(p.cache.Store)...)
+		}
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
@@ -156,6 +160,9 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		c.log.Info("server: copies", attrs...)
 	}
 	if p.cache != nil && p.cache.Store != nil {
+		st := p.cache.Store.Stats()
+		c.log.Info("server: nvme", "reads", st.Reads, "writes", st.Writes, "checked_on_gpu", st.DeferredChecks,
+			"corrupt", st.CorruptDrops, "corrupt_on_gpu", st.ReportedCorrupt, "invalidated", st.SlotsInvalidated)
 		if err := p.cache.Flush(ctx); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
 			errs = append(errs, err)
 		}
@@ -166,6 +173,31 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		c.log.Info("server: stopped cleanly")
 	}
 	return err
+}
+
+// storeCollectors are the NVMe store's checksum counters: the blocks read
+// whose payload was checked on the GPU (the engine sums: kvtier.Open does it
+// where the device can) or by the store on the CPU, and the blocks found
+// corrupt either way.
+func storeCollectors(s *nvme.Store) []prometheus.Collector {
+	checked := func(gpu bool) func() float64 {
+		return func() float64 {
+			st := s.Stats()
+			if gpu {
+				return float64(st.DeferredChecks)
+			}
+			return float64(st.Reads - min(st.Reads, st.DeferredChecks))
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_checked_blocks_total",
+			Help: "NVMe blocks read, by where their payload was checked.", ConstLabels: prometheus.Labels{"on": "gpu"}}, checked(true)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_checked_blocks_total",
+			Help: "NVMe blocks read, by where their payload was checked.", ConstLabels: prometheus.Labels{"on": "cpu"}}, checked(false)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_corrupt_blocks_total",
+			Help: "NVMe blocks found corrupt (by the store, or on the GPU) and dropped."},
+			func() float64 { return float64(s.Stats().CorruptDrops) }),
+	}
 }
 
 // moverCollectors are the DeviceMover's counters as kvserve_mover_*: the
