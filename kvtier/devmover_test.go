@@ -563,6 +563,33 @@ func (f *devFixture) promote(t *testing.T, ref BlockRef) {
 	}
 }
 
+// notServed fails the test if a lookup of any of the requests finds a block.
+func (f *devFixture) notServed(t *testing.T, requests ...[]int32) {
+	t.Helper()
+	for _, tokens := range requests {
+		var l Lease
+		if err := f.m.Lookup(1, tokens, &l); err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Blocks) != 0 {
+			t.Errorf("a corrupt block is still served: %+v", l.Blocks)
+		}
+		f.m.Release(&l)
+	}
+}
+
+// load plans and onboards l and returns what Wait says of its copies.
+func (f *devFixture) load(t *testing.T, l *Lease) error {
+	t.Helper()
+	if err := f.m.Plan(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Onboard(l); err != nil {
+		t.Fatal(err)
+	}
+	return f.m.Wait(context.Background(), l)
+}
+
 // corrupt flips one payload byte of the block in the manager's NVMe slot s,
 // on disk, behind the store's back.
 func (f *devFixture) corrupt(t *testing.T, s Slot) {
@@ -597,7 +624,6 @@ func TestDeviceMoverCorruptNVMe(t *testing.T) { testDeviceMoverCorruptNVMe(t, fa
 func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 	f := newDevFixture(t, devOpts{gpu: 4, host: 2, nvme: 8,
 		simCfg: cudastream.SimConfig{Link: cudastream.H200Link(), Clock: cudastream.SimVirtualClock}, real: real})
-	ctx := context.Background()
 	a, b := f.request(1), f.request(1)
 	f.hostToNVMe(t, a)
 	f.hostToNVMe(t, b)
@@ -623,24 +649,12 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 	f.corrupt(t, lb.Blocks[0].Slot)
 
 	// NVMe to GPU, staged.
-	if err := f.m.Plan(&la); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Onboard(&la); err != nil {
-		t.Fatal(err)
-	}
-	err := f.m.Wait(ctx, &la)
+	err := f.load(t, &la)
 	if !errors.Is(err, ErrMove) || !errors.Is(err, nvme.ErrCorrupt) || !errors.Is(err, ErrSourceLost) {
 		t.Fatalf("Wait after loading a corrupt block = %v, want ErrMove wrapping nvme.ErrCorrupt and ErrSourceLost", err)
 	}
 	// The other lease of the same block finds its copy gone: recompute.
-	if err := f.m.Plan(&la2); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Onboard(&la2); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Wait(ctx, &la2); err != nil {
+	if err := f.load(t, &la2); err != nil {
 		t.Errorf("onboard of a block whose copy was lost: %v, want no copy at all", err)
 	}
 	if b := la2.Blocks[0]; b.Loading || b.Action != Recompute {
@@ -657,16 +671,7 @@ func testDeviceMoverCorruptNVMe(t *testing.T, real bool) {
 		f.m.Release(l)
 	}
 
-	for _, tokens := range [][]int32{a, b} {
-		var l Lease
-		if err := f.m.Lookup(1, tokens, &l); err != nil {
-			t.Fatal(err)
-		}
-		if len(l.Blocks) != 0 {
-			t.Errorf("a corrupt block is still served: %+v", l.Blocks)
-		}
-		f.m.Release(&l)
-	}
+	f.notServed(t, a, b)
 	if got := f.m.Metrics().MoveFailures; got != 2 {
 		t.Errorf("MoveFailures = %d, want 2", got)
 	}
@@ -743,13 +748,7 @@ func testDeviceMoverCorruptWordSummed(t *testing.T, real bool) {
 		f.corrupt(t, blk.Slot)
 	}
 	before := f.store.Stats()
-	if err := f.m.Plan(&la); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Onboard(&la); err != nil {
-		t.Fatal(err)
-	}
-	err := f.m.Wait(ctx, &la)
+	err := f.load(t, &la)
 	if !errors.Is(err, ErrMove) || !errors.Is(err, nvme.ErrCorrupt) || !errors.Is(err, ErrSourceLost) {
 		t.Fatalf("Wait after loading a corrupt word-summed block = %v, want ErrMove wrapping nvme.ErrCorrupt and ErrSourceLost", err)
 	}
@@ -762,16 +761,7 @@ func testDeviceMoverCorruptWordSummed(t *testing.T, real bool) {
 	}
 	f.m.Release(&la)
 	f.m.Release(&lb)
-	for _, tokens := range [][]int32{a, b} {
-		var l Lease
-		if err := f.m.Lookup(1, tokens, &l); err != nil {
-			t.Fatal(err)
-		}
-		if len(l.Blocks) != 0 {
-			t.Errorf("a corrupt block is still served: %+v", l.Blocks)
-		}
-		f.m.Release(&l)
-	}
+	f.notServed(t, a, b)
 	if bad := f.checkAll(t); len(bad) > 0 {
 		t.Errorf("ready copies that differ: %v", bad)
 	}
@@ -1236,13 +1226,7 @@ func TestDeviceMoverStaleHostSum(t *testing.T) {
 	if len(l.Blocks) != 1 || l.Blocks[0].Tier != NVMe {
 		t.Fatalf("looked up as %+v, want one block in nvme only", l.Blocks)
 	}
-	if err := f.m.Plan(&l); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Onboard(&l); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Wait(ctx, &l); err != nil {
+	if err := f.load(t, &l); err != nil {
 		t.Fatalf("loading the block the host wrote: %v", err)
 	}
 	s, ok := gpuSlot(l.Blocks[0])
