@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"kvtier.dev/cudastream"
@@ -95,7 +96,12 @@ func TestSumsNeedADeviceThatSums(t *testing.T) {
 	}
 	f := newFixture(t, "block-first", cudastream.LinkModel{})
 	odd, _ := BlockFirstLayout(f.region, 2, 2, 4, 4092)
-	if _, err := New(f.sim, Config{GPU: odd, Host: f.host, Sums: true}); err == nil {
-		t.Error("a part of 4092 bytes: no error")
+	if _, err := New(f.sim, Config{GPU: odd, Host: f.host, Sums: true}); err == nil || !strings.Contains(err.Error(), "PartBytes 4092") {
+		t.Errorf("a part of 4092 bytes: %v, want an error naming PartBytes", err)
+	}
+	stride, _ := LayerFirstLayout(f.region, 2, 2, 4, 4096)
+	stride.BlockStride = 4100
+	if _, err := New(f.sim, Config{GPU: stride, Host: f.host, Sums: true}); err == nil || !strings.Contains(err.Error(), "BlockStride 4100") {
+		t.Errorf("a block stride of 4100 bytes: %v, want an error naming BlockStride", err)
 	}
 }
