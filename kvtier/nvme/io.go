@@ -88,7 +88,7 @@ type op struct {
 	meta        BlockMeta // to write, or read (copied back to the ReadOp)
 	seq         uint64    // the header's sequence number (written or expected)
 	key         uint64    // expected key, for reads
-	sum         uint64    // for reads: the payload checksum of the header that passed checkHeader
+	sum         uint64    // writes: the caller's word sum (wordSum); reads: the payload checksum of the header that passed checkHeader
 	hashPending bool      // for reads: the payload still has to be checked against sum
 	wordSum     bool      // writes: sum is the caller's word sum; reads: the header's sum is a word sum
 	deferSum    bool      // reads: the caller checks a word-summed payload (ReadOp.DeferWordSum)
