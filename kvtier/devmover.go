@@ -442,7 +442,6 @@ func (d *DeviceMover) Submit(t *Batch) error {
 		src := &storeSource{d: d, ops: j.stagedOps, want: j.stagedWant, lost: -1}
 		if d.sums {
 			src.checks = make([]nvme.PayloadCheck, len(j.staged))
-			src.deferred = make([]bool, len(j.staged))
 		}
 		tr, err := d.eng.OnboardStaged(context.Background(), src, j.staged)
 		d.finishEngine(t, j.stagedIdx, tr, err, "staged onboard from nvme", src, src.checkSum)
@@ -712,10 +711,9 @@ type storeSource struct {
 	want []wantMeta
 	rd   [1]nvme.ReadOp
 	lost int // the block whose slot was found lost, or -1; read after Done
-	// With the mover's sums: each block's check, and whether the store
-	// left it to the GPU; read after Done.
-	checks   []nvme.PayloadCheck
-	deferred []bool
+	// With the mover's sums: the check of each block whose payload the
+	// store left to the GPU (not Valid for the others); read after Done.
+	checks []nvme.PayloadCheck
 }
 
 // ReadBlock implements transfer.Source. The engine calls it from one
@@ -727,8 +725,8 @@ func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 		return err
 	}
 	err := s.rd[0].Err
-	if err == nil && s.checks != nil {
-		s.checks[i], s.deferred[i] = s.rd[0].Check, s.rd[0].Deferred
+	if err == nil && s.checks != nil && s.rd[0].Deferred {
+		s.checks[i] = s.rd[0].Check
 	}
 	if err == nil {
 		err = s.want[i].check(s.rd[0].Meta)
@@ -747,12 +745,12 @@ func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 // sum its header stores; one that did not is reported to the store, which
 // drops its slot, and fails with ErrSourceLost.
 func (s *storeSource) checkSum(k int, tr *transfer.Transfer) error {
-	if s.deferred == nil || !s.deferred[k] {
+	if s.checks == nil || !s.checks[k].Valid() {
 		return nil
 	}
 	sums := tr.Sums()
 	if k >= len(sums) {
-		return fmt.Errorf("kvtier: DeviceMover: the staged onboard returned %d sums for %d blocks", len(sums), len(s.deferred))
+		return fmt.Errorf("kvtier: DeviceMover: the staged onboard returned %d sums for %d blocks", len(sums), len(s.checks))
 	}
 	c := s.checks[k]
 	if sums[k] == c.WordSum {

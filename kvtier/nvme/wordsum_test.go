@@ -9,21 +9,27 @@ import (
 	sumpkg "kvtier.dev/internal/checksum"
 )
 
-// writeWordSummed writes key's block with its word sum given, as a caller
-// that summed it on the GPU does.
+// writeWordSummed allocates a slot and writes key's block into it with
+// its word sum given, as a caller that summed it on the GPU does.
 func writeWordSummed(t *testing.T, s *Store, key uint64, n int) Slot {
 	t.Helper()
 	slot, err := s.Allocate()
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeWordSummedAt(t, s, slot, key, n)
+	return slot
+}
+
+// writeWordSummedAt is writeWordSummed into a slot already allocated.
+func writeWordSummedAt(t *testing.T, s *Store, slot Slot, key uint64, n int) {
+	t.Helper()
 	buf := alignedBuf(t, max(n, 4096))[:n]
 	fillPayload(buf, key)
 	ops := []WriteOp{{Slot: slot, Meta: metaFor(key, 4), Payload: buf, WordSummed: true, WordSum: sumpkg.WordSum(buf)}}
 	if err := s.WriteBatch(context.Background(), ops); err != nil || ops[0].Err != nil {
 		t.Fatalf("write key %d: %v %v", key, err, ops[0].Err)
 	}
-	return slot
 }
 
 // TestWordSummedBlocks: a block written with the caller's word sum reads
@@ -114,11 +120,7 @@ func TestWordSumFlipThenReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2, _ := s.Allocate()
-	buf := alignedBuf(t, 8192)
-	fillPayload(buf, 4)
-	if err := s.WriteBatch(context.Background(), []WriteOp{{Slot: c2, Meta: metaFor(4, 4), Payload: buf, WordSummed: true, WordSum: sumpkg.WordSum(buf)}}); err != nil {
-		t.Fatal(err)
-	}
+	writeWordSummedAt(t, s, c2, 4, 8192)
 	if err := s.ReportCorrupt(old); err != nil {
 		t.Fatal(err)
 	}
