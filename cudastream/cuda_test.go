@@ -22,7 +22,7 @@ import (
 //	go test -c -o .gpu/cudastream.test ./cudastream
 //	KVTIER_REQUIRE_GPU=1 ./.gpu/cudastream.test -test.v
 
-func cuOpenOrSkip(t *testing.T) Device {
+func cuOpenOrSkip(t testing.TB) Device {
 	t.Helper()
 	d, err := Open(0)
 	if errors.Is(err, ErrNoDriver) {

@@ -49,7 +49,7 @@ func fmix64(x uint64) uint64 {
 // for a payload's last piece, whose last word is zero-padded.
 func WordAccumulate(b []byte, first uint64) uint64 {
 	// Four independent chains, so that fmix64's multiplies overlap. On the
-	// CPU it runs at about 4.6 GB/s (the development VM); the GPU is where
+	// CPU it runs at about 4 GB/s (BenchmarkSums, the development VM); the GPU is where
 	// it is meant to run.
 	var a0, a1, a2, a3 uint64
 	x := first*WordSumIndexMul + WordSumIndexAdd // the index term of word i

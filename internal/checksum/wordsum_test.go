@@ -80,10 +80,35 @@ func TestWordSumCatches(t *testing.T) {
 	}
 }
 
-func BenchmarkWordSum(b *testing.B) {
-	buf := randomBytes(4<<20, 1)
-	b.SetBytes(int64(len(buf)))
-	for b.Loop() {
-		WordSum(buf)
+// BenchmarkSums times the unkeyed sums of 4 MiB payloads on the CPU: hot
+// (one buffer, in cache) and cold (64 buffers, 256 MiB, in turn), as a
+// payload is after DMA. XXH3 runs at the speed memory delivers the bytes;
+// the word sum is meant for the GPU.
+//
+//	go test ./internal/checksum -run X -bench Sums
+func BenchmarkSums(b *testing.B) {
+	const n, cold = 4 << 20, 64
+	bufs := make([][]byte, cold)
+	for i := range bufs {
+		bufs[i] = randomBytes(n, uint64(i))
+	}
+	plain := New(nil)
+	for _, f := range []struct {
+		name string
+		sum  func([]byte) uint64
+	}{{"xxh3", plain.Of}, {"wordsum", WordSum}} {
+		for _, c := range []struct {
+			name string
+			bufs int
+		}{{"hot", 1}, {"cold", cold}} {
+			b.Run(f.name+"/"+c.name, func(b *testing.B) {
+				b.SetBytes(n)
+				i := 0
+				for b.Loop() {
+					f.sum(bufs[i%c.bufs])
+					i++
+				}
+			})
+		}
 	}
 }
