@@ -73,23 +73,76 @@ import (
 	"kvtier.dev/kvtier/nvme"
 )
 
-func main() {
+// options are the command's flags, checked.
+type options struct {
+	dir, machine, out, cpuprofile string
+	sizes                         []int
+	sizeGiB                       float64
+	rounds, depth, workers        int
+	thp, gpu                      bool
+	gpuBatch                      int
+}
+
+// parseArgs parses and checks the flags; a bad one is an error naming it.
+func parseArgs(args []string) (options, error) {
 	host, _ := os.Hostname()
-	dir := flag.String("dir", "", "directory on the drive to measure (must support O_DIRECT); files are created in it and removed")
-	machine := flag.String("machine", host, "machine name for the results files")
-	sizeGiB := flag.Float64("size-gib", 0.5, "GiB of slots per block size (each pass reads or writes all of it)")
-	rounds := flag.Int("rounds", 5, "timed rounds of every case")
-	sizes := flag.String("sizes", "256KiB,1MiB,4MiB", "block sizes to measure")
-	out := flag.String("out", "benchmarks/results", "directory for nvme-<machine>.json and .md")
-	depth := flag.Int("depth", 32, "I/Os in flight, the same for raw and tier: goroutines issuing blocks")
-	thp := flag.Bool("thp", false, "put the I/O buffers on transparent huge pages (MADV_HUGEPAGE), like the pinned host pool; default 4 KiB pages")
-	workers := flag.Int("workers", 0, "the tier's Config.Workers (0: the same as --depth); fewer than --depth shows whether the tier keeps its workers busy with I/O")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
-	useGPU := flag.Bool("gpu", false, "also time raw O_DIRECT+copy and the tier with its payloads summed and checked on GPU 0 (needs a CUDA device)")
-	gpuBatch := flag.Int("gpu-batch", 8, "--gpu: blocks per round trip to the GPU (per wait), as a transfer of that many blocks")
-	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	fs := flag.NewFlagSet("nvme", flag.ContinueOnError)
+	var o options
+	fs.StringVar(&o.dir, "dir", "", "directory on the drive to measure (must support O_DIRECT); files are created in it and removed")
+	fs.StringVar(&o.machine, "machine", host, "machine name for the results files")
+	fs.Float64Var(&o.sizeGiB, "size-gib", 0.5, "GiB of slots per block size (each pass reads or writes all of it)")
+	fs.IntVar(&o.rounds, "rounds", 5, "timed rounds of every case")
+	sizes := fs.String("sizes", "256KiB,1MiB,4MiB", "block sizes to measure")
+	fs.StringVar(&o.out, "out", "benchmarks/results", "directory for nvme-<machine>.json and .md")
+	fs.IntVar(&o.depth, "depth", 32, "I/Os in flight, the same for raw and tier: goroutines issuing blocks")
+	fs.BoolVar(&o.thp, "thp", false, "put the I/O buffers on transparent huge pages (MADV_HUGEPAGE), like the pinned host pool; default 4 KiB pages")
+	fs.IntVar(&o.workers, "workers", 0, "the tier's Config.Workers (0: the same as --depth); fewer than --depth shows whether the tier keeps its workers busy with I/O")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
+	fs.BoolVar(&o.gpu, "gpu", false, "also time raw O_DIRECT+copy and the tier with its payloads summed and checked on GPU 0 (needs a CUDA device)")
+	fs.IntVar(&o.gpuBatch, "gpu-batch", 8, "--gpu: blocks per round trip to the GPU (per wait), as a transfer of that many blocks")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
+	case o.dir == "":
+		return o, errors.New("--dir is required: a directory on the drive to measure")
+	case o.rounds < 1:
+		return o, fmt.Errorf("--rounds %d: must be at least 1", o.rounds)
+	case !(o.sizeGiB > 0):
+		return o, fmt.Errorf("--size-gib %v: must be positive", o.sizeGiB)
+	case o.depth < 1:
+		return o, fmt.Errorf("--depth %d: must be at least 1", o.depth)
+	case o.workers < 0:
+		return o, fmt.Errorf("--workers %d: must be at least 0 (0: the same as --depth)", o.workers)
+	case o.gpuBatch < 1 || o.gpuBatch > 256:
+		return o, fmt.Errorf("--gpu-batch %d: must be in [1, 256] (the sum kernel's blocks per launch)", o.gpuBatch)
+	}
+	if o.workers == 0 {
+		o.workers = o.depth
+	}
+	for _, name := range strings.Split(*sizes, ",") {
+		bs, err := bytesize.Parse(name)
+		if err != nil || bs > 1<<30 || bs%4096 != 0 {
+			return o, fmt.Errorf("--sizes: %q is not a block size: a multiple of 4KiB up to 1GiB, e.g. 256KiB,1MiB,4MiB", name)
+		}
+		o.sizes = append(o.sizes, int(bs))
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseArgs(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvme:", err)
+		os.Exit(2)
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "nvme:", err)
 			os.Exit(1)
@@ -100,23 +153,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *dir == "" || *rounds < 1 || *sizeGiB <= 0 || *depth < 1 || *workers < 0 || *gpuBatch < 1 || *gpuBatch > 256 {
-		fmt.Fprintln(os.Stderr, "nvme: --dir is required; --rounds, --size-gib and --depth must be positive, --workers at least 0, --gpu-batch in [1, 256]")
-		os.Exit(2)
-	}
-	if *workers == 0 {
-		*workers = *depth
-	}
-	var bss []int
-	for _, name := range strings.Split(*sizes, ",") {
-		bs, err := bytesize.Parse(name)
-		if err != nil || bs > 1<<30 || bs%4096 != 0 {
-			fmt.Fprintf(os.Stderr, "nvme: --sizes: %q is not a block size: a multiple of 4KiB up to 1GiB, e.g. 256KiB,1MiB,4MiB\n", name)
-			os.Exit(2)
-		}
-		bss = append(bss, int(bs))
-	}
-	if err := run(*dir, *machine, bss, *sizeGiB, *rounds, *out, *depth, *workers, *thp, *useGPU, *gpuBatch); err != nil {
+	if err := run(o); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "nvme:", err)
 		os.Exit(1)
@@ -145,7 +182,9 @@ const (
 	numModes
 )
 
-func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out string, depth, workers int, thp, useGPU bool, gpuBatch int) error {
+func run(o options) error {
+	dir, machine, sizes, sizeGiB, rounds, out := o.dir, o.machine, o.sizes, o.sizeGiB, o.rounds, o.out
+	depth, workers, thp := o.depth, o.workers, o.thp
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -155,7 +194,7 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 		fmt.Sprintf("%d CPUs; load average at start: %s", runtime.NumCPU(), loadavg()))
 	start := time.Now()
 	for _, bs := range sizes {
-		note, err := measureSize(res, dir, bs, sizeGiB, rounds, depth, workers, thp, useGPU, gpuBatch)
+		note, err := measureSize(res, o, bs)
 		if err != nil {
 			return fmt.Errorf("%s blocks: %w", bytesize.Format(int64(bs)), err)
 		}
@@ -170,7 +209,8 @@ func run(dir, machine string, sizes []int, sizeGiB float64, rounds int, out stri
 
 // measureSize builds a store of sizeGiB of bs-byte slots and times every
 // case, raw and through the tier, alternating their order by round.
-func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds, depth, workers int, thp, useGPU bool, gpuBatch int) (string, error) {
+func measureSize(res *results.File, o options, bs int) (string, error) {
+	dir, sizeGiB, rounds, depth, workers, thp := o.dir, o.sizeGiB, o.rounds, o.depth, o.workers, o.thp
 	sub := filepath.Join(dir, fmt.Sprintf("bs-%d", bs))
 	if err := os.MkdirAll(sub, 0o700); err != nil {
 		return "", err
@@ -241,13 +281,13 @@ func measureSize(res *results.File, dir string, bs int, sizeGiB float64, rounds,
 	var gpu *gpuSide
 	var s2 *nvme.Store
 	var slots2 []nvme.Slot
-	if useGPU {
+	if o.gpu {
 		fill := func(b []byte) {
 			for j := range b {
 				b[j] = byte(j%bs*131 + j%bs>>12)
 			}
 		}
-		if gpu, err = newGPUSide(depth, gpuBatch, bs, fill); err != nil {
+		if gpu, err = newGPUSide(depth, o.gpuBatch, bs, fill); err != nil {
 			return "", err
 		}
 		defer gpu.close()
