@@ -36,7 +36,7 @@ type CopySample struct {
 // PrefillFit is the fitted prefill time of any model on this GPU, in terms
 // a person can read:
 //
-//	prefill = FixedSeconds + weight bytes per rank / WeightBytesPerS
+//	prefill = FixedSeconds + weight bytes per rank × RampWidth/HiddenSize / WeightBytesPerS
 //	        + linear FLOPs per rank / LinearFLOPS
 //	        + attention FLOPs among the new tokens per rank / AttentionFLOPS
 //	        + attention FLOPs with the prefix per rank / PrefixAttentionFLOPS
@@ -46,9 +46,20 @@ type CopySample struct {
 // once per pass: launch and scheduling overhead, and the weights' read,
 // which a short prefill cannot hide behind its arithmetic. Together they
 // are an efficiency that rises with the tokens and saturates: the linear
-// layers run at LinearFLOPS × n/(n + n½) with n½ = (the weights' read) ×
-// LinearFLOPS / (2 × active params). A rate of 0 means the fit found no such
-// term (it costs nothing).
+// layers run at LinearFLOPS × n/(n + n½) with n½ = (the weight term's
+// seconds) × LinearFLOPS / (2 × active params). A rate of 0 means the fit
+// found no such term (it costs nothing).
+//
+// The weight term is stated for a model RampWidth (4,096) wide and scales
+// as 1/HiddenSize beyond it: a matrix product of n rows fills the GPU's
+// tiles once n × its width reaches a size the GPU sets, so a model twice
+// as wide reaches a given efficiency at half the tokens, and n½ falls as
+// 1/HiddenSize. The weights' read alone would make the term grow with the
+// weights: fitted on issue 15's five H200 samples, that form put 2,048
+// tokens after 32,768 cached 34% low once that sample was left out (the
+// 70B's short pass took the prefix's cost), where the width-scaled term
+// predicts every one of the five within 15% (TestLeaveOneOutH200).
+// A model of unknown width (HiddenSize 0) is taken as RampWidth wide.
 //
 // Pairs among the new tokens (n(n+1)/2 of them) and pairs with a cached
 // prefix (n·p) have rates of their own: a runtime attends a prefix through
@@ -139,6 +150,22 @@ const ridgeWeight = 1e-3
 // H200's leave-one-out is better for it); the others relative to the GPU
 // preset's rates, so that the presets are θ = (0, 0, 1, 1, 1).
 const fixedScaleSeconds = 1e-3
+
+// RampWidth is the model width (Model.HiddenSize) at which
+// PrefillFit.WeightBytesPerS is stated; a model h wide pays its weight term
+// × RampWidth/h. Llama-3.1-8B is 4,096 wide, so its figures read as the
+// weights' read per pass.
+const RampWidth = 4096
+
+// passBytesPerRank is the weight term's feature: the weights one of tp
+// ranks holds, × RampWidth/HiddenSize (PrefillFit).
+func (m *Model) passBytesPerRank(tp int) float64 {
+	w := float64(m.WeightBytesPerRank(tp))
+	if m.HiddenSize > 0 {
+		w *= RampWidth / float64(m.HiddenSize)
+	}
+	return w
+}
 
 // prefixReadScale is the prefix-read term's scale: θ = 1 is the prefix's
 // KV read at a tenth of the GPU's HBM bandwidth (ten reads a pass).
@@ -238,7 +265,7 @@ func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerm
 	n, p := float64(tokens), float64(prefix)
 	f := c.gpu.EffectiveFLOPS() * float64(tp)
 	perPair := m.attentionFLOPsPerPair() / f
-	return [maxTerms]float64{fixedScaleSeconds, float64(m.WeightBytesPerRank(tp)) / c.hbmScale(), lin / f,
+	return [maxTerms]float64{fixedScaleSeconds, m.passBytesPerRank(tp) / c.hbmScale(), lin / f,
 		n * (n + 1) / 2 * perPair, n * p * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
 }
 
@@ -502,7 +529,7 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	p := &f.Prefill
 	c.PassSeconds = p.FixedSeconds
 	if p.WeightBytesPerS > 0 {
-		c.PassSeconds += float64(m.WeightBytesPerRank(tp)) / p.WeightBytesPerS
+		c.PassSeconds += m.passBytesPerRank(tp) / p.WeightBytesPerS
 	}
 	c.LinearSecondsPerToken, c.AttentionSecondsPerPair, c.PrefixSecondsPerPair = 0, 0, 0
 	if p.LinearFLOPS > 0 {
@@ -548,8 +575,8 @@ func (f *Fit) Describe(m *Model, tp int) string {
 	fmt.Fprintf(&b, "prefill on %s, from %d samples (%d outliers), typical error %.1f%%:\n", f.GPU, p.Samples, p.Outliers, 100*p.ErrorWidth)
 	fmt.Fprintf(&b, "  fixed cost per prefill   %.3f ms\n", p.FixedSeconds*1e3)
 	if p.WeightBytesPerS > 0 {
-		w := float64(m.WeightBytesPerRank(tp))
-		fmt.Fprintf(&b, "  weights per pass         at %.0f GB/s (%s at tp %d: %.2f ms)\n", p.WeightBytesPerS/1e9, m.Name, max(1, tp), w/p.WeightBytesPerS*1e3)
+		w := m.passBytesPerRank(tp)
+		fmt.Fprintf(&b, "  weights per pass         at %.0f GB/s at width %d (%s at tp %d: %.2f ms)\n", p.WeightBytesPerS/1e9, RampWidth, m.Name, max(1, tp), w/p.WeightBytesPerS*1e3)
 		if p.LinearFLOPS > 0 {
 			half := w / p.WeightBytesPerS * p.LinearFLOPS * float64(max(1, tp)) / (2 * m.ActiveParams)
 			fmt.Fprintf(&b, "  efficiency ramp          half of the linear rate at %.0f tokens (%s)\n", half, m.Name)

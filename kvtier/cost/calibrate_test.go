@@ -513,3 +513,39 @@ func TestPrefixRatePricesPairsWithThePrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightTermScalesWithTheWidth: the weight term is stated for a model
+// RampWidth wide; a model twice as wide pays its weights at half the
+// cost per byte, and one of unknown width (HiddenSize 0) pays them as if
+// RampWidth wide. Under tp each rank pays for the weights it holds.
+func TestWeightTermScalesWithTheWidth(t *testing.T) {
+	g, _ := LookupGPU("h200")
+	fit := &Fit{GPU: "h200", Prefill: PrefillFit{WeightBytesPerS: 2e12, LinearFLOPS: 6e14}}
+	for _, tc := range []struct {
+		name  string
+		tp    int
+		width int
+		scale float64
+	}{
+		{"llama-3.1-8b", 1, 0, 1},      // 4,096 wide
+		{"llama-3.1-70b", 1, 0, 0.5},   // 8,192 wide
+		{"llama-3.1-70b", 8, 0, 0.5},   // per rank: an eighth of the weights
+		{"llama-3.1-70b", 1, -1, 1},    // width unknown
+		{"llama-3.1-405b", 1, 0, 0.25}, // 16,384 wide
+		{"llama-3.2-1b", 1, 0, 2},      // 2,048 wide
+		{"deepseek-v3", 8, 0, 4096. / 7168},
+	} {
+		m, err := LookupModel(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.width < 0 {
+			m.HiddenSize = 0
+		}
+		got := fit.PrefillCost(&m, &g, tc.tp).PassSeconds
+		want := float64(m.WeightBytesPerRank(tc.tp)) * tc.scale / 2e12
+		if math.Abs(got/want-1) > 1e-12 {
+			t.Errorf("%s tp %d width %d: pass %.6f s, want %.6f s", tc.name, tc.tp, m.HiddenSize, got, want)
+		}
+	}
+}

@@ -49,7 +49,8 @@
 // H200 they read 0.41-0.92 of the measured time for short prefills), and
 // every server differs. A Calibration fits, from measurements,
 //
-//	prefill = fixed + weights/WeightBytesPerS + linear FLOPs/LinearFLOPS
+//	prefill = fixed + weights × 4096/width / WeightBytesPerS
+//	        + linear FLOPs/LinearFLOPS
 //	        + attention FLOPs among the new tokens/AttentionFLOPS
 //	        + attention FLOPs with the prefix/PrefixAttentionFLOPS
 //	        + the prefix's KV bytes/PrefixReadBytesPerS             (PrefillFit)
@@ -59,8 +60,11 @@
 // presets (so that a handful of samples cannot run away; the prefix rate
 // is pulled toward the attention rate instead, so that it takes a rate of
 // its own only from samples with a prefix), and robust to
-// outliers (Huber, then Tukey's biweight: one prefill that waited behind
-// something else carries no weight). It keeps the newest samples in a
+// outliers (Huber, then Tukey's biweight at the Huber fit's scale: one
+// prefill that waited behind something else carries no weight). The
+// weight term is the ramp of a pass's efficiency with its tokens, stated
+// for a model 4,096 wide (RampWidth; PrefillFit says why it scales with
+// the width). It keeps the newest samples in a
 // bounded window, refits on each sample (tens of microseconds), and
 // publishes an immutable Fit through an atomic pointer: Current costs one
 // load. A Fit reports its sample count and error width; the Planner charges

@@ -112,7 +112,13 @@ func fitRobust(rows []fitRow, k int, pl *pull, scratch []float64) robustFit {
 	spread := math.Inf(1)
 	for it := range iters {
 		if it >= plainIters {
-			spread = residualSpread(rows, pred, rw, w)
+			if it <= plainIters+huberIters {
+				// The biweight keeps the scale of the last Huber fit (as
+				// MM-estimation does): re-estimated from its own weights,
+				// it can shrink onto a subset of the samples that fits
+				// better and reject the rest.
+				spread = residualSpread(rows, pred, rw, w)
+			}
 			for i := range rows {
 				r := math.Abs(rows[i].y/pred[i] - 1)
 				if it < plainIters+huberIters {
