@@ -50,16 +50,21 @@ type CopySample struct {
 // seconds) × LinearFLOPS / (2 × active params). A rate of 0 means the fit
 // found no such term (it costs nothing).
 //
-// The weight term is stated for a model RampWidth (4,096) wide and scales
-// as 1/HiddenSize beyond it: a matrix product of n rows fills the GPU's
-// tiles once n × its width reaches a size the GPU sets, so a model twice
-// as wide reaches a given efficiency at half the tokens, and n½ falls as
-// 1/HiddenSize. The weights' read alone would make the term grow with the
-// weights: fitted on issue 15's five H200 samples, that form put 2,048
-// tokens after 32,768 cached 34% low once that sample was left out (the
-// 70B's short pass took the prefix's cost), where the width-scaled term
-// predicts every one of the five within 15% (TestLeaveOneOutH200).
-// A model of unknown width (HiddenSize 0) is taken as RampWidth wide.
+// The weight term is stated for a model RampWidth (4,096) wide and is
+// taken to scale as 1/HiddenSize beyond it. The reasoning: a matrix
+// product of n rows fills the GPU's tiles once n × its width reaches a
+// size the GPU sets, so a model twice as wide reaches a given efficiency
+// at half the tokens, and n½ falls as 1/HiddenSize. The evidence is two
+// widths, Llama-3.1-8B and -70B on the H200: with the weights alone the
+// term grows with the weights, and fitted on issue 15's five samples it
+// put 2,048 tokens after 32,768 cached 34% low once that sample was left
+// out (the 70B's short pass took the prefix's cost), where the
+// width-scaled term predicts each of the five within 15%
+// (TestLeaveOneOutH200). A check on two other widths (1B and a 7B, 2,048
+// and 3,584 wide) did not favour it: their short passes were bound by
+// PyTorch's launches, which neither form models
+// (benchmarks/results/calibration-h200-loo.md). A model of unknown width
+// (HiddenSize 0) is taken as RampWidth wide.
 //
 // Pairs among the new tokens (n(n+1)/2 of them) and pairs with a cached
 // prefix (n·p) have rates of their own: a runtime attends a prefix through
