@@ -38,6 +38,17 @@ def measure(m, toks, p0, n, runs):
     return timed(lambda: m.forward(toks[p0:p0 + n], p0), runs, 2)
 
 
+def write_samples(path, rows):
+    """Writes rows as JSON lines with the device and PyTorch version, unless
+    SDPA refused enable_gqa at some point (then the rows mix attention
+    paths, and nothing is written)."""
+    if not torch_prefill._gqa[0]:
+        raise SystemExit("SDPA refused enable_gqa: these figures mix attention paths")
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(dict(r, device=torch.cuda.get_device_name(), torch=torch.__version__)) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -72,11 +83,7 @@ def main():
         t20 = timed(lambda: m.forward(toks[p0:p0 + n], p0), a.runs, 2)
         t80 = [b + 2 * (b - h) for b, h in zip(t40, t20)]
         emit("llama-3.1-70b", p0, n, t80, t40=t40, t20=t20)
-    if not torch_prefill._gqa[0]:
-        raise SystemExit("SDPA refused enable_gqa: these figures mix attention paths")
-    with open(a.out, "w") as f:
-        for r in rows:
-            f.write(json.dumps(dict(r, device=torch.cuda.get_device_name(), torch=torch.__version__)) + "\n")
+    write_samples(a.out, rows)
 
 
 if __name__ == "__main__":
