@@ -283,6 +283,18 @@ func (s *Sim) AdvanceTo(t time.Duration) error {
 	return nil
 }
 
+// NextEvent returns the next time at which the timeline changes on its own
+// (an operation starts or ends after the clock's current time), and false
+// when nothing is queued. A discrete-event replay that drives the virtual
+// clock advances to it, so that it observes every completion at its modelled
+// time: AdvanceTo(t) then Query.
+func (s *Sim) NextEvent() (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(s.nowLocked())
+	return s.nextEventLocked()
+}
+
 // EventTime returns the modelled completion time of the work e captured (a
 // time since the sim started), and whether it is known yet. It is known once
 // the work has started on the timeline (always after e.Synchronize); it may

@@ -381,3 +381,46 @@ func TestSimWallClockOverlap(t *testing.T) {
 		}
 	})
 }
+
+// TestSimNextEvent: NextEvent names each time the timeline changes on its
+// own (a start held back by a busy engine, then each end), so that stepping
+// the virtual clock to it observes each copy complete at its modelled end,
+// and reports false once nothing is queued.
+func TestSimNextEvent(t *testing.T) {
+	link := LinkModel{HtoDBytesPerSec: 50 * gib, DtoHBytesPerSec: 50 * gib, DtoDBytesPerSec: 50 * gib, CopyLatency: 3 * time.Microsecond}
+	s, err := NewSim(SimConfig{MemoryBytes: 4 * gib, TimingOnly: true, Clock: SimVirtualClock, Link: link})
+	must(t, err)
+	defer s.Close()
+	if at, ok := s.NextEvent(); ok {
+		t.Fatalf("idle sim: NextEvent = %v, true; want false", at)
+	}
+	s1, s2 := mustStream(t, s, 0), mustStream(t, s, 0)
+	a, b := mustAlloc(t, s, gib), mustAlloc(t, s, gib)
+	must(t, s1.CopyDtoD(b, a, gib/2)) // 10 ms + 3 us on the one engine
+	must(t, s2.CopyDtoD(a, b, gib/2)) // waits for the engine
+	e1, e2 := mustEvent(t, s, false), mustEvent(t, s, false)
+	must(t, e1.Record(s1))
+	must(t, e2.Record(s2))
+	one := 10*time.Millisecond + 3*time.Microsecond
+	var ends []time.Duration
+	for {
+		at, ok := s.NextEvent()
+		if !ok {
+			break
+		}
+		if now := s.Clock().Now(); at <= now {
+			t.Fatalf("NextEvent = %v, not after the clock's %v", at, now)
+		}
+		must(t, s.AdvanceTo(at))
+		for i, e := range []Event{e1, e2} {
+			done, err := e.Query()
+			must(t, err)
+			if done && len(ends) == i {
+				ends = append(ends, at)
+			}
+		}
+	}
+	if len(ends) != 2 || ends[0] != one || ends[1] != 2*one {
+		t.Fatalf("events observed complete at %v, want [%v %v]: the second copy queues for the engine (EventCost 0)", ends, one, 2*one)
+	}
+}
