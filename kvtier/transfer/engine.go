@@ -123,6 +123,15 @@ type Config struct {
 	// Now is the clock used for Transfer.Duration (default: wall time since
 	// the engine started). Replays pass the simulator's virtual clock.
 	Now func() time.Duration
+	// Polled makes the engine run no goroutine of its own: a transfer is
+	// done when a call to Engine.Poll finds its events complete, and its
+	// OnDone functions run inside that Poll. The gather path is submitted
+	// on the caller's goroutine. A discrete-event replay uses it on the
+	// simulator's virtual clock, so that completions happen at modelled
+	// times in a deterministic order, and nothing waits on the host. Sums
+	// and staged onboards (OnboardStaged) wait on the host and are
+	// refused.
+	Polled bool
 }
 
 // Engine moves blocks. Its methods may be called from many goroutines.
@@ -132,6 +141,7 @@ type Engine struct {
 	host     HostLayout
 	hostBase uint64
 	now      func() time.Duration
+	polled   bool // Config.Polled
 
 	method   Method
 	auto     autoTable
@@ -172,6 +182,10 @@ type direction struct {
 	co      coalescer // streams into issueOps (begin, end)
 	call    issueCall
 	pending chan *Transfer // to the completer, in stream order
+	// queue holds, with Config.Polled, the transfers submitted and not yet
+	// done, in stream order from qhead; guarded by mu.
+	queue []*Transfer
+	qhead int
 
 	kc           cudastream.KernelCopier // nil: the stream has no copy kernel
 	kernelBroken bool                    // CopyKernel said ErrNotSupported: Auto uses batches
@@ -267,6 +281,9 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Polled && cfg.Sums {
+		return nil, errors.New("transfer: Config.Polled and Config.Sums: a polled engine cannot wait on the host for the sums")
+	}
 	if cfg.OnboardPriority == 0 && cfg.OffloadPriority == 0 {
 		cfg.OnboardPriority = -1
 	}
@@ -276,6 +293,7 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		host:     cfg.Host,
 		hostBase: cudastream.HostAddr(cfg.Host.Pool),
 		now:      cfg.Now,
+		polled:   cfg.Polled,
 
 		method:   cfg.Method,
 		auto:     auto,
@@ -324,6 +342,9 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	for _, d := range []*direction{&e.on, &e.off} {
 		d.co.limit = cfg.MaxBatch
 		d.co.emit = func(ops []cudastream.Copy, origin []int32) bool { return e.issueOps(d, ops, origin) }
+		if cfg.Polled {
+			continue
+		}
 		d.pending = make(chan *Transfer, 1024)
 		e.wg.Add(1)
 		go e.complete(d)
@@ -396,9 +417,7 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 // (LayerEvent waits for it).
 func (e *Engine) gatherAsync(ctx context.Context, d *direction, t *Transfer, pairs []Pair, offload bool) {
 	d.gatherPairs = append(d.gatherPairs[:0], pairs...)
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
+	run := func() {
 		defer d.mu.Unlock()
 		pairs := d.gatherPairs
 		if t.err == nil {
@@ -411,6 +430,15 @@ func (e *Engine) gatherAsync(ctx context.Context, d *direction, t *Transfer, pai
 			e.stats.onboardBytes.Add(t.bytes)
 		}
 		e.submit(d, t)
+	}
+	if e.polled { // no goroutine of the engine's own
+		run()
+		return
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		run()
 	}()
 }
 
@@ -556,7 +584,48 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 	e.enqueueSums(t)
 	e.stats.transfers.Add(1)
 	close(t.issued)
+	if e.polled {
+		d.queue = append(d.queue, t)
+		return
+	}
 	d.pending <- t
+}
+
+// Poll completes, in stream order, the transfers of a polled engine
+// (Config.Polled) whose copies the device has completed: it marks their
+// layers and then them done and runs their OnDone functions, on the
+// caller's goroutine and with no lock held, so that they may submit more
+// transfers. It returns how many transfers it completed. It never blocks
+// the host: it queries events. Onboards are completed before offloads. On
+// the simulator's virtual clock, poll after moving the clock
+// (Sim.AdvanceTo). Poll on an engine that is not polled completes nothing.
+func (e *Engine) Poll() int {
+	if !e.polled {
+		return 0
+	}
+	n := 0
+	for _, d := range [2]*direction{&e.on, &e.off} {
+		for {
+			d.mu.Lock()
+			if d.qhead == len(d.queue) {
+				d.queue, d.qhead = d.queue[:0], 0
+				d.mu.Unlock()
+				break
+			}
+			t := d.queue[d.qhead]
+			done, err := t.poll()
+			if !done {
+				d.mu.Unlock()
+				break
+			}
+			d.queue[d.qhead] = nil
+			d.qhead++
+			d.mu.Unlock()
+			t.finish(err)
+			n++
+		}
+	}
+	return n
 }
 
 // Source reads blocks for a staged onboard, for example from the NVMe tier.
@@ -575,6 +644,9 @@ type Source interface {
 // all recorded after the last copy, so that a caller waits on layers the
 // same way whatever the source.
 func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int32) (*Transfer, error) {
+	if e.polled {
+		return nil, errors.New("transfer: OnboardStaged: a polled engine (Config.Polled) does not stage: refilling a staging buffer waits on the host")
+	}
 	if len(e.staging) == 0 {
 		return nil, errors.New("transfer: OnboardStaged: the engine has no staging buffers (Config.Staging)")
 	}
@@ -681,6 +753,9 @@ func (e *Engine) Close() error {
 		}
 		e.wg.Wait()
 		for _, d := range []*direction{&e.on, &e.off} {
+			e.drainPolled(d)
+		}
+		for _, d := range []*direction{&e.on, &e.off} {
 			if d.stream != nil {
 				errs = append(errs, d.stream.Destroy())
 			}
@@ -699,6 +774,25 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.events.close())
 	})
 	return errors.Join(errs...)
+}
+
+// drainPolled completes, after Close has marked the engine closed, the
+// transfers a polled engine still holds: it waits for each on the host, in
+// stream order (on the virtual clock this moves the clock).
+func (e *Engine) drainPolled(d *direction) {
+	for {
+		d.mu.Lock()
+		if d.qhead == len(d.queue) {
+			d.queue, d.qhead = nil, 0
+			d.mu.Unlock()
+			return
+		}
+		t := d.queue[d.qhead]
+		d.queue[d.qhead] = nil
+		d.qhead++
+		d.mu.Unlock()
+		t.await()
+	}
 }
 
 // eventPool recycles events between transfers.

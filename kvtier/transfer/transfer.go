@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -36,6 +37,12 @@ type Transfer struct {
 	err          error // set before done is closed; read only after
 	done         chan struct{}
 	issued       chan struct{} // closed once every event has been recorded
+
+	// With a polled engine: the OnDone functions the Poll that completes
+	// the transfer runs, and whether it has (guarded by cbMu).
+	cbMu     sync.Mutex
+	onDone   []func()
+	finished bool
 
 	// With Config.Sums (sums.go): the GPU blocks to sum, the buffer and
 	// event of their sums, and the sums once done.
@@ -104,6 +111,56 @@ func (t *Transfer) finish(err error) {
 		close(c)
 	}
 	t.layersClosed = len(t.layerDone)
+	if t.eng.polled {
+		t.cbMu.Lock()
+		fns := t.onDone
+		t.onDone, t.finished = nil, true
+		t.cbMu.Unlock()
+		for _, fn := range fns {
+			fn()
+		}
+	}
+}
+
+// poll is a polled engine's await: it marks done the layers whose events
+// have completed, in order, and reports whether the whole transfer has
+// (true with the device's error if a query failed). It never blocks.
+func (t *Transfer) poll() (bool, error) {
+	for t.layersClosed < len(t.layerEv) {
+		ok, err := t.layerEv[t.layersClosed].Query()
+		if err != nil {
+			return true, err
+		}
+		if !ok {
+			return false, nil
+		}
+		close(t.layerDone[t.layersClosed])
+		t.layersClosed++
+	}
+	ok, err := t.final.Query()
+	return ok || err != nil, err
+}
+
+// OnDone arranges for fn to run once the transfer is done: at once if it is
+// done already; with a polled engine (Config.Polled), inside the Poll (or
+// Close) that completes it, on that goroutine; otherwise on a goroutine of
+// its own. fn may submit transfers and may Release this one.
+func (t *Transfer) OnDone(fn func()) {
+	if !t.eng.polled {
+		go func() {
+			<-t.done
+			fn()
+		}()
+		return
+	}
+	t.cbMu.Lock()
+	if t.finished {
+		t.cbMu.Unlock()
+		fn()
+		return
+	}
+	t.onDone = append(t.onDone, fn)
+	t.cbMu.Unlock()
 }
 
 // startInFlight counts t as d's work in flight until it is done. Every
