@@ -426,16 +426,27 @@ func (d *DeviceMover) Submit(t *Batch) error {
 		}
 	}
 	// Start everything before completing anything: a Complete may be the
-	// transfer's last and recycle t.
+	// transfer's last and recycle t. An engine call that fails fails its
+	// ops with the others that could not start, at the end.
+	started := func(idx []int, tr *transfer.Transfer, err error, what string, src *storeSource, each func(int, *transfer.Transfer) error) {
+		if err == nil {
+			d.finishEngine(t, idx, tr, what, src, each)
+			return
+		}
+		err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
+		for _, i := range idx {
+			fail, failErr = append(fail, i), append(failErr, err)
+		}
+	}
 	if len(j.offload) > 0 {
 		d.stats.offloads.Add(uint64(len(j.offload)))
 		tr, err := d.eng.Offload(context.Background(), j.offload, j.afters...)
-		d.finishEngine(t, j.offIdx, tr, err, "offload", nil, d.keepHostSums(j.offload, j.offKeys))
+		started(j.offIdx, tr, err, "offload", nil, d.keepHostSums(j.offload, j.offKeys))
 	}
 	if len(j.onboard) > 0 {
 		d.stats.onboards.Add(uint64(len(j.onboard)))
 		tr, err := d.eng.Onboard(context.Background(), j.onboard)
-		d.finishEngine(t, j.onIdx, tr, err, "onboard", nil, nil)
+		started(j.onIdx, tr, err, "onboard", nil, nil)
 	}
 	if len(j.staged) > 0 {
 		d.stats.staged.Add(uint64(len(j.staged)))
@@ -444,7 +455,7 @@ func (d *DeviceMover) Submit(t *Batch) error {
 			src.checks = make([]nvme.PayloadCheck, len(j.staged))
 		}
 		tr, err := d.eng.OnboardStaged(context.Background(), src, j.staged)
-		d.finishEngine(t, j.stagedIdx, tr, err, "staged onboard from nvme", src, src.checkSum)
+		started(j.stagedIdx, tr, err, "staged onboard from nvme", src, src.checkSum)
 	}
 	if len(j.writes) > 0 {
 		d.stats.nvmeWrites.Add(uint64(len(j.writes)))
@@ -469,23 +480,12 @@ func (d *DeviceMover) Submit(t *Batch) error {
 }
 
 // finishEngine completes ops idx of t when the engine's transfer is done,
-// never before (a goroutine waits on Done), or at once if it never started.
-// src, for a staged onboard, names the op whose NVMe block was lost. each,
-// if set, runs for op k of a transfer done without error, before the
-// transfer is released, and returns that op's error.
-func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, err error, what string, src *storeSource, each func(k int, tr *transfer.Transfer) error) {
-	if err != nil {
-		err = fmt.Errorf("%s of %d blocks: %w", what, len(idx), err)
-		d.stats.failed(len(idx), err)
-		d.wg.Add(1)
-		go func() { // after Submit has started the rest
-			defer d.wg.Done()
-			for _, i := range idx {
-				t.Complete(i, err)
-			}
-		}()
-		return
-	}
+// never before (Transfer.OnDone: on a goroutine of the engine's, or inside
+// a polled engine's Poll). src, for a staged onboard, names the op whose
+// NVMe block was lost. each, if set, runs for op k of a transfer done
+// without error, before the transfer is released, and returns that op's
+// error.
+func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, what string, src *storeSource, each func(k int, tr *transfer.Transfer) error) {
 	ly := &engineLayers{tr: tr}
 	ly.refs.Store(1)
 	if tr.Layers() > 0 {
@@ -497,17 +497,15 @@ func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, e
 			t.Complete(i, nil)
 		}
 		d.wg.Add(1)
-		go func() {
+		tr.OnDone(func() {
 			defer d.wg.Done()
-			<-tr.Done()
 			ly.Release()
-		}()
+		})
 		return
 	}
 	d.wg.Add(1)
-	go func() {
+	tr.OnDone(func() {
 		defer d.wg.Done()
-		<-tr.Done()
 		err := tr.Err()
 		var errs []error
 		if err == nil && each != nil {
@@ -534,7 +532,7 @@ func (d *DeviceMover) finishEngine(t *Batch, idx []int, tr *transfer.Transfer, e
 			}
 			t.Complete(i, e)
 		}
-	}()
+	})
 }
 
 // engineLayers hands an engine transfer's layer events to the manager
