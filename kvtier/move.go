@@ -95,19 +95,35 @@ type Batch struct {
 	done      []bool // per op; guarded by the write lock, like remaining
 	remaining int
 
-	// fan and shard are set on a ShardedMover's per-shard batches, whose
-	// completions and layers go to the fan-out instead of the manager.
-	fan   *fanout
-	shard int
+	// relay, when set, gets the completions and layers instead of the
+	// manager (NewRelayBatch; a ShardedMover's per-shard batches).
+	relay Relay
 }
+
+// Relay receives the completions and layer readiness of a Batch made by
+// NewRelayBatch, in place of a manager. A Mover that wraps others (one per
+// GPU rank, as ShardedMover; one per tier; one that observes each copy)
+// hands them batches of its own and passes on what they report to the
+// batch it was given, after its own bookkeeping. The calls come as the
+// Mover contract makes them: Complete exactly once per op, from any
+// goroutine; AddLayers during Submit, before the last Complete.
+type Relay interface {
+	Complete(i int, err error)
+	AddLayers(ly Layers)
+}
+
+// NewRelayBatch returns a Batch of ops whose Complete and AddLayers calls
+// go to r. ops is the batch's and MUST NOT change until its last op
+// completes.
+func NewRelayBatch(ops []MoveOp, r Relay) *Batch { return &Batch{Ops: ops, relay: r} }
 
 // Complete reports op i done (err nil: the destination slot holds the block,
 // durably for NVMe) or failed. It takes the manager's lock, and may start
 // the next copies (write-through, demotion) by calling Submit again, so a
 // mover MUST NOT call it while holding a lock its Submit takes.
 func (b *Batch) Complete(i int, err error) {
-	if b.fan != nil {
-		b.fan.complete(b.shard, i, err)
+	if b.relay != nil {
+		b.relay.Complete(i, err)
 		return
 	}
 	b.m.complete(b, i, err)
@@ -119,8 +135,8 @@ func (b *Batch) Complete(i int, err error) {
 // then calls ly.Release. It MUST be called during Submit, before b's last
 // Complete.
 func (b *Batch) AddLayers(ly Layers) {
-	if b.fan != nil {
-		b.fan.addLayers(b.shard, ly)
+	if b.relay != nil {
+		b.relay.AddLayers(ly)
 		return
 	}
 	if l := b.lease; l != nil {

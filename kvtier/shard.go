@@ -66,7 +66,8 @@ type ShardLayers struct {
 type fanout struct {
 	s      *ShardedMover
 	parent *Batch
-	subs   []Batch // one per shard, sharing parent.Ops
+	subs   []Batch      // one per shard, sharing parent.Ops
+	relays []shardRelay // subs[j]'s relay
 
 	mu   sync.Mutex
 	left []int32 // per op
@@ -82,7 +83,10 @@ func (s *ShardedMover) Submit(b *Batch) error {
 	}
 	f, _ := s.fans.Get().(*fanout)
 	if f == nil {
-		f = &fanout{s: s, subs: make([]Batch, len(s.shards))}
+		f = &fanout{s: s, subs: make([]Batch, len(s.shards)), relays: make([]shardRelay, len(s.shards))}
+		for j := range f.relays {
+			f.relays[j] = shardRelay{f: f, shard: j}
+		}
 	}
 	f.parent = b
 	f.left = resize(f.left, n)
@@ -93,7 +97,7 @@ func (s *ShardedMover) Submit(b *Batch) error {
 	}
 	for j, mv := range s.shards {
 		sb := &f.subs[j]
-		*sb = Batch{Ops: b.Ops, fan: f, shard: j}
+		*sb = Batch{Ops: b.Ops, relay: &f.relays[j]}
 		if err := mv.Submit(sb); err != nil {
 			// The shard fails what it has not completed, and will not
 			// complete it: do it for the shard.
@@ -112,6 +116,15 @@ func (s *ShardedMover) Submit(b *Batch) error {
 	}
 	return nil
 }
+
+// shardRelay is the Relay of shard j's batch: its calls go to the fan-out.
+type shardRelay struct {
+	f     *fanout
+	shard int
+}
+
+func (r *shardRelay) Complete(i int, err error) { r.f.complete(r.shard, i, err) }
+func (r *shardRelay) AddLayers(ly Layers)       { r.f.addLayers(r.shard, ly) }
 
 // complete records shard j's completion of op i.
 func (f *fanout) complete(j, i int, err error) {
