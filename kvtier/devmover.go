@@ -47,6 +47,12 @@ import (
 // unreadable slot, or it holds another block). A staged onboard or an engine
 // transfer fails as a whole, so a failure fails every op in it.
 //
+// With a polled engine (transfer.Config.Polled, as the replay runs it on the
+// simulated device's virtual clock) the GPU-host ops complete inside the
+// engine's Poll, on its caller's goroutine; the NVMe paths still run on
+// goroutines of the mover's, and GPU-to-NVMe copies need an engine that is
+// not polled for their bounce (bounceCopy waits for its transfer).
+//
 // NVMe writes are as durable as the store makes them: with nvme.Config.Durable
 // an op completes only once its block is synced.
 //

@@ -173,6 +173,7 @@ flags:
 	fs.BoolVar(&c.DecodeOnGPU, "decode-on-gpu", def.DecodeOnGPU, "decode shares the GPU with prefill, as the model server (examples/server) schedules it: between two prefills, one step (--decode-token-time) of every request decoding; needs --prefill-slots 1")
 	fs.IntVar(&c.MaxBatch, "max-batch", def.MaxBatch, "with --decode-on-gpu: the most requests decoding at once; no prefill starts while that many decode (the server's -max-batch; 0: 16)")
 	fs.IntVar(&c.MaxHoleBlocks, "max-hole-blocks", def.MaxHoleBlocks, "a lookup goes on past up to this many missing blocks, recomputed while the cached blocks after them load (0: it stops at the first)")
+	fs.StringVar(&c.Mover, "mover", def.Mover, "what copies between the GPU and the host tier: device (kvtier.DeviceMover and the transfer engine, the code that serves, on the simulated device's virtual clock) or model (the replay's own channels)")
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
 	fs.StringVar(&c.Calibration, "calibration", def.Calibration, "a calibration file (`kvtier calc --write-calibration`, a server's, or `kvtier probe --json`): measured prefill and links replace the presets")
@@ -353,6 +354,7 @@ var replayOverrides = []struct {
 	{"decode-on-gpu", func(d, s *replay.Config) { d.DecodeOnGPU = s.DecodeOnGPU }},
 	{"max-batch", func(d, s *replay.Config) { d.MaxBatch = s.MaxBatch }},
 	{"max-hole-blocks", func(d, s *replay.Config) { d.MaxHoleBlocks = s.MaxHoleBlocks }},
+	{"mover", func(d, s *replay.Config) { d.Mover = s.Mover }},
 	{"strategy", func(d, s *replay.Config) { d.Strategy = s.Strategy }},
 	{"baselines", func(d, s *replay.Config) { d.Baselines = s.Baselines }},
 	{"memory-budget", func(d, s *replay.Config) { d.MemoryBudget = s.MemoryBudget }},

@@ -22,6 +22,9 @@ func (e *engine) check() {
 		}
 		invariants.Check(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
 	}
+	if e.dev != nil {
+		queued += e.dev.inFlight
+	}
 	invariants.Check(queued == e.inFlight, "%d copies queued or crossing, %d in flight", queued, e.inFlight)
 	invariants.Check(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",
 		e.gpuHeld, e.inPrefill, e.computeRunning)

@@ -107,6 +107,14 @@ type Config struct {
 	// says). 0 stops a lookup at the first missing block.
 	MaxHoleBlocks int `json:"max_hole_blocks"`
 
+	// Mover is what makes the copies between the GPU and the host tier:
+	// "device" runs the code that serves, kvtier.DeviceMover over a
+	// transfer.Engine, on cudastream's simulated device with a virtual
+	// clock (device.go); "model" queues them on the replay's own modelled
+	// channels (link.go), a little faster to run. Copies to and from NVMe
+	// take the modelled channels under both.
+	Mover string `json:"mover"`
+
 	// Strategy is the strategy the report leads with: "cost" (kvtier/cost's
 	// per-block plan), "reload", "recompute", "gpu-only" or "none".
 	Strategy string `json:"strategy"`
@@ -151,11 +159,18 @@ func DefaultConfig() Config {
 		NVMeAdmission:   "seen-twice",
 		DecodeTokenTime: Duration(30 * time.Millisecond),
 		PrefillSlots:    1,
+		Mover:           MoverDevice,
 		Strategy:        "cost",
 		Baselines:       true,
 		MemoryBudget:    4 << 30,
 	}
 }
+
+// The movers of Config.Mover.
+const (
+	MoverDevice = "device"
+	MoverModel  = "model"
+)
 
 // defaultMaxBatch is Config.MaxBatch's 0: the model server's -max-batch
 // default.
@@ -286,6 +301,11 @@ func (c *Config) Validate() error {
 	case "all", "seen-twice":
 	default:
 		return cfgErr("nvme_admission", "%q is not all or seen-twice", c.NVMeAdmission)
+	}
+	switch c.Mover {
+	case MoverDevice, MoverModel:
+	default:
+		return cfgErr("mover", "%q is not device or model", c.Mover)
 	}
 	return nil
 }

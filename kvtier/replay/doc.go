@@ -75,8 +75,25 @@
 // measured it did.
 //
 // The copies the manager decides (loads, write-through copies, write-back
-// demotions, offloads) go to the engine, which is the manager's Mover. Each
-// crosses a modelled channel, one block at a time, timed by kvtier/cost's
+// demotions, offloads) go to the engine, which is the manager's Mover.
+//
+// Under Config.Mover "device" (the default) the copies between the GPU and
+// the host tier are made by the code that serves: the engine hands them to
+// kvtier.DeviceMover over a transfer.Engine, on cudastream's simulated
+// device (device.go). The device is TimingOnly and its host pool reserved
+// address space, so the tiers cost nothing but their bookkeeping; the
+// engine is polled (transfer.Config.Polled), and the replay steps the
+// device's virtual clock to each of its events (Sim.NextEvent) in the
+// order of its own, so completions come at their modelled times, on one
+// goroutine, in the same order on every run. An onboard is one copy call
+// per layer and its blocks complete together, when the transfer is done,
+// as the DeviceMover completes them for a server: a recomputed block
+// between two loaded ones waits for all of its onboard, where the Planner
+// has it wait for the loads before it (TestReplayExecutesThePlan says by
+// how much the device strays from the plan, and on which shapes).
+//
+// The copies to and from NVMe, and every copy under Config.Mover "model",
+// cross a modelled channel, one block at a time, timed by kvtier/cost's
 // Path as the Planner times it: the GPU's ingress carries every load (from
 // the host tier over the host link; from NVMe over the drive then the host
 // link, pipelined), PCIe GPU to host carries offloads to the host tier (full
@@ -86,9 +103,10 @@
 // submitted, so latencies overlap the copies queued before. A channel serves
 // onboard copies before offloads; offloads beyond 64 GiB queued on a channel
 // are dropped, as an offload engine drops what its link cannot keep up
-// with. The links are modelled here rather than on cudastream's simulated
-// device, whose device memory is real host memory: tiers of tens of GiB of
-// 64 MiB blocks would not fit a replay's memory or its time budget.
+// with. NVMe stays modelled because the DeviceMover's NVMe paths write real
+// files through kvtier/nvme (780 GiB in a replay of the bundled trace); on
+// the device, NVMe loads therefore do not queue behind the device's host
+// loads on the GPU's ingress.
 //
 // A configuration whose weights (per GPU) and KV cache do not fit in the
 // GPU's memory is refused (Config.GPUBytes, Config.GPUMemoryBytes), and the

@@ -46,7 +46,10 @@ type engine struct {
 	remote  *remoteLevel // nil: no remote tier
 	rspec   *RemoteSpec  // the remote tier start builds, if any
 	planner *costPlanner
-	current *request // the request whose Onboard is being submitted
+	current *request    // the request whose Onboard is being submitted
+	dev     *devicePath // Config.Mover "device": the DeviceMover's copies (device.go)
+	// devStats are the device path's counts, kept when it closes.
+	devStats devicePathStats
 
 	now     time.Duration
 	events  eventHeap
@@ -226,6 +229,11 @@ func (e *engine) start(blockTokens int) error {
 		mc.Tiers[t] = tc
 		e.res.CapacityBlocks[t] = slots
 	}
+	if cfg.Mover == MoverDevice && capacity[kvtier.Host] > 0 {
+		if e.dev, err = newDevicePath(e, int64(capacity[kvtier.Host])/e.blockBytes); err != nil {
+			return err
+		}
+	}
 	if e.m, err = kvtier.New(mc); err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -252,7 +260,12 @@ func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
 }
 
 // run replays the trace to its end.
-func (e *engine) run(src *trace.Reader) error {
+func (e *engine) run(src *trace.Reader) (err error) {
+	defer func() {
+		if cerr := e.closeDevice(); err == nil {
+			err = cerr
+		}
+	}()
 	e.src = src
 	if e.usesExt() {
 		e.flight.ext = int64(unsafe.Sizeof(requestExt{}))
@@ -265,9 +278,31 @@ func (e *engine) run(src *trace.Reader) error {
 			return err
 		}
 	}
-	for len(e.events) > 0 {
+	for {
+		if e.dev != nil {
+			// The device's next event first, when it comes no later than
+			// the replay's own: its completions happen at their times.
+			if at, ok := e.dev.next(); ok && (len(e.events) == 0 || at <= e.events[0].at) {
+				e.now = at
+				if err := e.dev.advance(at); err != nil {
+					return err
+				}
+				if err := e.afterEvent(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if len(e.events) == 0 {
+			break
+		}
 		ev := e.events.pop()
 		e.now = ev.at
+		if e.dev != nil {
+			if err := e.dev.advance(ev.at); err != nil {
+				return err
+			}
+		}
 		switch ev.kind {
 		case evArrival:
 			if err := e.arrive(); err != nil {
@@ -284,21 +319,48 @@ func (e *engine) run(src *trace.Reader) error {
 		case evRemoteDone:
 			e.fetchDone(ev.r)
 		}
-		if len(e.waiting) > 0 {
-			e.retryWaiting()
-		}
-		if e.admitHead < len(e.admitQueue) {
-			e.admit() // a release or a copy may have made room
-		}
-		if e.clock.err != nil {
-			return e.clock.err
-		}
-		if e.recordErr != nil {
-			return e.recordErr
-		}
-		if invariants.Enabled {
-			e.check()
+		if err := e.afterEvent(); err != nil {
+			return err
 		}
 	}
 	return e.checkEnd()
+}
+
+// afterEvent is what follows every event: the requests that waited for
+// space or a prefill slot go on, and the first error stops the replay.
+func (e *engine) afterEvent() error {
+	if len(e.waiting) > 0 {
+		e.retryWaiting()
+	}
+	if e.admitHead < len(e.admitQueue) {
+		e.admit() // a release or a copy may have made room
+	}
+	if e.clock.err != nil {
+		return e.clock.err
+	}
+	if e.recordErr != nil {
+		return e.recordErr
+	}
+	if e.dev != nil && e.dev.err != nil {
+		return e.dev.err
+	}
+	if invariants.Enabled {
+		e.check()
+	}
+	return nil
+}
+
+// closeDevice closes the device path, if any, and adds its copy engines'
+// busy time to the links'.
+func (e *engine) closeDevice() error {
+	d := e.dev
+	if d == nil {
+		return nil
+	}
+	e.devStats = devicePathStats{mover: d.mv.Stats(), engine: d.eng.Stats(), registrations: len(d.regs)}
+	err := d.close()
+	e.servers[chanHostToGPU].busyTime += d.busyToGPU
+	e.servers[chanGPUToHost].busyTime += d.busyFromGPU
+	e.dev = nil
+	return err
 }

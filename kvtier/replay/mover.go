@@ -23,41 +23,67 @@ const maxQueuedOffloadBytes = 64 << 30
 
 var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is full")
 
-// Submit implements kvtier.Mover: it queues each copy on its channel; the
-// copy completes when the virtual clock reaches its end.
+// Submit implements kvtier.Mover: it queues each copy on its channel, where
+// the copy completes when the virtual clock reaches its end; with
+// Config.Mover "device" the copies between the GPU and the host tier go to
+// the DeviceMover instead (device.go).
 func (e *engine) Submit(t *kvtier.Batch) error {
-	for i, op := range t.Ops {
-		ch, prio := route(op.From, op.To)
-		j := copyJob{t: t, op: i, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To]}
+	var rl *relay
+	for i := range t.Ops {
+		op := &t.Ops[i]
+		var req *request
 		if op.To == kvtier.GPU {
 			if e.current == nil {
 				invariants.Failf("a copy into the GPU outside Onboard")
 			}
-			j.req = e.current
-			e.current.pendingLoads++
+			req = e.current
+			req.pendingLoads++
 		}
-		if prio == prioOffload && e.servers[ch].queuedOffloadBytes+e.blockBytes > maxQueuedOffloadBytes {
-			// Backpressure: the link cannot keep up with the offloads, so
-			// this one is dropped, as an offload engine does when its
-			// queue is full. The manager frees the destination slot.
-			e.res.DroppedOffloads++
-			t.Complete(i, errOffloadDropped)
+		if e.dev != nil && op.From != kvtier.NVMe && op.To != kvtier.NVMe {
+			if rl == nil {
+				rl = e.dev.relayFor(e, t)
+			}
+			rl.add(i, req)
+			e.res.copies[op.From][op.To]++
+			if op.To == kvtier.GPU { // what the planner's backlog sees
+				s := &e.servers[chanHostToGPU]
+				s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
+			}
 			continue
 		}
-		s := &e.servers[ch]
-		s.queue[prio].push(j)
-		if prio == prioOffload {
-			s.queuedOffloadBytes += e.blockBytes
-		} else {
-			s.onboardTail = max(s.onboardTail, e.now, j.ready) + j.stream
-		}
-		e.res.copies[op.From][op.To]++
-		e.inFlight++
+		e.queueCopy(t, i, req)
+	}
+	if rl != nil { // after the model's: a Complete may be t's last
+		e.dev.submit(rl)
 	}
 	for ch := range numChannels {
 		e.kick(ch)
 	}
 	return nil
+}
+
+// queueCopy queues op i of t on its channel; req waits for it (a load).
+func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
+	op := &t.Ops[i]
+	ch, prio := route(op.From, op.To)
+	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To]}
+	if prio == prioOffload && e.servers[ch].queuedOffloadBytes+e.blockBytes > maxQueuedOffloadBytes {
+		// Backpressure: the link cannot keep up with the offloads, so
+		// this one is dropped, as an offload engine does when its
+		// queue is full. The manager frees the destination slot.
+		e.res.DroppedOffloads++
+		t.Complete(i, errOffloadDropped)
+		return
+	}
+	s := &e.servers[ch]
+	s.queue[prio].push(j)
+	if prio == prioOffload {
+		s.queuedOffloadBytes += e.blockBytes
+	} else {
+		s.onboardTail = max(s.onboardTail, e.now, j.ready) + j.stream
+	}
+	e.res.copies[op.From][op.To]++
+	e.inFlight++
 }
 
 // kick starts the next copy on an idle channel: onboard copies first.

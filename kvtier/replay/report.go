@@ -361,6 +361,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
 		writeMode(c.WriteThrough), c.NVMeAdmission)
 	fmt.Fprintf(&b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
+	fmt.Fprintf(&b, "copies: %s\n", moverNote(c.Mover))
 	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
 		load := r.Results[0].OfferedPrefillLoad
@@ -490,6 +491,13 @@ func decodeNote(c *Config) string {
 		return ""
 	}
 	return fmt.Sprintf(", on the GPU between prefills (each round a step of every request decoding, at most %d at once)", c.maxBatch())
+}
+
+func moverNote(mover string) string {
+	if mover == MoverDevice {
+		return "GPU and host by kvtier.DeviceMover and the transfer engine on the simulated device (virtual clock); NVMe on the modelled channels"
+	}
+	return "on the modelled channels"
 }
 
 func prefillNote(slots int) string {
