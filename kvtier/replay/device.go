@@ -71,7 +71,8 @@ func newDevicePath(e *engine, hostSlots int64) (*devicePath, error) {
 		return nil, cfgErr("mover", "device: a block of %d bytes does not split into %d layers of %d parts", e.blockBytes, layers, parts)
 	}
 	gpuBytes := e.gpuSlots * e.blockBytes
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: gpuBytes, TimingOnly: true, Link: link, Clock: cudastream.SimVirtualClock})
+	// MemoryBytes leaves room for the sim's rounding of the one allocation.
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: gpuBytes + 256, TimingOnly: true, Link: link, Clock: cudastream.SimVirtualClock})
 	if err != nil {
 		return nil, fmt.Errorf("replay: mover device: %w", err)
 	}
