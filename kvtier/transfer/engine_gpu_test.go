@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/checksum"
@@ -125,5 +126,98 @@ func TestGPURoundTrip(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGPUPolledRoundTrip is TestGPURoundTrip's round trip on a polled
+// engine (Config.Polled), by every method: the onboard's OnDone, run inside
+// Poll, submits the offload, the gather path runs on the caller's
+// goroutine, and Poll, spinning on the real device's events, completes
+// both. It skips without a driver, as TestGPURoundTrip does.
+func TestGPUPolledRoundTrip(t *testing.T) {
+	dev, err := cudastream.Open(0)
+	if errors.Is(err, cudastream.ErrNoDriver) {
+		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
+		}
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open(0): %v", err)
+	}
+	defer dev.Close()
+	const (
+		layers, parts, part = 8, 2, 16 << 10
+		blocks, slots       = 512, 128
+		blockBytes          = layers * parts * part
+	)
+	region, err := dev.Alloc(blocks * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(region)
+	pool, err := dev.HostAlloc(slots * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.HostFree(pool)
+	host := HostLayout{Pool: pool, SlotBytes: blockBytes}
+	g, err := BlockFirstLayout(region, layers, parts, blocks, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Method{MethodAuto, MethodBatch, MethodKernel, MethodLoop, MethodGather} {
+		t.Run(m.String(), func(t *testing.T) {
+			e, err := New(dev, Config{GPU: g, Host: host, Method: m, GatherBuffers: 3, GatherBufferBytes: 5 << 18, Polled: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := e.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			}()
+			rng := rand.New(rand.NewPCG(uint64(m), 7))
+			half := slots / 2
+			for i := range pool[:half*blockBytes] {
+				pool[i] = byte(rng.Uint32())
+			}
+			clear(pool[half*blockBytes:])
+			in, out := make([]Pair, half), make([]Pair, half)
+			for i, b := range rng.Perm(blocks)[:half] {
+				in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
+				out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(half + i)}
+			}
+			ctx := context.Background()
+			on, err := e.Onboard(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var off *Transfer
+			on.OnDone(func() {
+				if off, err = e.Offload(ctx, out); err != nil {
+					t.Error(err)
+				}
+			})
+			deadline := time.Now().Add(10 * time.Second)
+			completed := 0
+			for completed < 2 && time.Now().Before(deadline) {
+				completed += e.Poll()
+			}
+			if completed != 2 || off == nil {
+				t.Fatalf("Poll completed %d transfers in 10 s, want the onboard and the offload", completed)
+			}
+			for _, tr := range []*Transfer{on, off} {
+				if err := tr.Err(); err != nil {
+					t.Fatal(err)
+				}
+				tr.Release()
+			}
+			for i := range in {
+				if !bytes.Equal(host.Slot(int32(i)), host.Slot(int32(half+i))) {
+					t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
+				}
+			}
+		})
 	}
 }
