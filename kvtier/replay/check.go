@@ -22,8 +22,10 @@ func (e *engine) check() {
 		}
 		invariants.Check(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
 	}
-	if e.dev != nil {
-		queued += e.dev.inFlight
+	if d := e.dev; d != nil {
+		queued += d.inFlight + len(d.waiting) - d.waitHead
+		invariants.Check(len(d.waiting) == d.waitHead || len(d.staging) == 0,
+			"%d staging slots free while %d reads wait for one", len(d.staging), len(d.waiting)-d.waitHead)
 	}
 	invariants.Check(queued == e.inFlight, "%d copies queued or crossing, %d in flight", queued, e.inFlight)
 	invariants.Check(e.gpuHeld >= 0 && e.inPrefill >= 0 && e.computeRunning >= 0, "negative count: held %d, prefilling %d, computing %d",

@@ -111,8 +111,9 @@ type Config struct {
 	// "device" runs the code that serves, kvtier.DeviceMover over a
 	// transfer.Engine, on cudastream's simulated device with a virtual
 	// clock (device.go); "model" queues them on the replay's own modelled
-	// channels (link.go), a little faster to run. Copies to and from NVMe
-	// take the modelled channels under both.
+	// channels (link.go), a little faster to run. The NVMe drive is
+	// modelled under both (under "device" a load from it then crosses the
+	// GPU's ingress on the device).
 	Mover string `json:"mover"`
 
 	// Strategy is the strategy the report leads with: "cost" (kvtier/cost's

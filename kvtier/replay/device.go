@@ -24,7 +24,10 @@ import (
 //
 // Copies to and from NVMe stay on the model's channels (link.go): the
 // mover's NVMe paths write real files through kvtier/nvme, hundreds of GiB
-// in a replay of the bundled trace.
+// in a replay of the bundled trace. A load from NVMe into the GPU is read
+// by the modelled drive, then copied to the GPU by the device from one of
+// stagingSlots host slots past the host tier's, as the DeviceMover's staged
+// onboard does: so it queues behind the host loads on the GPU's ingress.
 
 // devicePath is the replay's simulated device and the serving stack on it.
 type devicePath struct {
@@ -39,6 +42,12 @@ type devicePath struct {
 	err      error // the first op that failed: a replay's copies never fail
 	free     []*relay
 
+	// staging holds the free staging slots (host slots from hostSlots on);
+	// waiting, from waitHead, the NVMe reads done that wait for one.
+	staging  []kvtier.Slot
+	waiting  []copyJob
+	waitHead int
+
 	// busyToGPU and busyFromGPU are the time the device's copy engines
 	// spent copying, per direction (latencies included), set by close.
 	busyToGPU, busyFromGPU time.Duration
@@ -51,8 +60,16 @@ type devicePathStats struct {
 	registrations int // of the host pool with the simulated device
 }
 
+// stagingSlots is how many loads from NVMe may cross the device's ingress
+// at once (each holds a staging slot from the drive's read until its copy
+// to the GPU is done); more wait for a slot. The slots are unbacked, so 64
+// cost nothing, and the drive is slower than the ingress: they are rarely
+// all taken.
+const stagingSlots = 64
+
 // newDevicePath builds the device for e's GPU and host tiers: hostSlots
-// slots of e.blockBytes in the pool (at least one).
+// slots of e.blockBytes in the pool (none without a host tier), then the
+// staging slots.
 func newDevicePath(e *engine, hostSlots int64) (*devicePath, error) {
 	h200 := cudastream.H200Link()
 	// The links are the cost model's: the host link's bandwidth both ways
@@ -97,7 +114,10 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 	if err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
-	poolBytes := hostSlots * e.blockBytes
+	for s := range stagingSlots {
+		d.staging = append(d.staging, kvtier.Slot(hostSlots)+kvtier.Slot(stagingSlots-1-s))
+	}
+	poolBytes := (hostSlots + stagingSlots) * e.blockBytes
 	if d.pool, err = unbacked(poolBytes); err != nil {
 		return err
 	}
@@ -163,13 +183,14 @@ func (d *devicePath) close() error {
 // each completion on to the manager's batch, then does the replay's
 // bookkeeping, as copyDone does for the model's channels.
 type relay struct {
-	e      *engine
-	parent *kvtier.Batch
-	b      *kvtier.Batch
-	ops    []kvtier.MoveOp
-	idx    []int
-	req    []*request
-	left   int
+	e       *engine
+	parent  *kvtier.Batch
+	b       *kvtier.Batch
+	ops     []kvtier.MoveOp
+	idx     []int
+	req     []*request
+	staging []kvtier.Slot // per op: the staging slot it copies from, or noStaging
+	left    int
 }
 
 // relayFor returns a free relay for batch t.
@@ -184,10 +205,52 @@ func (d *devicePath) relayFor(e *engine, t *kvtier.Batch) *relay {
 	return r
 }
 
-func (r *relay) add(i int, req *request) {
-	r.ops = append(r.ops, r.parent.Ops[i])
+// noStaging marks a relayed op that copies from no staging slot.
+const noStaging = ^kvtier.Slot(0)
+
+func (r *relay) add(i int, req *request) { r.addOp(i, r.parent.Ops[i], req, noStaging) }
+
+// addOp adds op as the parent's op i, copying from staging slot st
+// (noStaging: none).
+func (r *relay) addOp(i int, op kvtier.MoveOp, req *request, st kvtier.Slot) {
+	r.ops = append(r.ops, op)
 	r.idx = append(r.idx, i)
 	r.req = append(r.req, req)
+	r.staging = append(r.staging, st)
+}
+
+// stage copies to the GPU a block the drive has read (j, from the parent's
+// NVMe to GPU op), from a staging slot; without a free one it waits, still
+// in flight, for the next to be freed.
+func (d *devicePath) stage(e *engine, j copyJob) {
+	n := len(d.staging)
+	if n == 0 {
+		d.waiting = append(d.waiting, j)
+		e.inFlight++
+		return
+	}
+	st := d.staging[n-1]
+	d.staging = d.staging[:n-1]
+	op := j.t.Ops[j.op]
+	op.From, op.FromSlot = kvtier.Host, st
+	rl := d.relayFor(e, j.t)
+	rl.addOp(j.op, op, j.req, st)
+	d.submit(rl)
+}
+
+// unstage frees staging slot st and gives it to the first read waiting.
+func (d *devicePath) unstage(e *engine, st kvtier.Slot) {
+	d.staging = append(d.staging, st)
+	if d.waitHead == len(d.waiting) {
+		return
+	}
+	j := d.waiting[d.waitHead]
+	d.waiting[d.waitHead] = copyJob{}
+	if d.waitHead++; d.waitHead == len(d.waiting) {
+		d.waiting, d.waitHead = d.waiting[:0], 0
+	}
+	e.inFlight--
+	d.stage(e, j)
 }
 
 // submit hands r's ops to the DeviceMover.
@@ -210,16 +273,19 @@ func (d *devicePath) fail(err error) {
 // Complete implements kvtier.Relay.
 func (r *relay) Complete(i int, err error) {
 	e, d := r.e, r.e.dev
-	parent, pi, req, op := r.parent, r.idx[i], r.req[i], r.ops[i]
+	parent, pi, req, op, st := r.parent, r.idx[i], r.req[i], r.ops[i], r.staging[i]
 	r.left--
 	if r.left == 0 { // nothing of r is read after this: it may serve the next Submit
 		r.parent, r.b = nil, nil
-		r.ops, r.idx, r.req = r.ops[:0], r.idx[:0], r.req[:0]
+		r.ops, r.idx, r.req, r.staging = r.ops[:0], r.idx[:0], r.req[:0], r.staging[:0]
 		clear(r.req[:cap(r.req)])
 		d.free = append(d.free, r)
 	}
 	d.inFlight--
 	e.inFlight--
+	if st != noStaging {
+		d.unstage(e, st)
+	}
 	if err != nil {
 		d.fail(fmt.Errorf("replay: mover device: %v slot %d to %v slot %d: %w", op.From, op.FromSlot, op.To, op.ToSlot, err))
 	}

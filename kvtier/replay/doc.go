@@ -104,9 +104,10 @@
 // onboard copies before offloads; offloads beyond 64 GiB queued on a channel
 // are dropped, as an offload engine drops what its link cannot keep up
 // with. NVMe stays modelled because the DeviceMover's NVMe paths write real
-// files through kvtier/nvme (780 GiB in a replay of the bundled trace); on
-// the device, NVMe loads therefore do not queue behind the device's host
-// loads on the GPU's ingress.
+// files through kvtier/nvme (780 GiB in a replay of the bundled trace). On
+// the device a load from NVMe is read by the modelled drive, then copied to
+// the GPU by the DeviceMover from a staging slot, as its staged onboard
+// does, so that it queues behind the host loads on the GPU's ingress.
 //
 // A configuration whose weights (per GPU) and KV cache do not fit in the
 // GPU's memory is refused (Config.GPUBytes, Config.GPUMemoryBytes), and the

@@ -229,7 +229,7 @@ func (e *engine) start(blockTokens int) error {
 		mc.Tiers[t] = tc
 		e.res.CapacityBlocks[t] = slots
 	}
-	if cfg.Mover == MoverDevice && capacity[kvtier.Host] > 0 {
+	if cfg.Mover == MoverDevice && (capacity[kvtier.Host] > 0 || capacity[kvtier.NVMe] > 0) {
 		if e.dev, err = newDevicePath(e, int64(capacity[kvtier.Host])/e.blockBytes); err != nil {
 			return err
 		}

@@ -33,13 +33,15 @@ const (
 	// chanGPUToHost carries offloads to the host tier (PCIe, device to host;
 	// PCIe is full duplex, so it does not slow loads).
 	chanGPUToHost
-	// chanNVMe is the drive's writes: copies into NVMe (and out of it to
-	// the host tier). Its reads into the GPU are on the ingress.
+	// chanNVMe is the drive: copies into NVMe (and out of it to the host
+	// tier). Its reads into the GPU are on the ingress, pipelined with the
+	// host link; under Config.Mover "device" the drive reads them first,
+	// and the device's copy engine then takes each to the GPU (device.go).
 	chanNVMe
 	numChannels
 )
 
-var channelNames = [numChannels]string{"gpu ingress (host and nvme loads)", "pcie gpu->host", "nvme writes"}
+var channelNames = [numChannels]string{"gpu ingress (host and nvme loads)", "pcie gpu->host", "nvme drive"}
 
 // priority orders a channel's queue: onboard copies first.
 type priority uint8
@@ -58,6 +60,10 @@ type copyJob struct {
 	// ready is when the copy's latency has passed (its submission plus its
 	// path's latency); stream is its time on the channel.
 	ready, stream time.Duration
+	// staged marks, under Config.Mover "device", an NVMe read into the
+	// GPU: when the drive has read it, the device copies it to the GPU
+	// from a staging slot (devicePath.stage).
+	staged bool
 }
 
 // server is one channel's queue and what it is serving.

@@ -51,6 +51,10 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			}
 			continue
 		}
+		if e.dev != nil && op.From == kvtier.NVMe && op.To == kvtier.GPU {
+			e.queueStaged(t, i, req)
+			continue
+		}
 		e.queueCopy(t, i, req)
 	}
 	if rl != nil { // after the model's: a Complete may be t's last
@@ -106,11 +110,31 @@ func (e *engine) kick(ch channel) {
 	}
 }
 
+// queueStaged queues, under Config.Mover "device", op i of t (NVMe to the
+// GPU) as a read on the drive's channel; copyDone then hands it to the
+// device, which copies it to the GPU behind the host loads (devicePath.stage).
+func (e *engine) queueStaged(t *kvtier.Batch, i int, req *request) {
+	op := &t.Ops[i]
+	// The drive's read is timed as a read into the host tier.
+	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[kvtier.NVMe][kvtier.Host],
+		stream: e.copyStream[kvtier.NVMe][kvtier.Host], staged: true}
+	e.servers[chanNVMe].queue[prioOnboard].push(j)
+	s := &e.servers[chanHostToGPU] // what the planner's backlog sees, as for the model's loads
+	s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
+	e.res.copies[op.From][op.To]++
+	e.inFlight++
+}
+
 func (e *engine) copyDone(ch channel) {
 	j := e.serving[ch]
 	e.serving[ch] = copyJob{}
 	e.servers[ch].busy = false
 	e.inFlight--
+	if j.staged { // read from the drive: the device takes it to the GPU
+		e.dev.stage(e, j)
+		e.kick(ch)
+		return
+	}
 	j.t.Complete(j.op, nil) // may submit more copies (write-through)
 	if r := j.req; r != nil {
 		r.pendingLoads--

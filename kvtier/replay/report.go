@@ -495,7 +495,7 @@ func decodeNote(c *Config) string {
 
 func moverNote(mover string) string {
 	if mover == MoverDevice {
-		return "GPU and host by kvtier.DeviceMover and the transfer engine on the simulated device (virtual clock); NVMe on the modelled channels"
+		return "GPU and host tier by kvtier.DeviceMover and the transfer engine on the simulated device (virtual clock); the NVMe drive modelled, its loads then copied to the GPU on the device"
 	}
 	return "on the modelled channels"
 }
