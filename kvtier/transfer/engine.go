@@ -39,6 +39,11 @@
 //   - Cancellation stops issuing new copies; what was issued still completes
 //     before the Transfer is done, and the Transfer reports the context's
 //     error: its data MUST NOT be used.
+//   - With Config.Polled the engine runs no goroutine of its own: Poll
+//     completes, in stream order, the transfers the device has finished,
+//     and runs their OnDone functions on its caller's goroutine. On the
+//     simulated device's virtual clock that makes a replay of the serving
+//     code deterministic (kvtier/replay).
 //   - With Config.Sums, every offload and staged onboard also sums its
 //     blocks on the GPU (internal/checksum's word sum, over each block's
 //     bytes in host order) and is done only once the sums are in host

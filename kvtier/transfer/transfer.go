@@ -141,9 +141,10 @@ func (t *Transfer) poll() (bool, error) {
 	return ok || err != nil, err
 }
 
-// OnDone arranges for fn to run once the transfer is done: at once if it is
-// done already; with a polled engine (Config.Polled), inside the Poll (or
-// Close) that completes it, on that goroutine; otherwise on a goroutine of
+// OnDone arranges for fn to run once the transfer is done. With a polled
+// engine (Config.Polled) it runs at once if the transfer is done already,
+// and otherwise inside the Poll (or Close) that completes it, on that
+// goroutine; with an engine that is not polled it runs on a goroutine of
 // its own. fn may submit transfers and may Release this one.
 func (t *Transfer) OnDone(fn func()) {
 	if !t.eng.polled {
