@@ -13,6 +13,43 @@ import (
 	"kvtier.dev/internal/checksum"
 )
 
+// The GPU tests' shape: 512 blocks of 8 layers of K and V, 16 KiB each
+// (256 KiB a block), and a pinned pool of 128 slots.
+const (
+	gpuLayers, gpuParts, gpuPart = 8, 2, 16 << 10
+	gpuBlocks, gpuSlots          = 512, 128
+	gpuBlockBytes                = gpuLayers * gpuParts * gpuPart
+)
+
+// openGPU opens GPU 0 with a KV region and a pinned pool of the tests'
+// shape, freed when the test ends. It skips without a driver, unless
+// KVTIER_REQUIRE_GPU=1 says a GPU must be there.
+func openGPU(t *testing.T) (cudastream.Device, cudastream.DevicePtr, HostLayout) {
+	t.Helper()
+	dev, err := cudastream.Open(0)
+	if errors.Is(err, cudastream.ErrNoDriver) {
+		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
+			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
+		}
+		t.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Open(0): %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	region, err := dev.Alloc(gpuBlocks * gpuBlockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Free(region) })
+	pool, err := dev.HostAlloc(gpuSlots * gpuBlockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.HostFree(pool) })
+	return dev, region, HostLayout{Pool: pool, SlotBytes: gpuBlockBytes}
+}
+
 // TestGPURoundTrip runs the engine on the real device: random data from the
 // pinned pool to scattered GPU blocks and back into other slots, compared
 // byte for byte, by every method (the gather/scatter path through a small
@@ -24,33 +61,14 @@ import (
 //	go test -c -o .gpu/transfer.test ./kvtier/transfer
 //	KVTIER_REQUIRE_GPU=1 ./.gpu/transfer.test -test.run GPU -test.v
 func TestGPURoundTrip(t *testing.T) {
-	dev, err := cudastream.Open(0)
-	if errors.Is(err, cudastream.ErrNoDriver) {
-		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
-			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("Open(0): %v", err)
-	}
-	defer dev.Close()
+	dev, region, host := openGPU(t)
+	pool := host.Pool
 	const (
-		layers, parts, part = 8, 2, 16 << 10
-		blocks, slots       = 512, 128
-		blockBytes          = layers * parts * part
+		layers, parts, part = gpuLayers, gpuParts, gpuPart
+		blocks, slots       = gpuBlocks, gpuSlots
+		blockBytes          = gpuBlockBytes
 	)
-	region, err := dev.Alloc(blocks * blockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(region)
-	pool, err := dev.HostAlloc(slots * blockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.HostFree(pool)
-	host := HostLayout{Pool: pool, SlotBytes: blockBytes}
+	var err error
 	for _, layout := range []string{"layer-first", "block-first"} {
 		var g GPULayout
 		if layout == "layer-first" {
@@ -135,34 +153,10 @@ func TestGPURoundTrip(t *testing.T) {
 // goroutine, and Poll, spinning on the real device's events, completes
 // both. It skips without a driver, as TestGPURoundTrip does.
 func TestGPUPolledRoundTrip(t *testing.T) {
-	dev, err := cudastream.Open(0)
-	if errors.Is(err, cudastream.ErrNoDriver) {
-		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
-			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("Open(0): %v", err)
-	}
-	defer dev.Close()
-	const (
-		layers, parts, part = 8, 2, 16 << 10
-		blocks, slots       = 512, 128
-		blockBytes          = layers * parts * part
-	)
-	region, err := dev.Alloc(blocks * blockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Free(region)
-	pool, err := dev.HostAlloc(slots * blockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.HostFree(pool)
-	host := HostLayout{Pool: pool, SlotBytes: blockBytes}
-	g, err := BlockFirstLayout(region, layers, parts, blocks, part)
+	dev, region, host := openGPU(t)
+	pool := host.Pool
+	const blocks, slots = gpuBlocks, gpuSlots
+	g, err := BlockFirstLayout(region, gpuLayers, gpuParts, gpuBlocks, gpuPart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +173,10 @@ func TestGPUPolledRoundTrip(t *testing.T) {
 			}()
 			rng := rand.New(rand.NewPCG(uint64(m), 7))
 			half := slots / 2
-			for i := range pool[:half*blockBytes] {
+			for i := range pool[:half*gpuBlockBytes] {
 				pool[i] = byte(rng.Uint32())
 			}
-			clear(pool[half*blockBytes:])
+			clear(pool[half*gpuBlockBytes:])
 			in, out := make([]Pair, half), make([]Pair, half)
 			for i, b := range rng.Perm(blocks)[:half] {
 				in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
