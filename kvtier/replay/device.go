@@ -144,11 +144,20 @@ func (d *devicePath) next() (time.Duration, bool) { return d.sim.NextEvent() }
 
 // advance moves the device's clock to at and completes what it finished.
 func (d *devicePath) advance(at time.Duration) error {
-	if err := d.sim.AdvanceTo(at); err != nil {
-		return fmt.Errorf("replay: mover device: %w", err)
+	if err := d.setClock(at); err != nil {
+		return err
 	}
 	d.eng.Poll()
 	return d.err
+}
+
+// setClock moves the device's clock to at, so that what the replay submits
+// then starts then.
+func (d *devicePath) setClock(at time.Duration) error {
+	if err := d.sim.AdvanceTo(at); err != nil {
+		return fmt.Errorf("replay: mover device: %w", err)
+	}
+	return nil
 }
 
 // close releases the device; it reports the engine's and the sim's errors.

@@ -120,3 +120,24 @@ func TestMoverConfigErrors(t *testing.T) {
 		t.Errorf("LoadConfig of the model mover: %+v, %v", c.Mover, err)
 	}
 }
+
+// TestDevicePathRefusesABlockThatDoesNotSplit: the device lays blocks out
+// layer by layer, so a block whose bytes do not split into the model's
+// layers and parts is refused, naming the mover, and nothing is built.
+func TestDevicePathRefusesABlockThatDoesNotSplit(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Mover, cfg.Baselines = MoverModel, false
+	e, err := newEngine(cfg, StrategyCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.start(trace.MooncakeBlockTokens); err != nil {
+		t.Fatal(err)
+	}
+	e.model.Layers = 7 // 64 MiB is not 7 layers of K and V
+	d, err := newDevicePath(e, 4)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "mover" || !strings.Contains(err.Error(), "7 layers") || d != nil {
+		t.Fatalf("a block of %d bytes over 7 layers: %v, %v", e.blockBytes, d, err)
+	}
+}

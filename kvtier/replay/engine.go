@@ -298,8 +298,8 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		}
 		ev := e.events.pop()
 		e.now = ev.at
-		if e.dev != nil {
-			if err := e.dev.advance(ev.at); err != nil {
+		if e.dev != nil { // nothing of the device's ends by then: move its clock only
+			if err := e.dev.setClock(ev.at); err != nil {
 				return err
 			}
 		}

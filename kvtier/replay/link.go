@@ -73,7 +73,9 @@ type server struct {
 	queuedOffloadBytes int64
 	// onboardTail is when the last onboard copy queued ends (the channel
 	// serves onboard copies first, in order): what a new load waits
-	// behind. Exact on the GPU's ingress, which carries no offload.
+	// behind. Exact on the GPU's ingress, which carries no offload; Submit
+	// keeps it for every load, and under Config.Mover "device" it is the
+	// same formula's estimate of the device's queue.
 	onboardTail time.Duration
 	busy        bool
 	// busyTime is the total time spent copying.

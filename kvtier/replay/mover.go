@@ -38,6 +38,9 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			}
 			req = e.current
 			req.pendingLoads++
+			// What a later plan waits behind, whichever mover copies it.
+			s := &e.servers[chanHostToGPU]
+			s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
 		}
 		if e.dev != nil && op.From != kvtier.NVMe && op.To != kvtier.NVMe {
 			if rl == nil {
@@ -45,10 +48,6 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 			}
 			rl.add(i, req)
 			e.res.copies[op.From][op.To]++
-			if op.To == kvtier.GPU { // what the planner's backlog sees
-				s := &e.servers[chanHostToGPU]
-				s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
-			}
 			continue
 		}
 		if e.dev != nil && op.From == kvtier.NVMe && op.To == kvtier.GPU {
@@ -83,8 +82,6 @@ func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
 	s.queue[prio].push(j)
 	if prio == prioOffload {
 		s.queuedOffloadBytes += e.blockBytes
-	} else {
-		s.onboardTail = max(s.onboardTail, e.now, j.ready) + j.stream
 	}
 	e.res.copies[op.From][op.To]++
 	e.inFlight++
@@ -119,8 +116,6 @@ func (e *engine) queueStaged(t *kvtier.Batch, i int, req *request) {
 	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[kvtier.NVMe][kvtier.Host],
 		stream: e.copyStream[kvtier.NVMe][kvtier.Host], staged: true}
 	e.servers[chanNVMe].queue[prioOnboard].push(j)
-	s := &e.servers[chanHostToGPU] // what the planner's backlog sees, as for the model's loads
-	s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
 	e.res.copies[op.From][op.To]++
 	e.inFlight++
 }
