@@ -50,6 +50,33 @@ func openGPU(t *testing.T) (cudastream.Device, cudastream.DevicePtr, HostLayout)
 	return dev, region, HostLayout{Pool: pool, SlotBytes: gpuBlockBytes}
 }
 
+// gpuRoundTripPairs fills the first half of host's slots with random bytes
+// and clears the rest, and returns the pairs of a round trip: slot i in to
+// a random GPU block, and that block out to slot half+i.
+func gpuRoundTripPairs(rng *rand.Rand, host HostLayout) (in, out []Pair) {
+	half := host.Slots() / 2
+	for i := range host.Pool[:int64(half)*host.SlotBytes] {
+		host.Pool[i] = byte(rng.Uint32())
+	}
+	clear(host.Pool[int64(half)*host.SlotBytes:])
+	in, out = make([]Pair, half), make([]Pair, half)
+	for i, b := range rng.Perm(gpuBlocks)[:half] {
+		in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
+		out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(half + i)}
+	}
+	return in, out
+}
+
+// checkCameBack fails t unless each out slot holds what its in slot held.
+func checkCameBack(t *testing.T, host HostLayout, in, out []Pair) {
+	t.Helper()
+	for i := range in {
+		if !bytes.Equal(host.Slot(in[i].HostSlot), host.Slot(out[i].HostSlot)) {
+			t.Fatalf("slot %d came back different from GPU block %d", in[i].HostSlot, in[i].GPUBlock)
+		}
+	}
+}
+
 // TestGPURoundTrip runs the engine on the real device: random data from the
 // pinned pool to scattered GPU blocks and back into other slots, compared
 // byte for byte, by every method (the gather/scatter path through a small
@@ -62,19 +89,13 @@ func openGPU(t *testing.T) (cudastream.Device, cudastream.DevicePtr, HostLayout)
 //	KVTIER_REQUIRE_GPU=1 ./.gpu/transfer.test -test.run GPU -test.v
 func TestGPURoundTrip(t *testing.T) {
 	dev, region, host := openGPU(t)
-	pool := host.Pool
-	const (
-		layers, parts, part = gpuLayers, gpuParts, gpuPart
-		blocks, slots       = gpuBlocks, gpuSlots
-		blockBytes          = gpuBlockBytes
-	)
 	var err error
 	for _, layout := range []string{"layer-first", "block-first"} {
 		var g GPULayout
 		if layout == "layer-first" {
-			g, err = LayerFirstLayout(region, layers, parts, blocks, part)
+			g, err = LayerFirstLayout(region, gpuLayers, gpuParts, gpuBlocks, gpuPart)
 		} else {
-			g, err = BlockFirstLayout(region, layers, parts, blocks, part)
+			g, err = BlockFirstLayout(region, gpuLayers, gpuParts, gpuBlocks, gpuPart)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -92,18 +113,7 @@ func TestGPURoundTrip(t *testing.T) {
 						t.Errorf("Close: %v", err)
 					}
 				}()
-				rng := rand.New(rand.NewPCG(uint64(m), uint64(len(layout))))
-				half := slots / 2
-				for i := range pool[:half*blockBytes] {
-					pool[i] = byte(rng.Uint32())
-				}
-				clear(pool[half*blockBytes:])
-				in := make([]Pair, half)
-				out := make([]Pair, half)
-				for i, b := range rng.Perm(blocks)[:half] {
-					in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
-					out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(half + i)}
-				}
+				in, out := gpuRoundTripPairs(rand.New(rand.NewPCG(uint64(m), uint64(len(layout)))), host)
 				ctx := context.Background()
 				tr, err := e.Onboard(ctx, in)
 				if err != nil {
@@ -122,18 +132,14 @@ func TestGPURoundTrip(t *testing.T) {
 				}
 				sums := append([]uint64(nil), tr.Sums()...)
 				tr.Release()
-				for i := range in {
-					if !bytes.Equal(host.Slot(int32(i)), host.Slot(int32(half+i))) {
-						t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
-					}
-				}
+				checkCameBack(t, host, in, out)
 				// The offload's sums, computed by the kernel on the GPU,
 				// are checksum.WordSum's of the bytes that came back.
 				if len(sums) != len(out) {
 					t.Fatalf("offload: %d sums for %d blocks", len(sums), len(out))
 				}
 				for i, sum := range sums {
-					if w := checksum.WordSum(host.Slot(int32(half + i))); sum != w {
+					if w := checksum.WordSum(host.Slot(out[i].HostSlot)); sum != w {
 						t.Fatalf("GPU block %d: the kernel's word sum %#x, checksum.WordSum %#x", out[i].GPUBlock, sum, w)
 					}
 				}
@@ -154,8 +160,6 @@ func TestGPURoundTrip(t *testing.T) {
 // both. It skips without a driver, as TestGPURoundTrip does.
 func TestGPUPolledRoundTrip(t *testing.T) {
 	dev, region, host := openGPU(t)
-	pool := host.Pool
-	const blocks, slots = gpuBlocks, gpuSlots
 	g, err := BlockFirstLayout(region, gpuLayers, gpuParts, gpuBlocks, gpuPart)
 	if err != nil {
 		t.Fatal(err)
@@ -171,17 +175,7 @@ func TestGPUPolledRoundTrip(t *testing.T) {
 					t.Errorf("Close: %v", err)
 				}
 			}()
-			rng := rand.New(rand.NewPCG(uint64(m), 7))
-			half := slots / 2
-			for i := range pool[:half*gpuBlockBytes] {
-				pool[i] = byte(rng.Uint32())
-			}
-			clear(pool[half*gpuBlockBytes:])
-			in, out := make([]Pair, half), make([]Pair, half)
-			for i, b := range rng.Perm(blocks)[:half] {
-				in[i] = Pair{GPUBlock: int32(b), HostSlot: int32(i)}
-				out[i] = Pair{GPUBlock: int32(b), HostSlot: int32(half + i)}
-			}
+			in, out := gpuRoundTripPairs(rand.New(rand.NewPCG(uint64(m), 7)), host)
 			ctx := context.Background()
 			on, err := e.Onboard(ctx, in)
 			if err != nil {
@@ -207,11 +201,7 @@ func TestGPUPolledRoundTrip(t *testing.T) {
 				}
 				tr.Release()
 			}
-			for i := range in {
-				if !bytes.Equal(host.Slot(int32(i)), host.Slot(int32(half+i))) {
-					t.Fatalf("slot %d came back different from GPU block %d", i, in[i].GPUBlock)
-				}
-			}
+			checkCameBack(t, host, in, out)
 		})
 	}
 }
