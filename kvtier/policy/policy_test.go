@@ -285,3 +285,20 @@ func TestEvictDoesNotRewalkPinnedKeys(t *testing.T) {
 		})
 	}
 }
+
+func TestNewDenseNamed(t *testing.T) {
+	for _, name := range Names {
+		p, err := NewDenseNamed[uint32](name, 8)
+		if err != nil || p == nil {
+			t.Fatalf("NewDenseNamed(%q): %v", name, err)
+		}
+		p.Insert(3, Meta{})
+		if p.Len() != 1 {
+			t.Errorf("%s: Len %d after one insert", name, p.Len())
+		}
+	}
+	_, err := NewDenseNamed[uint32]("mru", 8)
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"mru"`) || !strings.Contains(err.Error(), "cost-aware") {
+		t.Fatalf("unknown name: %v, want ErrInvalidArgument naming it and the known ones", err)
+	}
+}
