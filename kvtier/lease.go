@@ -47,9 +47,12 @@ type Lease struct {
 
 	keys      []Key       // the request's keys (Lookup by tokens hashes into it)
 	requested int         // full blocks the last lookup asked for
+	tokens    int         // the request's tokens, for Plan
 	buf       []byte      // hashing scratch
 	plan      []PlanBlock // Plan scratch
 	actions   []Action    // Plan scratch
+	req       PlanRequest // Plan scratch
+	estimate  Estimate    // the last Plan's
 	touches   []touch     // Release scratch
 	stripe    uint32      // 1 + index of the manager stripe this lease uses; 0: none yet
 
@@ -72,6 +75,27 @@ type Lease struct {
 
 // Len is the number of leased blocks.
 func (l *Lease) Len() int { return len(l.Blocks) }
+
+// SetTokens tells Plan how many tokens the looked-up request has, for a
+// LookupKeys whose last key is of a partial block: Plan then prices that
+// block by its tokens. n MUST be in ((len(keys)-1)*BlockTokens,
+// len(keys)*BlockTokens]; otherwise SetTokens changes nothing and returns an
+// error.
+func (l *Lease) SetTokens(n int) error {
+	if !l.leased || !l.lookup || l.m == nil {
+		return fmt.Errorf("%w: SetTokens: the lease holds no lookup", ErrBadInput)
+	}
+	bt := l.m.blockTokens
+	if k := len(l.keys); n <= (k-1)*bt || n > k*bt {
+		return fmt.Errorf("%w: SetTokens: %d tokens for %d keys of %d-token blocks", ErrBadInput, n, k, bt)
+	}
+	l.tokens = n
+	return nil
+}
+
+// Estimate is the Planner's estimate of the request's prefill, from the
+// last Plan (zero before one, or when the planner has no model).
+func (l *Lease) Estimate() Estimate { return l.estimate }
 
 // LayerEvents appends to dst the device events that complete when layer
 // `layer` of every block Onboard is loading for l (Loading set) is on the

@@ -33,7 +33,7 @@ func (m *Manager) begin(l *Lease) error {
 	}
 	l.m = m
 	l.Blocks = l.Blocks[:0]
-	l.requested = 0
+	l.requested, l.tokens, l.estimate = 0, 0, Estimate{}
 	return nil
 }
 

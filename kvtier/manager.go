@@ -232,30 +232,35 @@ func (m *Manager) Lookup(salt Salt, tokens []int32, l *Lease) error {
 	l.keys, l.buf = appendKeys(l.keys[:0], l.buf, m.blockTokens, salt, 0, tokens)
 	m.hook(l.keys)
 	m.lookup(salt, l.keys, tokens, l)
+	l.tokens = len(tokens)
 	return nil
 }
 
 // LookupKeys is Lookup for callers that computed the block keys themselves
 // (keys[i] is block i's key, chained so that equal keys mean equal prefixes).
-// Hits are verified by salt, parent key and position, not by tokens.
+// Hits are verified by salt, parent key and position, not by tokens. Plan
+// takes every key for a full block, unless the lease is told otherwise
+// (Lease.SetTokens).
 func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
 	if err := m.begin(l); err != nil {
 		return err
 	}
-	if m.admitters {
-		l.keys = append(l.keys[:0], keys...)
-	}
+	l.keys = append(l.keys[:0], keys...)
 	m.lookup(salt, keys, nil, l)
+	l.tokens = len(keys) * m.blockTokens
 	return nil
 }
 
 // Plan asks the configured Planner what to do with each block of the
-// looked-up request and stores its answer in l.Blocks[i].Action (the blocks
-// missing from the cache, after or between the cached ones, are
-// recomputed, so they are not in l.Blocks). If the planner fails, Plan
-// keeps LoadAll's answer and returns the error.
+// looked-up request and stores its answer in l.Blocks[i].Action, and its
+// estimate in l.Estimate(). The planner sees the whole request: the
+// blocks missing from the cache, after or between the cached ones, are
+// recomputed (they are not in l.Blocks), and so is a partial last block;
+// and the backlog the Mover reports (Backlogger). If the planner fails,
+// Plan keeps LoadAll's answer and returns the error.
 func (m *Manager) Plan(l *Lease) error {
-	n := l.requested
+	bt := m.blockTokens
+	n := (l.tokens + bt - 1) / bt
 	if k := len(l.Blocks); k > 0 {
 		n = max(n, l.Blocks[k-1].Position+1)
 	}
@@ -265,11 +270,20 @@ func (m *Manager) Plan(l *Lease) error {
 	for _, b := range l.Blocks {
 		l.plan[b.Position] = PlanBlock{Cached: true, Tier: b.Tier}
 	}
-	err := m.planner.Plan(l.plan, l.actions)
-	if err != nil {
-		_ = LoadAll{}.Plan(l.plan, l.actions)
-		err = fmt.Errorf("kvtier: planner: %w", err)
+	req := &l.req
+	*req = PlanRequest{Blocks: l.plan}
+	if r := l.tokens % bt; r != 0 && n == (l.tokens+bt-1)/bt {
+		req.LastTokens = r
 	}
+	if b, ok := m.mover.(Backlogger); ok {
+		req.Backlog = b.Backlog()
+	}
+	est, err := m.planner.Plan(req, l.actions)
+	if err != nil {
+		_, _ = LoadAll{}.Plan(req, l.actions)
+		est, err = Estimate{}, fmt.Errorf("kvtier: planner: %w", err)
+	}
+	l.estimate = est
 	for i := range l.Blocks {
 		b := &l.Blocks[i]
 		a := l.actions[b.Position]

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -462,9 +463,15 @@ func TestPlanner(t *testing.T) {
 	if l.Blocks[0].Action != Load || l.Blocks[1].Action != Recompute || l.Blocks[2].Action != Recompute {
 		t.Fatalf("plan %+v", l.Blocks)
 	}
+	if got := l.Estimate(); got.Time != 1 {
+		t.Errorf("the lease's estimate %+v, want the planner's", got)
+	}
 	m.planner = failingPlanner{}
 	if err := m.Plan(&l); err == nil || !strings.Contains(err.Error(), "no model") || l.Blocks[1].Action != Load {
 		t.Fatalf("failing planner: %v, %+v", err, l.Blocks)
+	}
+	if got := l.Estimate(); got != (Estimate{}) {
+		t.Errorf("a failed plan's estimate %+v, want none", got)
 	}
 	m.Release(&l)
 }
@@ -472,9 +479,10 @@ func TestPlanner(t *testing.T) {
 // recomputeAfter loads blocks before position n and recomputes the rest.
 type recomputeAfter int
 
-func (n recomputeAfter) Plan(blocks []PlanBlock, actions []Action) error {
+func (n recomputeAfter) Plan(req *PlanRequest, actions []Action) (Estimate, error) {
+	blocks := req.Blocks
 	if len(blocks) != 4 || !blocks[2].Cached || blocks[3].Cached {
-		return fmt.Errorf("planner got %+v, want 3 cached blocks and 1 to compute", blocks)
+		return Estimate{}, fmt.Errorf("planner got %+v, want 3 cached blocks and 1 to compute", blocks)
 	}
 	for i := range blocks {
 		if i < int(n) {
@@ -483,12 +491,14 @@ func (n recomputeAfter) Plan(blocks []PlanBlock, actions []Action) error {
 			actions[i] = Recompute
 		}
 	}
-	return nil
+	return Estimate{Time: time.Duration(n)}, nil
 }
 
 type failingPlanner struct{}
 
-func (failingPlanner) Plan([]PlanBlock, []Action) error { return errors.New("no model") }
+func (failingPlanner) Plan(*PlanRequest, []Action) (Estimate, error) {
+	return Estimate{}, errors.New("no model")
+}
 
 // TestKeyEncodingIsLittleEndian pins the key of one block to its definition,
 // so that the fast encoding of little-endian machines matches the portable one.
@@ -565,5 +575,24 @@ func TestCopyPinsOnlyItsSlots(t *testing.T) {
 	m.check(t)
 	if n := lookupLen(t, m, 0, a); n != 2 {
 		t.Fatalf("a after its NVMe copies: %d blocks found", n)
+	}
+}
+
+// TestInsertSetsPosition: Block.Position is the block's index in the
+// request after Insert too (the remote tier's fetch fills host slots by it).
+func TestInsertSetsPosition(t *testing.T) {
+	m := oneTier(t, GPU, 8, 4)
+	tokens := toks(5, 4, 0)
+	insertReady(t, m, 1, tokens[:3*4], GPU) // blocks 0-2 written
+	var w Lease
+	if err := m.Insert(1, tokens, GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(&w)
+	defer m.Commit(&w, errors.New("not written"))
+	for i, b := range w.Blocks {
+		if b.Position != i || b.Write != (i >= 3) {
+			t.Fatalf("block %d: Position %d, Write %v", i, b.Position, b.Write)
+		}
 	}
 }

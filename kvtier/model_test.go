@@ -68,10 +68,16 @@ func (w *modelWorld) read(t Tier, s Slot) (Key, string) {
 // checkAllOrNone checks that every block ready in a tier is there on every
 // GPU: all shards hold the same content in its slot.
 func (w *modelWorld) checkAllOrNone() {
-	w.m.eachReady(func(k Key, tier Tier, s Slot) {
-		if _, bad := w.read(tier, s); bad != "" {
-			w.t.Errorf("block %#x is ready in %v slot %d, but not on every GPU: %s", uint64(k), tier, s, bad)
+	w.m.Range(func(b BlockInfo) bool {
+		for tier := range NumTiers {
+			if !b.Ready[tier] {
+				continue
+			}
+			if _, bad := w.read(tier, b.Slot[tier]); bad != "" {
+				w.t.Errorf("block %#x is ready in %v slot %d, but not on every GPU: %s", uint64(b.Key), tier, b.Slot[tier], bad)
+			}
 		}
+		return true
 	})
 }
 

@@ -117,6 +117,13 @@ type Relay interface {
 // completes.
 func NewRelayBatch(ops []MoveOp, r Relay) *Batch { return &Batch{Ops: ops, relay: r} }
 
+// Lease returns the lease whose call asked for these copies (Onboard,
+// Offload, Promote, or Commit's write-through), or nil for the manager's
+// own (demotions, copies started by a completion): a Mover that accounts
+// copies per request (a replay, a tracer) tells requests apart by it. The
+// Mover MUST NOT call the lease's methods.
+func (b *Batch) Lease() *Lease { return b.lease }
+
 // Complete reports op i done (err nil: the destination slot holds the block,
 // durably for NVMe) or failed. It takes the manager's lock, and may start
 // the next copies (write-through, demotion) by calling Submit again, so a

@@ -1,5 +1,7 @@
 package kvtier
 
+import "time"
+
 // Action is what to do with one looked-up block.
 type Action uint8
 
@@ -69,19 +71,58 @@ type PlanBlock struct {
 	Tier Tier
 }
 
+// PlanRequest is what a Planner knows of one request.
+type PlanRequest struct {
+	// Blocks is the whole request in token order: block i covers tokens
+	// [i*BlockTokens, (i+1)*BlockTokens). The cached prefix comes first,
+	// the blocks to compute after it, except that with
+	// Config.MaxHoleBlocks cached blocks may follow missing ones (holes,
+	// to recompute).
+	Blocks []PlanBlock
+	// LastTokens is the last block's tokens when it is partial (fewer than
+	// BlockTokens), 0 when it is full.
+	LastTokens int
+	// Backlog is the work queued ahead of this request's, as the Mover
+	// reports it (Backlogger); zero when it does not.
+	Backlog Backlog
+}
+
+// Backlog is the work already queued where a request's own work will run:
+// how long each resource stays busy before it can start on this request.
+type Backlog struct {
+	// Ingress: the copies queued on the GPU's ingress (its loads from the
+	// host tier and from NVMe).
+	Ingress time.Duration
+	// Drive: the NVMe reads and writes queued on the drive.
+	Drive time.Duration
+	// GPU: the compute queued on the GPU before this request's prefill.
+	GPU time.Duration
+}
+
+// Backlogger is implemented by a Mover that knows its queues. The manager
+// asks it for the backlog of every request it plans, without its lock
+// held; Backlog MUST be safe for concurrent use and cheap (a few atomic
+// loads).
+type Backlogger interface {
+	Backlog() Backlog
+}
+
+// Estimate is a Planner's prediction of a request's prefill (0 when it has
+// no model): under its plan, and if everything cached were loaded or
+// recomputed.
+type Estimate struct {
+	Time, LoadAllTime, RecomputeAllTime time.Duration
+}
+
 // Planner decides, block by block, whether to load a cached block or
-// recompute it; kvtier/cost's Planner does it from the model, GPU and link
-// rates (its BlockSource tiers and Actions map one to one onto these, in the
-// same order).
+// recompute it; kvtier/costplan's Planner does it from kvtier/cost's model
+// of the GPU, the links and their backlogs.
 type Planner interface {
-	// Plan sets actions[i] for blocks[i], len(actions) == len(blocks).
-	// blocks is the whole request in token order: block i covers tokens
-	// [i*BlockTokens, (i+1)*BlockTokens); the cached prefix comes first, the
-	// blocks to compute after it, except that with Config.MaxHoleBlocks
-	// cached blocks may follow missing ones (holes, to recompute). Plan MUST NOT keep either slice; it is
-	// called without the manager's lock, possibly from many goroutines at
-	// once.
-	Plan(blocks []PlanBlock, actions []Action) error
+	// Plan sets actions[i] for req.Blocks[i], len(actions) ==
+	// len(req.Blocks), and returns its estimate. Plan MUST NOT keep req or
+	// actions; it is called without the manager's lock, possibly from many
+	// goroutines at once.
+	Plan(req *PlanRequest, actions []Action) (Estimate, error)
 }
 
 // LoadAll is the default Planner: use what is in the GPU, load every other
@@ -89,8 +130,8 @@ type Planner interface {
 type LoadAll struct{}
 
 // Plan implements Planner.
-func (LoadAll) Plan(blocks []PlanBlock, actions []Action) error {
-	for i, b := range blocks {
+func (LoadAll) Plan(req *PlanRequest, actions []Action) (Estimate, error) {
+	for i, b := range req.Blocks {
 		switch {
 		case !b.Cached:
 			actions[i] = Recompute
@@ -100,5 +141,21 @@ func (LoadAll) Plan(blocks []PlanBlock, actions []Action) error {
 			actions[i] = Load
 		}
 	}
-	return nil
+	return Estimate{}, nil
+}
+
+// RecomputeAll is the Planner of a prefix cache in GPU memory alone: use
+// what the GPU holds, recompute everything else.
+type RecomputeAll struct{}
+
+// Plan implements Planner.
+func (RecomputeAll) Plan(req *PlanRequest, actions []Action) (Estimate, error) {
+	for i, b := range req.Blocks {
+		if b.Cached && b.Tier == GPU {
+			actions[i] = Use
+		} else {
+			actions[i] = Recompute
+		}
+	}
+	return Estimate{}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/replay"
 	"kvtier.dev/kvtier/trace"
 )
@@ -77,7 +78,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			progressbar.OptionShowCount(), progressbar.OptionSetItsString("req"), progressbar.OptionShowIts(),
 			progressbar.OptionClearOnFinish())
 		last := 0
-		opts.Progress = func(s replay.Strategy, n int) {
+		opts.Progress = func(s costplan.Strategy, n int) {
 			if n < last {
 				last = 0
 			}

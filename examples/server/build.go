@@ -15,8 +15,11 @@ import (
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/remotetier"
+	"kvtier.dev/kvtier/stack"
 	"kvtier.dev/kvtier/transfer"
 )
 
@@ -26,9 +29,9 @@ type parts struct {
 	region  cudastream.DevicePtr
 	runner  engine.Runner
 	gpu     *gpu.Model // nil on the CPU backend
-	cache   *kvtier.Cache
-	remote  *kvtier.RemoteTier // nil without -remote
-	cal     *calibration       // nil: the model has no cost preset, or neither -cost-learn nor -cost-calibration
+	cache   *stack.Cache
+	remote  *remotetier.Tier // nil without -remote
+	cal     *calibration     // nil: the model has no cost preset, or neither -cost-learn nor -cost-calibration
 	onGPU   bool
 	closers []func() error // in the order to call them
 }
@@ -105,7 +108,7 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 	if p.cal, err = openCalibration(c, s); err != nil {
 		return p, err
 	}
-	if c.strategy == engine.None {
+	if !c.strategy.Caches() {
 		return p, nil
 	}
 	if p.cache, err = openCache(ctx, c, s, p); err != nil {
@@ -124,7 +127,7 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 // Cluster at -remote: a request's blocks missing here are fetched from it
 // into the host tier, and host blocks seen twice are published to it.
 // Closed before the cache (closers run in reverse).
-func openRemote(c *config, p *parts) (*kvtier.RemoteTier, error) {
+func openRemote(c *config, p *parts) (*remotetier.Tier, error) {
 	cache := p.cache
 	st, err := remote.NewRedis(remote.RedisConfig{Addrs: strings.Split(c.remote, ",")})
 	if err != nil {
@@ -136,7 +139,7 @@ func openRemote(c *config, p *parts) (*kvtier.RemoteTier, error) {
 		return nil, fmt.Errorf("-remote: %w", err)
 	}
 	p.closers = append(p.closers, rc.Close) // before the store: it flushes its writes
-	rt, err := kvtier.NewRemoteTier(cache.Manager, kvtier.RemoteTierConfig{Cache: rc, HostSlot: func(s kvtier.Slot) []byte { return cache.Host.Slot(int32(s)) }})
+	rt, err := remotetier.New(cache.Manager, remotetier.Config{Cache: rc, HostSlot: func(s kvtier.Slot) []byte { return cache.Host.Slot(int32(s)) }})
 	if err != nil {
 		return nil, fmt.Errorf("-remote: %w", err)
 	}
@@ -146,25 +149,26 @@ func openRemote(c *config, p *parts) (*kvtier.RemoteTier, error) {
 
 // openCache opens kvtier over the region's first cacheSlots blocks, sized
 // and planned as the strategy says.
-func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache, error) {
+func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache, error) {
 	m := s.model
 	layout, err := transfer.BlockFirstLayout(p.region, m.Layers, 2, s.cacheSlots, m.PartBytes())
 	if err != nil {
 		return nil, err
 	}
-	o := kvtier.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
-		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: newPolicy(c.policy)}
-	switch c.strategy {
-	case engine.Cost:
-		if o.Planner, err = costPlanner(c, s, p.cal); err != nil {
+	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
+		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy)}
+	var model *cost.Planner
+	if c.strategy == costplan.Cost {
+		if model, err = costModel(c, s, p.cal); err != nil {
 			return nil, err
 		}
-	case engine.Reload:
-		o.Planner = kvtier.LoadAll{}
-	default:
-		o.Planner = engine.GPUHitsOnly{}
 	}
-	if c.strategy == engine.GPUOnly {
+	if model == nil && c.strategy == costplan.Cost {
+		o.Planner = kvtier.LoadAll{} // the cost model has no preset of this model
+	} else if o.Planner, err = c.strategy.Planner(model); err != nil {
+		return nil, err
+	}
+	if c.strategy == costplan.GPUOnly {
 		// The copy engine needs a host tier: one slot, never read.
 		o.HostBytes = (m.BlockBytes() + 4095) &^ 4095
 	} else {
@@ -179,16 +183,17 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*kvtier.Cache
 		}
 		o.NVMeDirs, o.NVMeBytes, o.KeepNVMe = []string{dir}, s.nvmeBytes, c.nvmeDir != ""
 	}
-	return kvtier.Open(ctx, o)
+	return stack.Open(ctx, o)
 }
 
-// costPlanner is the cost model of the flags' presets priced by cal (nil:
-// the presets, taken as exact), or LoadAll (said in the log) for a model
-// kvtier/cost has no preset of (tiny).
-func costPlanner(c *config, s shape, cal *calibration) (kvtier.Planner, error) {
+// costModel is the cost model of the flags' presets priced by cal (nil:
+// the presets, taken as exact), or nil (said in the log) for a model
+// kvtier/cost has no preset of (tiny): the server then loads every cached
+// block.
+func costModel(c *config, s shape, cal *calibration) (*cost.Planner, error) {
 	if _, err := cost.LookupModel(s.model.Name); err != nil {
 		c.log.Info("server: the cost model has no preset of this model: loading every cached block", "model", s.model.Name)
-		return kvtier.LoadAll{}, nil
+		return nil, nil
 	}
 	pc, err := plannerConfig(c, s)
 	if err != nil {
@@ -201,7 +206,7 @@ func costPlanner(c *config, s shape, cal *calibration) (kvtier.Planner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cost model: %w", err)
 	}
-	return kvtier.NewCostPlanner(cp)
+	return cp, nil
 }
 
 // plannerConfig is the cost model of the flags' presets.
@@ -213,15 +218,11 @@ func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 	return pc, nil
 }
 
-func newPolicy(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRef], error) {
+// policyOf makes each tier's eviction policy by -policy's name (checked by
+// config.validate).
+func policyOf(name string) func(kvtier.Tier, int) (policy.Policy[kvtier.BlockRef], error) {
 	return func(_ kvtier.Tier, n int) (policy.Policy[kvtier.BlockRef], error) {
-		switch name {
-		case "s3fifo":
-			return policy.NewDenseS3FIFO[kvtier.BlockRef](n)
-		case "2q":
-			return policy.NewDenseTwoQ[kvtier.BlockRef](n)
-		}
-		return policy.NewDenseLRU[kvtier.BlockRef](n)
+		return policy.NewDenseNamed[kvtier.BlockRef](name, n)
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/policy"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
-	"kvtier.dev/examples/server/internal/engine"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier/cost"
@@ -29,7 +31,7 @@ type config struct {
 	hostBytes    int64
 	nvmeBytes    int64
 	nvmeDir      string // "": a temporary directory, removed at exit
-	strategy     engine.Strategy
+	strategy     costplan.Strategy
 	policy       string
 	maxHoles     int // kvtier.Options.MaxHoleBlocks
 	// gatherStaging is kvtier.Options.GatherStaging; gatherStagingSet says
@@ -99,7 +101,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.Var(byteFlag{&c.nvmeBytes}, "nvme", "NVMe tier, e.g. 256GiB (0: 16 times the GPU tier)")
 	fs.StringVar(&c.nvmeDir, "nvme-dir", "", "keep the NVMe tier in this directory (this user's only, created 0700) so that a restart adopts its blocks (default: a temporary directory, removed at exit)")
 	strategy := fs.String("strategy", "cost", "how the cache is used: cost (load or recompute, per the cost model), reload, recompute, gpu-only or none (the server as its own baseline)")
-	fs.StringVar(&c.policy, "policy", "lru", "eviction policy of every tier: lru, s3fifo or 2q")
+	fs.StringVar(&c.policy, "policy", "lru", "eviction policy of every tier: "+strings.Join(policy.Names, ", "))
 	fs.StringVar(&c.costGPU, "cost-gpu", "h200", "GPU preset of the cost model (kvtier calc's names)")
 	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")
@@ -126,7 +128,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.Visit(func(f *flag.Flag) { c.gatherStagingSet = c.gatherStagingSet || f.Name == "gather-staging" })
 	var err error
-	if c.strategy, err = engine.ParseStrategy(*strategy); err != nil {
+	if c.strategy, err = costplan.ParseStrategy(*strategy); err != nil {
 		return c, fmt.Errorf("-strategy: %w", err)
 	}
 	return c, c.validate()
@@ -139,17 +141,15 @@ func (c *config) validate() error {
 	default:
 		return fmt.Errorf("-device %q: want auto, gpu or cpu", c.device)
 	}
-	switch c.policy {
-	case "lru", "s3fifo", "2q":
-	default:
-		return fmt.Errorf("-policy %q: want lru, s3fifo or 2q", c.policy)
+	if !slices.Contains(policy.Names, c.policy) {
+		return fmt.Errorf("-policy %q: want one of %s", c.policy, strings.Join(policy.Names, ", "))
 	}
 	switch {
 	case c.blockTokens < 0:
 		return fmt.Errorf("-block-tokens %d is negative", c.blockTokens)
 	case c.context < 0:
 		return fmt.Errorf("-context %d is negative", c.context)
-	case c.remote != "" && (c.strategy == engine.None || c.strategy == engine.GPUOnly):
+	case c.remote != "" && !c.strategy.LowerTiers():
 		return fmt.Errorf("-remote with -strategy %v: it loads nothing from the host tier, where fetched blocks land", c.strategy)
 	case c.remotePrefix == "":
 		return errors.New("-remote-prefix is empty: give each deployment a prefix of its own")

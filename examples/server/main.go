@@ -47,7 +47,6 @@ import (
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/kvprom"
-	"kvtier.dev/kvtier/nvme"
 )
 
 func main() {
@@ -96,9 +95,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
-		reg.MustRegister(moverCollectors(p.cache.Mover)...)
+		reg.MustRegister(kvprom.Mover(p.cache.Mover, "kvserve", nil)...)
 		if p.cache.Store != nil {
-			reg.MustRegister(storeCollectors(p.cache.Store)...)
+			reg.MustRegister(kvprom.Store(p.cache.Store, "kvserve", nil)...)
 		}
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
@@ -173,57 +172,4 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		c.log.Info("server: stopped cleanly")
 	}
 	return err
-}
-
-// storeCollectors are the NVMe store's checksum counters: the blocks read
-// whose payload was checked on the GPU (the engine sums: kvtier.Open does it
-// where the device can) or by the store on the CPU, and the blocks found
-// corrupt either way.
-func storeCollectors(s *nvme.Store) []prometheus.Collector {
-	checked := func(gpu bool) func() float64 {
-		return func() float64 {
-			st := s.Stats()
-			if gpu {
-				return float64(st.DeferredChecks)
-			}
-			return float64(st.Reads - min(st.Reads, st.DeferredChecks))
-		}
-	}
-	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_checked_blocks_total",
-			Help: "NVMe blocks read, by where their payload was checked.", ConstLabels: prometheus.Labels{"on": "gpu"}}, checked(true)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_checked_blocks_total",
-			Help: "NVMe blocks read, by where their payload was checked.", ConstLabels: prometheus.Labels{"on": "cpu"}}, checked(false)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_nvme_corrupt_blocks_total",
-			Help: "NVMe blocks found corrupt (by the store, or on the GPU) and dropped."},
-			func() float64 { return float64(s.Stats().CorruptDrops) }),
-	}
-}
-
-// moverCollectors are the DeviceMover's counters as kvserve_mover_*: the
-// copies by path and the ones that failed (kvtier_move_failures_total
-// counts the same failures from the manager's side, without the path).
-func moverCollectors(mv *kvtier.DeviceMover) []prometheus.Collector {
-	stat := func(f func(kvtier.MoverStats) uint64) func() float64 {
-		return func() float64 { return float64(f(mv.Stats())) }
-	}
-	paths := []struct {
-		name string
-		f    func(kvtier.MoverStats) uint64
-	}{
-		{"onboard", func(s kvtier.MoverStats) uint64 { return s.Onboards }},
-		{"offload", func(s kvtier.MoverStats) uint64 { return s.Offloads }},
-		{"nvme_write", func(s kvtier.MoverStats) uint64 { return s.NVMeWrites }},
-		{"nvme_read", func(s kvtier.MoverStats) uint64 { return s.NVMeReads }},
-		{"staged_load", func(s kvtier.MoverStats) uint64 { return s.StagedLoads }},
-		{"bounce_write", func(s kvtier.MoverStats) uint64 { return s.BounceWrites }},
-	}
-	var cs []prometheus.Collector
-	for _, p := range paths {
-		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_mover_ops_total",
-			Help: "Block copies the mover started, by path.", ConstLabels: prometheus.Labels{"path": p.name}}, stat(p.f)))
-	}
-	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_mover_failures_total",
-		Help: "Block copies the mover completed with an error."}, stat(func(s kvtier.MoverStats) uint64 { return s.Failures })))
-	return cs
 }

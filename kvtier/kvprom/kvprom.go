@@ -1,6 +1,7 @@
-// Package kvprom exports a kvtier block manager's metrics to Prometheus. It
-// is the only kvtier package that imports prometheus/client_golang, so that
-// the block manager itself does not depend on it.
+// Package kvprom exports kvtier's metrics to Prometheus: the block
+// manager's (Collector), the mover's and the NVMe store's (Mover, Store).
+// It is the only kvtier package that imports prometheus/client_golang, so
+// that the parts themselves do not depend on it.
 //
 // Each scrape takes one kvtier.Metrics snapshot (atomic counters and gauges
 // read under the manager's lock for a moment) and reports it; nothing is

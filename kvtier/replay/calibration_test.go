@@ -10,6 +10,7 @@ import (
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -103,17 +104,20 @@ func replayTheCalibratedPlan(t *testing.T, mover string) {
 			t.Fatalf("the calibration has no pass cost: %+v", e.prefill)
 		}
 		rd := trace.NewReader(strings.NewReader(requestLines(1, blocks)), trace.Options{Format: trace.FormatMooncake, Name: "one"})
+		var plan kvtier.Estimate
+		var shape string
+		e.planned = func(r *request) { plan, shape = r.l1.Estimate(), planShape(r) }
 		if err := e.run(rd); err != nil {
 			t.Fatal(err)
 		}
-		plan, ttft := e.planner.last, e.ttfts[0]
-		t.Logf("%d host blocks: planned %v, replayed %v (%d loads, %d recomputes)", blocks, plan.Time, ttft, plan.LoadBlocks, plan.RecomputeBlocks)
-		if issue := e.issueCost(plan.LoadBlocks); plan.Time <= 0 || ttft < plan.Time-plan.Time/100 || ttft > plan.Time+plan.Time/100+issue {
+		ttft, loads := e.ttfts[0], strings.Count(shape, "l")
+		t.Logf("%d host blocks: planned %v, replayed %v (%d loads, %d recomputes)", blocks, plan.Time, ttft, loads, strings.Count(shape, "r"))
+		if issue := e.issueCost(loads); plan.Time <= 0 || ttft < plan.Time-plan.Time/100 || ttft > plan.Time+plan.Time/100+issue {
 			t.Errorf("%d blocks: replayed %v, planned %v (device issue costs %v)", blocks, ttft, plan.Time, issue)
 		}
 	}
 	cfg.Calibration = filepath.Join(t.TempDir(), "missing.json")
-	if _, err := newEngine(cfg, StrategyCost); err == nil || !strings.Contains(err.Error(), "calibration") {
+	if _, err := newEngine(cfg, costplan.Cost); err == nil || !strings.Contains(err.Error(), "calibration") {
 		t.Errorf("a missing calibration file: %v", err)
 	}
 }
@@ -185,7 +189,7 @@ func TestLongRequestPlanned(t *testing.T) {
 // Mooncake traces' 512-token blocks.
 func startedEngine(t *testing.T, cfg Config) *engine {
 	t.Helper()
-	e, err := newEngine(cfg, StrategyCost)
+	e, err := newEngine(cfg, costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"kvtier.dev/kvtier/costplan"
 	"math"
 	"reflect"
 	"sort"
@@ -290,7 +291,7 @@ func (c *Config) Validate() error {
 	case c.MemoryBudget < 0:
 		return cfgErr("memory_budget", "%v is negative (0: no limit)", c.MemoryBudget)
 	}
-	if _, err := ParseStrategy(c.Strategy); err != nil {
+	if _, err := costplan.ParseStrategy(c.Strategy); err != nil {
 		return cfgErr("strategy", "%v", err)
 	}
 	switch c.Policy {

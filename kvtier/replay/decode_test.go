@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"kvtier.dev/kvtier/costplan"
 	"math"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestDecodeOnGPUByHand(t *testing.T) {
 	off, offRecs := collect(t, src, cfg)
 	cfg.DecodeOnGPU = true
 	on, onRecs := collect(t, src, cfg)
-	for s := range NumStrategies {
+	for s := range costplan.NumStrategies {
 		checkRecords(t, onRecs, s.String(), []want{
 			{0, 0, F, 3*F + 4*D},
 			{1, F + D, 2*F + D - 5*ms, 3*F + 5*D},
@@ -204,7 +205,7 @@ func TestMaxOutputTokens(t *testing.T) {
 	cfg.DecodeTokenTime, cfg.DecodeOnGPU, cfg.MaxOutputTokens = Duration(D), true, 2
 	F := passFloor(t, cfg)
 	_, recs := collect(t, stringSource("capped", tinyLine(0, 4, 1)), cfg)
-	checkRecords(t, recs, StrategyCost.String(), []want{{0, 0, F, F + D}})
+	checkRecords(t, recs, costplan.Cost.String(), []want{{0, 0, F, F + D}})
 	_, err := LoadConfig(strings.NewReader(`{"max_output_tokens": -1}`))
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != "max_output_tokens" {
@@ -225,7 +226,7 @@ func TestHandlingByHand(t *testing.T) {
 	cfg.HandlingTime, cfg.HandlingTokenTime = Duration(2*ms), Duration(100*time.Microsecond)
 	const H = 3600 * time.Microsecond
 	rep, recs := collect(t, src, cfg)
-	for s := range NumStrategies {
+	for s := range costplan.NumStrategies {
 		checkRecords(t, recs, s.String(), []want{
 			{0, 0, F + H, 3*F + 4*D},
 			{1, F + D, 2*F + D - 5*ms + H, 3*F + 5*D},

@@ -7,11 +7,12 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/transfer"
 )
 
 // With Config.Mover "device" the copies between the GPU and the host tier
-// are made by the code that serves: kvtier.DeviceMover over a
+// are made by the code that serves: devmover.Mover over a
 // transfer.Engine, on cudastream's simulated device with a virtual clock.
 // The device is TimingOnly (its memory stores nothing) and the host pool is
 // reserved address space with no memory behind it, so a 40 GiB GPU tier
@@ -33,7 +34,7 @@ import (
 type devicePath struct {
 	sim    *cudastream.Sim
 	eng    *transfer.Engine
-	mv     *kvtier.DeviceMover
+	mv     *devmover.Mover
 	region cudastream.DevicePtr
 	pool   []byte // unbacked; the sim's registrations are in chunks of regBytes
 	regs   [][]byte
@@ -55,7 +56,7 @@ type devicePath struct {
 
 // devicePathStats are the counts of a device path's mover and engine.
 type devicePathStats struct {
-	mover         kvtier.MoverStats
+	mover         devmover.Stats
 	engine        transfer.Stats
 	registrations int // of the host pool with the simulated device
 }
@@ -133,7 +134,7 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 	if d.eng, err = transfer.New(d.sim, transfer.Config{GPU: gpu, Host: host, Polled: true, Now: d.sim.Clock().Now}); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
-	if d.mv, err = kvtier.NewDeviceMover(kvtier.DeviceMoverConfig{Engine: d.eng, Host: host, BlockBytes: e.blockBytes}); err != nil {
+	if d.mv, err = devmover.New(devmover.Config{Engine: d.eng, Host: host, BlockBytes: e.blockBytes}); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
 	return nil

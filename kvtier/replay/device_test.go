@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -15,7 +16,7 @@ import (
 // engine itself, so that a test can read what its device path counted.
 func replayEngine(t *testing.T, src Source, cfg Config) *engine {
 	t.Helper()
-	e, err := newEngine(cfg, StrategyCost)
+	e, err := newEngine(cfg, costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestMoverConfigErrors(t *testing.T) {
 func TestDevicePathRefusesABlockThatDoesNotSplit(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Mover, cfg.Baselines = MoverModel, false
-	e, err := newEngine(cfg, StrategyCost)
+	e, err := newEngine(cfg, costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}

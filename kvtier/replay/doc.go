@@ -20,10 +20,10 @@
 //     behind the loads already queued on the GPU's ingress by the requests
 //     before it (kvtier/cost's PlanQueued; the GPU's backlog is always 0,
 //     as each prefilling request has its GPU's compute to itself):
-//     kvtier/cost's Planner over the whole prompt (StrategyCost: the blocks
+//     kvtier/cost's Planner over the whole prompt (costplan.Cost: the blocks
 //     past the cached prefix are planned as missing, the partial last block
-//     by its tokens), load everything (StrategyReload) or recompute
-//     everything not on the GPU (StrategyRecompute);
+//     by its tokens), load everything (costplan.Reload) or recompute
+//     everything not on the GPU (costplan.Recompute);
 //  3. submits its loads (Onboard), and reserves GPU slots for every block it
 //     will compute (InsertKeys);
 //  4. executes the plan as kvtier/cost's Planner models it: the loads cross
@@ -114,9 +114,9 @@
 // report says when the trace offers more prefill than the GPU can do
 // (StrategyResult.OfferedPrefillLoad).
 //
-// Baselines on the same trace and configuration: StrategyNone (no prefix
-// cache), StrategyGPUOnly (a prefix cache in GPU memory alone),
-// StrategyReload and StrategyRecompute.
+// Baselines on the same trace and configuration: costplan.None (no prefix
+// cache), costplan.GPUOnly (a prefix cache in GPU memory alone),
+// costplan.Reload and costplan.Recompute.
 //
 // Capacities and links are per GPU: with tensor parallelism of degree tp,
 // each GPU holds 1/tp of every block (kvtier/cost's KVBytesPerTokenPerRank)

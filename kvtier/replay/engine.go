@@ -8,6 +8,7 @@ import (
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/trace"
 )
@@ -22,7 +23,7 @@ const planScratchBlocks = 4096
 // the engine itself, which completes copies when the clock reaches their end.
 type engine struct {
 	cfg        Config
-	strategy   Strategy
+	strategy   costplan.Strategy
 	progress   func(requests int)
 	model      cost.Model
 	gpu        cost.GPU
@@ -42,12 +43,18 @@ type engine struct {
 	loadTime                [kvtier.NumTiers]time.Duration
 	fullBlockCost           []time.Duration // prefill time of a full block i, by i
 
-	m       *kvtier.Manager
-	remote  *remoteLevel // nil: no remote tier
-	rspec   *RemoteSpec  // the remote tier start builds, if any
-	planner *costPlanner
-	current *request    // the request whose Onboard is being submitted
-	dev     *devicePath // Config.Mover "device": the DeviceMover's copies (device.go)
+	m      *kvtier.Manager
+	remote *remoteLevel // nil: no remote tier
+	rspec  *RemoteSpec  // the remote tier start builds, if any
+	// costs prices a block's recompute (the cost-aware policy's and the
+	// report's); the manager's Planner is the strategy's (costplan).
+	costs *cost.Planner
+	// loading maps the lookup lease of each request prefilling to it: the
+	// copies into the GPU a Batch asks for are its lease's request's.
+	loading map[*kvtier.Lease]*request
+	dev     *devicePath // Config.Mover "device": the devmover.Mover's copies (device.go)
+	// planned, when set (tests), sees each request right after its Plan.
+	planned func(r *request)
 	// devStats are the device path's counts, kept when it closes.
 	devStats devicePathStats
 
@@ -92,7 +99,7 @@ type engine struct {
 }
 
 // newEngine resolves cfg's presets.
-func newEngine(cfg Config, strategy Strategy) (*engine, error) {
+func newEngine(cfg Config, strategy costplan.Strategy) (*engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -167,38 +174,30 @@ func (e *engine) start(blockTokens int) error {
 	if e.gpuSlots == 0 {
 		return cfgErr("gpu_bytes", "%v holds no block of %d bytes", cfg.GPUBytes, e.blockBytes)
 	}
-	if e.strategy == StrategyNone {
+	if e.strategy == costplan.None {
 		return nil
 	}
-	var err error
 	pcfg := cost.PlannerConfig{Model: e.model, GPU: e.gpu, TP: cfg.TP, BlockTokens: blockTokens,
 		MaxBlocks: planScratchBlocks, Calibration: e.cal}
 	pcfg.Paths[cost.TierHost] = cost.DirectPath(e.hostLink)
 	pcfg.Paths[cost.TierNVMe] = e.nvmePath
-	cp, err := cost.NewPlanner(pcfg)
-	if err != nil {
+	var err error
+	if e.costs, err = cost.NewPlanner(pcfg); err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	e.planner = &costPlanner{p: cp}
 	mc := kvtier.Config{
-		BlockTokens: blockTokens,
-		Mover:       e,
-		RecomputeSeconds: func(pos int) float64 {
-			return cp.BlockRecomputeCost(pos).Seconds()
-		},
-		WriteThrough:  cfg.WriteThrough,
-		MaxHoleBlocks: cfg.MaxHoleBlocks,
+		BlockTokens:      blockTokens,
+		Mover:            e,
+		RecomputeSeconds: costplan.RecomputeSeconds(e.costs),
+		WriteThrough:     cfg.WriteThrough,
+		MaxHoleBlocks:    cfg.MaxHoleBlocks,
 	}
-	switch e.strategy {
-	case StrategyCost:
-		mc.Planner = e.planner
-	case StrategyRecompute:
-		mc.Planner = recomputeAll{}
-	default:
-		mc.Planner = kvtier.LoadAll{}
+	if mc.Planner, err = e.strategy.Planner(e.costs); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
+	e.loading = make(map[*kvtier.Lease]*request)
 	capacity := [kvtier.NumTiers]Bytes{cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes}
-	if e.strategy == StrategyGPUOnly {
+	if e.strategy == costplan.GPUOnly {
 		capacity[kvtier.Host], capacity[kvtier.NVMe] = 0, 0
 	}
 	for t := range kvtier.NumTiers {
@@ -213,7 +212,7 @@ func (e *engine) start(blockTokens int) error {
 		if slots > 1<<31 {
 			return cfgErr(field, "%v makes %d slots, more than 2^31", capacity[t], slots)
 		}
-		p, err := newPolicy(cfg.Policy, int(slots))
+		p, err := policy.NewDenseNamed[kvtier.BlockRef](cfg.Policy, int(slots))
 		if err != nil {
 			return cfgErr("policy", "%v", err)
 		}
@@ -243,20 +242,6 @@ func (e *engine) start(blockTokens int) error {
 		}
 	}
 	return nil
-}
-
-func newPolicy(name string, slots int) (policy.Policy[kvtier.BlockRef], error) {
-	switch name {
-	case "lru":
-		return policy.NewDenseLRU[kvtier.BlockRef](slots)
-	case "s3fifo":
-		return policy.NewDenseS3FIFO[kvtier.BlockRef](slots)
-	case "2q":
-		return policy.NewDenseTwoQ[kvtier.BlockRef](slots)
-	case "cost-aware":
-		return policy.NewDenseCostAware[kvtier.BlockRef](slots, 4*slots)
-	}
-	return nil, fmt.Errorf("unknown policy %q", name)
 }
 
 // run replays the trace to its end.

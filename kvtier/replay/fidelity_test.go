@@ -9,7 +9,7 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
-	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -99,7 +99,7 @@ func replayThePlan(t *testing.T, mover string, c planCase) {
 	cfg.GPU, cfg.HostLink, cfg.NVMeLink = c.gpu, c.hostLink, c.nvmeLink
 	cfg.Mover = mover
 	cfg.Baselines = false
-	e, err := newEngine(cfg, StrategyCost)
+	e, err := newEngine(cfg, costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,22 +135,12 @@ func replayThePlan(t *testing.T, mover string, c planCase) {
 	line := fmt.Sprintf(`{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [%s]}`+"\n",
 		tokens, strings.Join(ids, ", "))
 	rd := trace.NewReader(strings.NewReader(line), trace.Options{Format: trace.FormatMooncake, Name: c.name})
+	var plan kvtier.Estimate
+	var got string
+	e.planned = func(r *request) { plan, got = r.l1.Estimate(), planShape(r) }
 	if err := e.run(rd); err != nil {
 		t.Fatal(err)
 	}
-	plan := e.planner.last
-	var shape strings.Builder
-	for i := range c.blocks {
-		switch e.planner.out[i] {
-		case cost.ActionLoad:
-			shape.WriteByte('l')
-		case cost.ActionRecompute:
-			shape.WriteByte('r')
-		default:
-			shape.WriteByte('g')
-		}
-	}
-	got := shape.String()
 	if !regexp.MustCompile(c.want).MatchString(got) {
 		t.Errorf("plan %s, want the shape %s", got, c.want)
 	}
@@ -183,7 +173,7 @@ func TestPassFloorOnEveryStrategy(t *testing.T) {
 			t.Errorf("%s: TTFT p50 %.6f s, mean %.6f s, below the pass floor %.6f s", r.Strategy, r.TTFT.P50, r.TTFT.Mean, floor)
 		}
 	}
-	if r := result(t, rep, StrategyCost); r.UsedBlocks != 2 {
+	if r := result(t, rep, costplan.Cost); r.UsedBlocks != 2 {
 		t.Errorf("the second request used %d blocks on the GPU, want 2", r.UsedBlocks)
 	}
 }
@@ -219,4 +209,19 @@ func TestReportSaysWhenOverloaded(t *testing.T) {
 	if load := rep.Results[0].OfferedPrefillLoad; load <= 0 || load >= 1 || strings.Contains(out.String(), "MORE THAN") {
 		t.Errorf("bundled: offered load %.2f; report:\n%s", load, out.String())
 	}
+}
+
+// planShape is r's plan, block by block: l (load), r (recompute) or g
+// (use, on the GPU). A block the lookup did not find is recomputed.
+func planShape(r *request) string {
+	shape := []byte(strings.Repeat("r", len(r.keys)))
+	for _, b := range r.l1.Blocks {
+		switch b.Action {
+		case kvtier.Load:
+			shape[b.Position] = 'l'
+		case kvtier.Use:
+			shape[b.Position] = 'g'
+		}
+	}
+	return string(shape)
 }

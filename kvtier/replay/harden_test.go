@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"io"
+	"kvtier.dev/kvtier/costplan"
 	"math"
 	"strings"
 	"testing"
@@ -112,7 +113,7 @@ func TestClockOverflowIsAnInputError(t *testing.T) {
 	}
 	// What the per-request checks cannot see is caught when the event is
 	// scheduled.
-	e, err := newEngine(cfg, StrategyCost)
+	e, err := newEngine(cfg, costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 )
 
 func TestRoute(t *testing.T) {
@@ -54,7 +55,7 @@ func TestJobQueueIsFIFOAndReusesItsBuffer(t *testing.T) {
 // TestChannelTimes: a copy's time is its kvtier/cost path's: a load from
 // NVMe crosses the drive then PCIe, pipelined, and pays both latencies.
 func TestChannelTimes(t *testing.T) {
-	e, err := newEngine(DefaultConfig(), StrategyCost)
+	e, err := newEngine(DefaultConfig(), costplan.Cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func absDiff(a, b time.Duration) time.Duration {
 // tp 1; one link shared by the four GPUs would be busy as long per copy.
 func TestTPLinksWorkAtOnce(t *testing.T) {
 	cfg := testConfig()
-	cfg.Strategy, cfg.Baselines = StrategyReload.String(), false
+	cfg.Strategy, cfg.Baselines = costplan.Reload.String(), false
 	cfg.HostBytes = min(cfg.HostBytes, 64<<30)
 	tp4 := cfg
 	tp4.TP = 4

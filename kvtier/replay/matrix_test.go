@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"kvtier.dev/kvtier/costplan"
 	"os"
 	"strings"
 	"testing"
@@ -95,12 +96,12 @@ func TestCostPlanAcrossModelsAndLinks(t *testing.T) {
 					rep := runOrFail(t, s.src, cfg)
 					row := matrixRow{Model: m.name, TP: m.tp, Link: l.name, Trace: s.name, Calibration: cal,
 						TTFT: map[string]ttftRow{}, Excess: map[string]float64{}}
-					for _, st := range []Strategy{StrategyCost, StrategyReload, StrategyRecompute} {
+					for _, st := range []costplan.Strategy{costplan.Cost, costplan.Reload, costplan.Recompute} {
 						r := result(t, rep, st)
 						row.TTFT[st.String()] = ttftRow{r.TTFT.Mean, r.TTFT.P50, r.TTFT.P90}
 						row.Requests = r.Requests
 					}
-					c := result(t, rep, StrategyCost)
+					c := result(t, rep, costplan.Cost)
 					row.Loads, row.Recomputes, row.PlanErrors = c.Loads.Blocks, c.Recomputes.Blocks, c.PlanErrors
 					rl, rc, ct := row.TTFT["reload"], row.TTFT["recompute"], row.TTFT["cost"]
 					row.Excess["mean"] = ct.Mean/min(rl.Mean, rc.Mean) - 1

@@ -23,6 +23,14 @@ const maxQueuedOffloadBytes = 64 << 30
 
 var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is full")
 
+// Backlog implements kvtier.Backlogger: a load planned now waits behind the
+// loads queued on the GPU's ingress, whichever mover copies them. The GPU's
+// backlog is always 0: a prefilling request has its GPU's compute to
+// itself (Config.PrefillSlots).
+func (e *engine) Backlog() kvtier.Backlog {
+	return kvtier.Backlog{Ingress: max(0, e.servers[chanHostToGPU].onboardTail-e.now)}
+}
+
 // Submit implements kvtier.Mover: it queues each copy on its channel, where
 // the copy completes when the virtual clock reaches its end; with
 // Config.Mover "device" the copies between the GPU and the host tier go to
@@ -33,10 +41,9 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 		op := &t.Ops[i]
 		var req *request
 		if op.To == kvtier.GPU {
-			if e.current == nil {
-				invariants.Failf("a copy into the GPU outside Onboard")
+			if req = e.loading[t.Lease()]; req == nil {
+				invariants.Failf("a copy into the GPU outside a request's Onboard")
 			}
-			req = e.current
 			req.pendingLoads++
 			// What a later plan waits behind, whichever mover copies it.
 			s := &e.servers[chanHostToGPU]

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"kvtier.dev/kvtier/costplan"
 	"math"
 	"testing"
 	"time"
@@ -159,7 +160,7 @@ func TestRequestRecordsLeaveTheReplayAlone(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Error("the results differ with the OnRequest hook")
 	}
-	if len(recs) != 200*int(NumStrategies) {
+	if len(recs) != 200*int(costplan.NumStrategies) {
 		t.Errorf("%d records", len(recs))
 	}
 	// A request alone on an idle system ends its prefill when the cost

@@ -15,6 +15,7 @@ import (
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/policy"
 )
 
@@ -274,8 +275,8 @@ func remotePoint(size Bytes, res *StrategyResult, rl *remoteLevel) RemotePoint {
 
 // sweepRemote replays src under strategy s once per size in
 // opts.SweepRemote, each with a remote tier of that size.
-func sweepRemote(src Source, cfg Config, s Strategy, opts Options) (*RemoteSweep, error) {
-	if cfg.HostBytes == 0 || s == StrategyNone || s == StrategyGPUOnly {
+func sweepRemote(src Source, cfg Config, s costplan.Strategy, opts Options) (*RemoteSweep, error) {
+	if cfg.HostBytes == 0 || s == costplan.None || s == costplan.GPUOnly {
 		return nil, fmt.Errorf("replay: a remote tier fetches into the host tier: strategy %v with host_bytes %v has none", s, cfg.HostBytes)
 	}
 	sw := &RemoteSweep{Link: opts.RemoteLink}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"kvtier.dev/kvtier/costplan"
 	"math"
 	"os"
 	"path/filepath"
@@ -89,7 +90,7 @@ func runOrFail(t testing.TB, src Source, cfg Config) *Report {
 	return rep
 }
 
-func result(t testing.TB, rep *Report, s Strategy) *StrategyResult {
+func result(t testing.TB, rep *Report, s costplan.Strategy) *StrategyResult {
 	t.Helper()
 	for i := range rep.Results {
 		if rep.Results[i].Strategy == s.String() {
@@ -232,8 +233,8 @@ func TestCostPlanBeatsBaselines(t *testing.T) {
 		cfg := DefaultConfig()
 		c.edit(&cfg)
 		rep := runOrFail(t, c.src, cfg)
-		costRes := result(t, rep, StrategyCost)
-		for _, s := range []Strategy{StrategyReload, StrategyRecompute} {
+		costRes := result(t, rep, costplan.Cost)
+		for _, s := range []costplan.Strategy{costplan.Reload, costplan.Recompute} {
 			base := result(t, rep, s)
 			t.Logf("%s: cost mean %.4f s p50 %.4f s p90 %.4f s; %v mean %.4f s p50 %.4f s p90 %.4f s", c.name,
 				costRes.TTFT.Mean, costRes.TTFT.P50, costRes.TTFT.P90, s, base.TTFT.Mean, base.TTFT.P50, base.TTFT.P90)
@@ -265,7 +266,7 @@ func TestAccounting(t *testing.T) {
 	cfg.HostBytes = min(cfg.HostBytes, 64<<30)
 	src, n := bundled()
 	rep := runOrFail(t, src, cfg)
-	if len(rep.Results) != int(NumStrategies) || rep.Results[0].Strategy != "cost" {
+	if len(rep.Results) != int(costplan.NumStrategies) || rep.Results[0].Strategy != "cost" {
 		t.Fatalf("%d results, first %q", len(rep.Results), rep.Results[0].Strategy)
 	}
 	for i := range rep.Results {
@@ -288,15 +289,15 @@ func TestAccounting(t *testing.T) {
 			t.Errorf("%s: TTFT %+v", s.Strategy, s.TTFT)
 		}
 	}
-	none, gpuOnly := result(t, rep, StrategyNone), result(t, rep, StrategyGPUOnly)
+	none, gpuOnly := result(t, rep, costplan.None), result(t, rep, costplan.GPUOnly)
 	switch {
 	case none.HitRatio.Overall != 0 || none.TokensReused != 0:
 		t.Errorf("no prefix cache reused %d tokens", none.TokensReused)
 	case gpuOnly.HitRatio.Host != 0 || gpuOnly.HitRatio.NVMe != 0 || len(gpuOnly.Moves) != 0:
 		t.Errorf("GPU-only used lower tiers: %+v, %d moves", gpuOnly.HitRatio, len(gpuOnly.Moves))
-	case result(t, rep, StrategyRecompute).Loads.Blocks != 0:
+	case result(t, rep, costplan.Recompute).Loads.Blocks != 0:
 		t.Error("always-recompute loaded blocks")
-	case result(t, rep, StrategyReload).Recomputes.Blocks != result(t, rep, StrategyReload).Recomputes.Forced:
+	case result(t, rep, costplan.Reload).Recomputes.Blocks != result(t, rep, costplan.Reload).Recomputes.Forced:
 		t.Error("always-reload recomputed cached blocks it was not forced to")
 	}
 }

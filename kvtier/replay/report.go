@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/costplan"
 )
 
 // tally is what an engine counts while it runs.
@@ -322,7 +323,7 @@ func (e *engine) result() StrategyResult {
 		r.Links = append(r.Links, LinkResult{Name: channelNames[ch], GPUs: e.cfg.TP, Copies: copies, Bytes: copies * t.BlockBytes,
 			BusySeconds: seconds(s.busyTime)})
 	}
-	if e.strategy == StrategyCost && t.Requests > 0 {
+	if e.strategy == costplan.Cost && t.Requests > 0 {
 		n := time.Duration(t.Requests)
 		r.Plan = &PlanTotals{MeanPlannedSeconds: seconds(t.PlannedTime / n),
 			MeanLoadAllSeconds: seconds(t.PlannedLoadAll / n), MeanRecomputeAllSeconds: seconds(t.PlannedRecomputeAll / n)}

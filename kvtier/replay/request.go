@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
-	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 )
 
 // A request's life in the replay: arrival, admission, lookup and plan,
@@ -54,7 +54,7 @@ type requestExt struct {
 	// What its prefill did with its blocks, for its RequestRecord.
 	used, recomputed, missed int
 	loadedFrom               [kvtier.NumTiers]int
-	planned                  time.Duration // the cost model's prediction (StrategyCost)
+	planned                  time.Duration // the cost model's prediction (costplan.Cost)
 }
 
 // segment is a run of recomputed blocks that wait for the same loads: it
@@ -217,21 +217,23 @@ func (e *engine) begin(r *request) {
 // planAndLoad plans the looked-up request, submits its loads and reserves
 // its GPU blocks.
 func (e *engine) planAndLoad(r *request) {
-	if e.planner != nil {
-		e.planner.blocks, e.planner.lastTokens = len(r.keys), e.blockTokensAt(r, len(r.keys)-1)
-		e.planner.backlog = cost.Backlog{Link: max(0, e.servers[chanHostToGPU].onboardTail-e.now)}
+	if err := r.l1.SetTokens(r.inputTokens); err != nil {
+		panic(fmt.Sprintf("replay: %v", err)) // the trace reader checks keys against tokens
 	}
 	if err := e.m.Plan(&r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
 	}
-	if e.strategy == StrategyCost {
-		pr := e.planner.last
+	if e.planned != nil {
+		e.planned(r)
+	}
+	if e.strategy == costplan.Cost {
+		est := r.l1.Estimate()
 		if x := r.ext; x != nil {
-			x.planned = pr.Time
+			x.planned = est.Time
 		}
-		e.res.PlannedTime += pr.Time
-		e.res.PlannedLoadAll += pr.LoadAllTime
-		e.res.PlannedRecomputeAll += pr.RecomputeAllTime
+		e.res.PlannedTime += est.Time
+		e.res.PlannedLoadAll += est.LoadAllTime
+		e.res.PlannedRecomputeAll += est.RecomputeAllTime
 	}
 	planned := 0 // loads the plan asked for
 	for _, b := range r.l1.Blocks {
@@ -240,9 +242,9 @@ func (e *engine) planAndLoad(r *request) {
 		}
 	}
 	if planned > 0 {
-		e.current = r
+		e.loading[&r.l1] = r
 		err := e.m.Onboard(&r.l1)
-		e.current = nil
+		delete(e.loading, &r.l1)
 		if err != nil {
 			panic(fmt.Sprintf("replay: Onboard: %v", err)) // the GPU tier is always present
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"kvtier.dev/kvtier/costplan"
 	"strings"
 
 	"kvtier.dev/kvtier/cost"
@@ -55,7 +56,7 @@ func FileSource(path string) Source {
 type Options struct {
 	// Progress, when set, is called every 1,024 requests with the strategy
 	// being replayed and the requests replayed so far under it.
-	Progress func(s Strategy, requests int)
+	Progress func(s costplan.Strategy, requests int)
 	// SweepHost replays the chosen strategy again at each host capacity.
 	SweepHost []Bytes
 	// SweepRemote replays the chosen strategy again with a remote tier of
@@ -78,10 +79,10 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	chosen, _ := ParseStrategy(cfg.Strategy)
-	order := []Strategy{chosen}
+	chosen, _ := costplan.ParseStrategy(cfg.Strategy)
+	order := []costplan.Strategy{chosen}
 	if cfg.Baselines {
-		for s := range NumStrategies {
+		for s := range costplan.NumStrategies {
 			if s != chosen {
 				order = append(order, s)
 			}
@@ -146,7 +147,7 @@ func noRequestErr(name string, rd *trace.Reader) error {
 // With rs, a remote tier of rs's size sits behind the local tiers; the
 // runInfo.remote then holds its counts. onRequest, if set, gets each
 // request's record as it ends.
-func runOne(src Source, cfg Config, s Strategy, progress func(Strategy, int), rs *RemoteSpec,
+func runOne(src Source, cfg Config, s costplan.Strategy, progress func(costplan.Strategy, int), rs *RemoteSpec,
 	onRequest func(RequestRecord) error) (StrategyResult, runInfo, error) {
 	e, err := newEngine(cfg, s)
 	if err != nil {

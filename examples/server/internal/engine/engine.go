@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/remotetier"
+	"kvtier.dev/kvtier/stack"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,7 +15,6 @@ import (
 
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
-	"kvtier.dev/kvtier"
 )
 
 // Runner is the model's forward pass over the KV region (model.CPU and
@@ -36,7 +38,7 @@ type Config struct {
 	Runner Runner
 	// Cache is kvtier over the region's first CacheSlots slots (its GPU
 	// tier). Required unless Strategy is None.
-	Cache *kvtier.Cache
+	Cache *stack.Cache
 	// CacheSlots is the cache's GPU tier's slots; ScratchSlots follow
 	// them in the region. ScratchSlots MUST hold the longest sequence,
 	// Model.Blocks(ContextTokens), so that every request can run.
@@ -47,9 +49,9 @@ type Config struct {
 	// Remote, if set, is the shared remote tier behind Cache: a lookup's
 	// missing blocks are fetched from it into the host tier, and the host
 	// blocks a prompt finds are published to it.
-	Remote *kvtier.RemoteTier
+	Remote *remotetier.Tier
 	// Strategy says how the cache is used (see Strategy).
-	Strategy Strategy
+	Strategy costplan.Strategy
 	// MaxQueue is the most requests waiting to prefill; one more gets
 	// httpapi.ErrQueueFull (429). 0 means 64.
 	MaxQueue int
@@ -95,8 +97,8 @@ func New(cfg Config) (*Engine, error) {
 	switch {
 	case cfg.Runner == nil:
 		return nil, errors.New("engine: Config.Runner is nil")
-	case cfg.Cache == nil && cfg.Strategy != None:
-		return nil, fmt.Errorf("engine: Config.Cache is nil with strategy %v (only %v runs without one)", cfg.Strategy, None)
+	case cfg.Cache == nil && cfg.Strategy != costplan.None:
+		return nil, fmt.Errorf("engine: Config.Cache is nil with strategy %v (only %v runs without one)", cfg.Strategy, costplan.None)
 	case cfg.ContextTokens < 2:
 		return nil, fmt.Errorf("engine: Config.ContextTokens %d: want at least 2", cfg.ContextTokens)
 	case cfg.ScratchSlots < c.Blocks(cfg.ContextTokens):
@@ -153,7 +155,7 @@ func (e *Engine) Submit(ctx context.Context, req *httpapi.Request, out *httpapi.
 	if n := len(req.Tokens) + req.MaxTokens - 1; n > e.cfg.ContextTokens || len(req.Tokens) == 0 || req.MaxTokens < 1 {
 		return fmt.Errorf("engine: request %s: %d prompt tokens and max_tokens %d do not fit the context of %d", req.ID, len(req.Tokens), req.MaxTokens, e.cfg.ContextTokens)
 	}
-	s := &seq{req: req, ctx: ctx, out: out, noCache: req.NoCache || e.cfg.Strategy == None, submitted: time.Now()}
+	s := &seq{req: req, ctx: ctx, out: out, noCache: req.NoCache || e.cfg.Strategy == costplan.None, submitted: time.Now()}
 	e.mu.Lock()
 	switch {
 	case e.closed:

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/stack"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +48,7 @@ func (r *recorder) take() (passes [][2]int, loads []kvtier.Tier, bytes []int64) 
 
 // newTinyEngine is an engine over the tiny model on the CPU runner and a
 // cache of 32 GPU and 64 host blocks on the simulated device.
-func newTinyEngine(t *testing.T, obs Observer) (*Engine, *kvtier.Cache) {
+func newTinyEngine(t *testing.T, obs Observer) (*Engine, *stack.Cache) {
 	t.Helper()
 	c := model.Tiny()
 	const cacheSlots, scratch, ctxTokens = 32, 64, 128
@@ -73,14 +75,14 @@ func newTinyEngine(t *testing.T, obs Observer) (*Engine, *kvtier.Cache) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := kvtier.Open(context.Background(), kvtier.Options{Device: dev, GPU: layout, BlockTokens: c.BlockTokens,
+	cache, err := stack.Open(context.Background(), stack.Options{Device: dev, GPU: layout, BlockTokens: c.BlockTokens,
 		HostBytes: 64 * ((c.BlockBytes() + 4095) &^ 4095), WriteThrough: true, Planner: kvtier.LoadAll{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Close() })
 	e, err := New(Config{Model: c, Runner: r, Cache: cache, CacheSlots: cacheSlots, ScratchSlots: scratch,
-		ContextTokens: ctxTokens, Strategy: Reload, Observer: obs})
+		ContextTokens: ctxTokens, Strategy: costplan.Reload, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}

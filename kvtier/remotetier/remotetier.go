@@ -1,0 +1,284 @@
+package remotetier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/remote"
+)
+
+// Tier connects a Manager to a remote tier shared by many servers. It is
+// safe for concurrent use. See the package doc for a request's path.
+type Tier struct {
+	m        *kvtier.Manager
+	cache    *remote.Cache
+	host     func(kvtier.Slot) []byte
+	maxFetch int
+
+	admMu sync.Mutex
+	adm   policy.Admitter[kvtier.Key]
+	known *lru.Cache[kvtier.Key, struct{}]
+
+	fetched, fetchMisses, published, notAdmitted atomic.Uint64
+}
+
+// Config configures a Tier.
+type Config struct {
+	// Cache is the remote tier. Its BlockBytes MUST be at most the host
+	// tier's SlotBytes: a block is the first BlockBytes of its host slot.
+	Cache *remote.Cache
+	// HostSlot returns the memory of a host slot, for example
+	// transfer.HostLayout.Slot of the host tier. The Tier reads a slot only while
+	// a lease holds its block ready there, and writes one only between
+	// the Insert that reserved it and the Commit.
+	HostSlot func(kvtier.Slot) []byte
+	// Admitter filters what Publish sends, as TierConfig.Admitter does
+	// for NVMe: Publish records each block and sends it only if admitted.
+	// Nil means policy.SeenTwice with 65,536 counters (a block goes out
+	// the second time a Publish names it). The Tier OWNS it.
+	Admitter policy.Admitter[kvtier.Key]
+	// MaxFetchBlocks bounds the blocks one Fetch reads. 0 means 256.
+	MaxFetchBlocks int
+	// KnownBlocks sizes the set of blocks this server knows the remote
+	// holds (it fetched or published them), which Publish does not send
+	// again. A block the remote evicted is sent again once it has aged
+	// out of the set. 0 means 16,384.
+	KnownBlocks int
+}
+
+// Stats counts what a Tier did; the Cache's Stats say what
+// the remote store did.
+type Stats struct {
+	// Fetched: blocks Fetch brought into the host tier. FetchMisses:
+	// blocks Fetch asked for and did not get.
+	Fetched, FetchMisses uint64
+	// Published: blocks Publish queued. NotAdmitted: blocks the Admitter
+	// held back.
+	Published, NotAdmitted uint64
+}
+
+// New connects m to cfg.Cache.
+func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: remotetier.Config.%s: %s", kvtier.ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case m == nil:
+		return nil, fmt.Errorf("%w: New: nil manager", kvtier.ErrBadInput)
+	case cfg.Cache == nil:
+		return nil, bad("Cache", "is nil")
+	case cfg.HostSlot == nil:
+		return nil, bad("HostSlot", "is nil")
+	case m.SlotBytes(kvtier.Host) == 0:
+		return nil, bad("Cache", "the manager has no host tier to fetch into")
+	case int64(cfg.Cache.BlockBytes()) > m.SlotBytes(kvtier.Host):
+		return nil, bad("Cache", "BlockBytes %d exceed the host tier's SlotBytes %d", cfg.Cache.BlockBytes(), m.SlotBytes(kvtier.Host))
+	case cfg.MaxFetchBlocks < 0:
+		return nil, bad("MaxFetchBlocks", "%d is negative", cfg.MaxFetchBlocks)
+	case cfg.KnownBlocks < 0:
+		return nil, bad("KnownBlocks", "%d is negative", cfg.KnownBlocks)
+	}
+	if cfg.MaxFetchBlocks == 0 {
+		cfg.MaxFetchBlocks = 256
+	}
+	if cfg.KnownBlocks == 0 {
+		cfg.KnownBlocks = 16384
+	}
+	if cfg.Admitter == nil {
+		a, err := policy.NewSeenTwice[kvtier.Key](1<<16, 1<<18, func(k kvtier.Key) uint64 { return uint64(k) })
+		if err != nil {
+			return nil, err
+		}
+		cfg.Admitter = a
+	}
+	known, err := lru.New[kvtier.Key, struct{}](cfg.KnownBlocks)
+	if err != nil {
+		return nil, bad("KnownBlocks", "%v", err)
+	}
+	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known}, nil
+}
+
+// Stats returns the counters so far.
+func (r *Tier) Stats() Stats {
+	return Stats{Fetched: r.fetched.Load(), FetchMisses: r.fetchMisses.Load(),
+		Published: r.published.Load(), NotAdmitted: r.notAdmitted.Load()}
+}
+
+// checkLease checks that l holds a Lookup of tokens by this manager, and
+// returns the keys it looked up.
+func (r *Tier) checkLease(op string, tokens []int32, l *kvtier.Lease) ([]kvtier.Key, error) {
+	keys, ok := r.m.LeasedKeys(l)
+	if !ok {
+		return nil, fmt.Errorf("%w: remotetier.Tier.%s: the lease holds no lookup of this manager", kvtier.ErrBadInput, op)
+	}
+	if n := len(tokens) / r.m.BlockTokens(); n != len(keys) {
+		return nil, fmt.Errorf("%w: remotetier.Tier.%s: %d full blocks of tokens, the lease looked up %d", kvtier.ErrBadInput, op, n, len(keys))
+	}
+	return keys, nil
+}
+
+func (r *Tier) meta(salt kvtier.Salt, tokens []int32, keys []kvtier.Key, pos int) remote.BlockMeta {
+	bt := r.m.BlockTokens()
+	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt]}
+	if pos > 0 {
+		m.Parent = uint64(keys[pos-1])
+	}
+	return m
+}
+
+// Fetch reads from the remote tier the blocks of tokens that l (a Lookup
+// of salt and tokens, not yet planned or onboarded) lacks, inserts those
+// that extend the cached prefix into the host tier, and looks l up again,
+// so that Plan and Onboard see them. It returns the blocks it inserted.
+// Blocks l holds outside the host tier (GPU, NVMe) are fetched too when the
+// run of new blocks passes them, since the host tier needs every block of
+// the prefix it inserts. Remote misses, timeouts and a full host tier make
+// it fetch fewer; only a bad lease is an error.
+func (r *Tier) Fetch(ctx context.Context, salt kvtier.Salt, tokens []int32, l *kvtier.Lease) (int, error) {
+	leased, err := r.checkLease("Fetch", tokens, l)
+	if err != nil {
+		return 0, err
+	}
+	keys := append([]kvtier.Key(nil), leased...)
+	n := len(keys)
+	found := make([]bool, n)
+	inHost := make([]bool, n)
+	for i, b := range l.Blocks {
+		found[b.Position] = true
+		_, inHost[b.Position] = r.m.ReadySlot(l, i, kvtier.Host)
+	}
+	first := 0
+	for first < n && found[first] {
+		first++
+	}
+	if first == n {
+		return 0, nil
+	}
+	// Read every block the host tier lacks, in order, up to maxFetch.
+	var ops []remote.ReadOp
+	var pos []int
+	for p := 0; p < n && len(ops) < r.maxFetch; p++ {
+		if !inHost[p] {
+			ops = append(ops, remote.ReadOp{Meta: r.meta(salt, tokens, keys, p), Dst: make([]byte, r.cache.BlockBytes())})
+			pos = append(pos, p)
+		}
+	}
+	r.cache.Get(ctx, ops)
+	got := make(map[int][]byte, len(ops))
+	end := n // the prefix [0, end) is in the host tier or fetched
+	for j, op := range ops {
+		if op.Err != nil {
+			if errors.Is(op.Err, remote.ErrBadInput) {
+				return 0, fmt.Errorf("%w: Tier.Fetch: %w", kvtier.ErrBadInput, op.Err)
+			}
+			r.fetchMisses.Add(1)
+			end = min(end, pos[j])
+			continue
+		}
+		got[pos[j]] = op.Dst
+		r.known.Add(keys[pos[j]], struct{}{})
+	}
+	if len(ops) > 0 && len(ops) == r.maxFetch {
+		end = min(end, pos[len(pos)-1]+1)
+	}
+	if end <= first {
+		return 0, nil
+	}
+	inserted, err := r.insertHost(salt, tokens[:end*r.m.BlockTokens()], got)
+	if err != nil {
+		return 0, err
+	}
+	r.m.Release(l)
+	if err := r.m.Lookup(salt, tokens, l); err != nil {
+		return inserted, err
+	}
+	return inserted, nil
+}
+
+// insertHost inserts tokens' blocks into the host tier, writing the new
+// ones from got (by position). A block to write that got lacks (another
+// lease evicted its host copy since the lookup) abandons the insert.
+func (r *Tier) insertHost(salt kvtier.Salt, tokens []int32, got map[int][]byte) (int, error) {
+	var w kvtier.Lease
+	written := 0
+	var lost error
+	// ErrNoSpace: the lease holds the blocks before the first that found
+	// no slot, and those are worth having. Another error (a key taken by
+	// a different block) abandons the insert: the blocks are recomputed.
+	if err := r.m.Insert(salt, tokens, kvtier.Host, &w); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
+		lost = err
+	}
+	for _, b := range w.Blocks {
+		if lost != nil {
+			break
+		}
+		if !b.Write {
+			continue
+		}
+		p, ok := got[b.Position]
+		if !ok {
+			lost = fmt.Errorf("block %#x left the host tier during the fetch", uint64(b.Key))
+			break
+		}
+		copy(r.host(b.Slot), p)
+		written++
+	}
+	if lost != nil {
+		written = 0
+	}
+	if err := r.m.Commit(&w, lost); err != nil {
+		r.m.Release(&w)
+		return 0, err
+	}
+	r.m.Release(&w)
+	r.fetched.Add(uint64(written))
+	return written, nil
+}
+
+// Publish offers the remote tier the blocks of l (a Lookup of salt and
+// tokens) that have a ready host copy and that the Admitter admits, and
+// that this server does not know the remote holds already. The writes are
+// queued (remote.Cache.Put copies the host slot) and go out behind the
+// request. It returns the blocks queued.
+func (r *Tier) Publish(salt kvtier.Salt, tokens []int32, l *kvtier.Lease) (int, error) {
+	keys, err := r.checkLease("Publish", tokens, l)
+	if err != nil {
+		return 0, err
+	}
+	bb := r.cache.BlockBytes()
+	queued := 0
+	for i, b := range l.Blocks {
+		r.admMu.Lock()
+		r.adm.Record(b.Key)
+		ok := r.adm.Admit(b.Key)
+		r.admMu.Unlock()
+		if !ok {
+			r.notAdmitted.Add(1)
+			continue
+		}
+		if r.known.Contains(b.Key) {
+			continue
+		}
+		slot, ready := r.m.ReadySlot(l, i, kvtier.Host)
+		if !ready {
+			continue
+		}
+		q, err := r.cache.Put(r.meta(salt, tokens, keys, b.Position), r.host(slot)[:bb])
+		if err != nil {
+			return queued, err
+		}
+		if q {
+			r.known.Add(b.Key, struct{}{})
+			queued++
+		}
+	}
+	r.published.Add(uint64(queued))
+	return queued, nil
+}

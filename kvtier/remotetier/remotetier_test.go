@@ -1,0 +1,371 @@
+package remotetier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/redistest"
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/policy"
+	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/stack"
+	"kvtier.dev/kvtier/transfer"
+)
+
+// TestMain stops the Redis Cluster redistest.Shared may start.
+func TestMain(m *testing.M) { os.Exit(redistest.RunMain(m)) }
+
+// The fixture's blocks: 2 layers, K and V, 1 KiB each, of 4 tokens.
+const (
+	blockTokens = 4
+	partBytes   = 1 << 10
+	blockBytes  = 2 * 2 * partBytes
+)
+
+// server is one server of the shared tier: a cache opened by stack.Open
+// over a simulated GPU (8 blocks, a host tier of 8 slots, write-through),
+// the KV it wrote, and its remote tier on the shared test cluster.
+type server struct {
+	*stack.Cache
+	st     cudastream.Stream // the test's own stream, to write and read KV
+	region cudastream.DevicePtr
+	gpu    transfer.GPULayout
+	want   map[kvtier.Key][]byte // each block's KV
+	rng    *rand.Rand
+	tokens int32 // next token id
+	cache  *remote.Cache
+	rt     *Tier
+}
+
+func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key]) *server {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20, Link: cudastream.H200Link()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	region, err := sim.Alloc(8 * blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &server{region: region, want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
+	if f.gpu, err = transfer.BlockFirstLayout(region, 2, 2, 8, partBytes); err != nil {
+		t.Fatal(err)
+	}
+	if f.st, err = sim.NewStream(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.st.Destroy() })
+	f.Cache, err = stack.Open(context.Background(), stack.Options{Device: sim, GPU: f.gpu, BlockTokens: blockTokens,
+		HostBytes: 8 * blockBytes, WriteThrough: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Cache.Close() })
+	st, err := remote.NewRedis(remote.RedisConfig{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: partBytes, OpTimeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.cache.Close() })
+	if f.rt, err = New(f.Manager, Config{Cache: f.cache, HostSlot: f.hostSlot, Admitter: adm}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *server) hostSlot(s kvtier.Slot) []byte { return f.Host.Slot(int32(s)) }
+
+func remotePrefix(t *testing.T) string {
+	return "kvt-test:" + t.Name() + ":" + strconv.FormatUint(rand.Uint64(), 36) + ":"
+}
+
+// request returns the tokens of a new request of n blocks.
+func (f *server) request(n int) []int32 {
+	tok := make([]int32, n*blockTokens)
+	for i := range tok {
+		tok[i] = f.tokens
+		f.tokens++
+	}
+	return tok
+}
+
+func (f *server) gpuAddr(s kvtier.Slot) cudastream.DevicePtr {
+	return f.region + cudastream.DevicePtr(int64(s)*blockBytes)
+}
+
+func (f *server) readGPU(t *testing.T, s kvtier.Slot) []byte {
+	t.Helper()
+	b := make([]byte, blockBytes)
+	if err := f.st.CopyDtoH(b, f.gpuAddr(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// serve runs a request's prefill: it inserts tokens into the GPU, writes
+// the new blocks' KV (random, remembered), commits, and drains the
+// write-through copies.
+func (f *server) serve(t *testing.T, tokens []int32) {
+	t.Helper()
+	var w kvtier.Lease
+	if err := f.Insert(1, tokens, kvtier.GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range w.Blocks {
+		if !b.Write {
+			continue
+		}
+		kv := make([]byte, blockBytes)
+		for i := range kv {
+			kv[i] = byte(f.rng.Uint32())
+		}
+		f.want[b.Key] = kv
+		if err := f.st.CopyHtoD(f.gpuAddr(b.Slot), kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Release(&w)
+	if err := f.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkAll compares every ready copy in the GPU and host tiers with the
+// block's KV.
+func (f *server) checkAll(t *testing.T) []string {
+	t.Helper()
+	var bad []string
+	f.Range(func(b kvtier.BlockInfo) bool {
+		if b.Ready[kvtier.GPU] && !bytes.Equal(f.readGPU(t, b.Slot[kvtier.GPU]), f.want[b.Key]) {
+			bad = append(bad, "gpu copy of "+strconv.FormatUint(uint64(b.Key), 16))
+		}
+		if b.Ready[kvtier.Host] && !bytes.Equal(f.hostSlot(b.Slot[kvtier.Host])[:blockBytes], f.want[b.Key]) {
+			bad = append(bad, "host copy of "+strconv.FormatUint(uint64(b.Key), 16))
+		}
+		return true
+	})
+	return bad
+}
+
+// publish looks tokens up on f and publishes what it holds; it returns
+// the blocks queued once the queue has been written out.
+func (f *server) publish(t *testing.T, tokens []int32) int {
+	t.Helper()
+	var l kvtier.Lease
+	if err := f.Lookup(1, tokens, &l); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.rt.Publish(1, tokens, &l)
+	f.Release(&l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.cache.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// onboard looks tokens up on f, fetches from the remote tier, onboards
+// and returns the GPU bytes of each block, by key.
+func (f *server) onboard(t *testing.T, tokens []int32) (fetched int, gpu map[kvtier.Key][]byte, tiers []kvtier.Tier) {
+	t.Helper()
+	ctx := context.Background()
+	var l kvtier.Lease
+	if err := f.Lookup(1, tokens, &l); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(&l)
+	fetched, err := f.rt.Fetch(ctx, 1, tokens, &l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Onboard(&l); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Wait(ctx, &l); err != nil {
+		t.Fatal(err)
+	}
+	gpu = map[kvtier.Key][]byte{}
+	for _, b := range l.Blocks {
+		tiers = append(tiers, b.Tier)
+		switch {
+		case b.Loading:
+			gpu[b.Key] = f.readGPU(t, b.GPUSlot)
+		case b.Tier == kvtier.GPU:
+			gpu[b.Key] = f.readGPU(t, b.Slot)
+		}
+	}
+	return fetched, gpu, tiers
+}
+
+// TestRemoteTierSharesAPrefix: two managers, as two servers would be, on
+// one cluster. The first computes a prefix and publishes it; the second's
+// lookup finds nothing, fetches the prefix from the remote tier into its
+// host tier and onboards it, and its GPU holds the first one's bytes.
+func TestRemoteTierSharesAPrefix(t *testing.T) {
+	addrs := redistest.Shared(t)
+	prefix := remotePrefix(t)
+	a := newServer(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{})
+	b := newServer(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{})
+	tokens := a.request(4)
+	if other := b.request(4); !slicesEqual(tokens, other) {
+		t.Fatal("the fixtures' requests differ")
+	}
+	a.serve(t, tokens)
+	if n := a.publish(t, tokens); n != 4 {
+		t.Fatalf("published %d blocks, want 4", n)
+	}
+	if n := a.publish(t, tokens); n != 0 {
+		t.Fatalf("published %d blocks again, want 0 (known to the remote)", n)
+	}
+	fetched, gpu, tiers := b.onboard(t, tokens)
+	if fetched != 4 || len(gpu) != 4 {
+		t.Fatalf("fetched %d blocks, %d on the GPU (tiers %v), want 4", fetched, len(gpu), tiers)
+	}
+	for _, tr := range tiers {
+		if tr != kvtier.Host {
+			t.Fatalf("after the fetch the blocks are in %v, want all in the host tier", tiers)
+		}
+	}
+	for k, got := range gpu {
+		if !bytes.Equal(got, a.want[k]) {
+			t.Fatalf("block %#x: the second server's GPU holds other bytes than the first's", uint64(k))
+		}
+	}
+	// The copies b now holds in every tier are the first server's bytes.
+	b.want = a.want
+	if bad := b.checkAll(t); len(bad) > 0 {
+		t.Fatal(bad)
+	}
+	// A second fetch has nothing to do: every block is local now.
+	if fetched, _, _ := b.onboard(t, tokens); fetched != 0 {
+		t.Fatalf("a second fetch brought %d blocks", fetched)
+	}
+	if s := b.rt.Stats(); s.Fetched != 4 || s.FetchMisses != 0 {
+		t.Fatalf("b: %+v", s)
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRemoteTierSeenTwiceAndPartialFetch: with the default admission a
+// block goes out on its second Publish; a fetch stops at the first block
+// the remote lacks, and the rest is recomputed.
+func TestRemoteTierSeenTwiceAndPartialFetch(t *testing.T) {
+	addrs := redistest.Shared(t)
+	prefix := remotePrefix(t)
+	a := newServer(t, addrs, prefix, nil)
+	b := newServer(t, addrs, prefix, nil)
+	tokens := a.request(4)
+	b.request(4)
+	a.serve(t, tokens)
+	if n := a.publish(t, tokens[:2*blockTokens]); n != 0 {
+		t.Fatalf("first publish queued %d blocks, want 0 (seen once)", n)
+	}
+	if n := a.publish(t, tokens[:2*blockTokens]); n != 2 {
+		t.Fatalf("second publish queued %d blocks, want 2", n)
+	}
+	if s := a.rt.Stats(); s.NotAdmitted != 2 || s.Published != 2 {
+		t.Fatalf("a: %+v", s)
+	}
+	fetched, gpu, _ := b.onboard(t, tokens)
+	if fetched != 2 || len(gpu) != 2 {
+		t.Fatalf("fetched %d, onboarded %d, want the 2 published blocks", fetched, len(gpu))
+	}
+	for k, got := range gpu {
+		if !bytes.Equal(got, a.want[k]) {
+			t.Fatalf("block %#x differs", uint64(k))
+		}
+	}
+	if s := b.rt.Stats(); s.FetchMisses != 2 {
+		t.Fatalf("b: %+v, want 2 fetch misses", s)
+	}
+}
+
+func TestRemoteTierBadInput(t *testing.T) {
+	addrs := redistest.Shared(t)
+	f := newServer(t, addrs, remotePrefix(t), nil)
+	host := f.hostSlot
+	for name, cfg := range map[string]Config{
+		"no cache":       {HostSlot: host},
+		"no host slot":   {Cache: f.cache},
+		"negative max":   {Cache: f.cache, HostSlot: host, MaxFetchBlocks: -1},
+		"negative known": {Cache: f.cache, HostSlot: host, KnownBlocks: -1},
+	} {
+		if _, err := New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+	big, err := remote.New(remote.Config{Store: nopStore{}, BlockBytes: 2 * blockBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	if _, err := New(f.Manager, Config{Cache: big, HostSlot: host}); !errors.Is(err, kvtier.ErrConfig) {
+		t.Errorf("blocks larger than host slots: %v, want ErrConfig", err)
+	}
+	tokens := f.request(2)
+	var l kvtier.Lease
+	if _, err := f.rt.Fetch(context.Background(), 1, tokens, &l); !errors.Is(err, kvtier.ErrBadInput) {
+		t.Errorf("Fetch without a lookup: %v", err)
+	}
+	if err := f.Lookup(1, tokens, &l); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(&l)
+	if _, err := f.rt.Publish(1, tokens[:blockTokens], &l); !errors.Is(err, kvtier.ErrBadInput) {
+		t.Errorf("Publish of other tokens than the lookup's: %v", err)
+	}
+}
+
+// nopStore is a Store that holds nothing.
+type nopStore struct{}
+
+func (nopStore) Get(_ context.Context, ops []remote.GetOp) {
+	for i := range ops {
+		for k := range ops[i].Got {
+			ops[i].Got[k] = -1
+		}
+	}
+}
+func (nopStore) Put(context.Context, []remote.PutOp)            {}
+func (nopStore) Exists(context.Context, []string, []bool) error { return nil }
+func (nopStore) Delete(context.Context, []string) error         { return nil }
+func (nopStore) Close() error                                   { return nil }
