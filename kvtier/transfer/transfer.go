@@ -122,25 +122,6 @@ func (t *Transfer) finish(err error) {
 	}
 }
 
-// poll is a polled engine's await: it marks done the layers whose events
-// have completed, in order, and reports whether the whole transfer has
-// (true with the device's error if a query failed). It never blocks.
-func (t *Transfer) poll() (bool, error) {
-	for t.layersClosed < len(t.layerEv) {
-		ok, err := t.layerEv[t.layersClosed].Query()
-		if err != nil {
-			return true, err
-		}
-		if !ok {
-			return false, nil
-		}
-		close(t.layerDone[t.layersClosed])
-		t.layersClosed++
-	}
-	ok, err := t.final.Query()
-	return ok || err != nil, err
-}
-
 // OnDone arranges for fn to run once the transfer is done. With a polled
 // engine (Config.Polled) it runs at once if the transfer is done already,
 // and otherwise inside the Poll (or Close) that completes it, on that

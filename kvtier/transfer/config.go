@@ -1,0 +1,84 @@
+package transfer
+
+import (
+	"time"
+
+	"kvtier.dev/cudastream"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// GPU is where the server keeps KV blocks.
+	GPU GPULayout
+	// Host is the pinned host pool. Its SlotBytes must hold a whole block.
+	Host HostLayout
+	// Staging holds the pinned buffers for NVMe (or pageable) onboards, each
+	// a whole number of slots of Host.SlotBytes (at least one). Two or more
+	// make a ring: the engine reads into buffer k while buffer k-1 is being
+	// copied to the device. They come from kvtier/pinned and MUST be
+	// registered with the device. Optional.
+	Staging [][]byte
+	// MaxBatch caps the descriptors per batched copy call or copy-kernel
+	// call (default 4096).
+	MaxBatch int
+	// Method is how descriptors are submitted (default MethodAuto: the
+	// copy kernel for small pieces, batches for large ones, with a higher
+	// switch for onboards while offloads are in flight).
+	Method Method
+	// KernelBelowBytes is MethodAuto's switch: a call whose descriptors
+	// average fewer bytes goes to the copy kernel. Default
+	// DefaultKernelBelowBytes (64 KiB): 16 KiB blocks scattered on the GPU
+	// go to the kernel, 64 KiB blocks and up to cuMemcpyBatchAsync.
+	KernelBelowBytes int64
+	// OnboardContendedKernelBelowBytes replaces KernelBelowBytes for
+	// onboards while offloads are in flight (see MethodAuto for the
+	// measurements). Default DefaultOnboardContendedKernelBelowBytes (256
+	// KiB), or KernelBelowBytes where only that is set: while offloads run,
+	// an onboard of 64 KiB blocks goes to the kernel and one of 256 KiB
+	// blocks to batches.
+	OnboardContendedKernelBelowBytes int64
+	// KernelCopy tunes the copy kernel (CTAs bound the SMs it takes from
+	// the server's compute). Zero fields take cudastream's defaults.
+	KernelCopy cudastream.KernelCopyOptions
+	// OnboardPriority and OffloadPriority are stream priorities; lower runs
+	// first (CUDA's convention). Defaults: -1 and 0.
+	OnboardPriority, OffloadPriority int
+	// GatherBuffers and GatherBufferBytes give each direction a ring of
+	// device staging buffers for the gather/scatter path (MethodGather, and
+	// MethodAuto's choice of it; see gather.go): GatherBuffers buffers of
+	// GatherBufferBytes (default DefaultGatherBufferBytes) per direction,
+	// and a second stream per direction for the gather and scatter
+	// kernels. Zero GatherBuffers means no ring: Auto never gathers and
+	// MethodGather is refused. DefaultGatherBuffers of the default size
+	// take 96 MiB of device memory for both directions.
+	GatherBuffers     int
+	GatherBufferBytes int64
+	// GatherMinRunBytes and GatherBelowBytes are MethodAuto's switches to
+	// the gather path: a transfer gathers when its GPU side's pieces
+	// average fewer than GatherBelowBytes and its host side coalesces into
+	// runs averaging at least GatherMinRunBytes and at least four times
+	// those pieces (defaults DefaultGatherMinRunBytes and
+	// DefaultGatherBelowBytes; kvtier probe --methods measures both).
+	GatherMinRunBytes, GatherBelowBytes int64
+	// Sums makes every offload and staged onboard also compute, on the
+	// GPU, the word sum (internal/checksum's WordSum) of each block it
+	// moved, over the block's bytes in host order: Transfer.Sums
+	// (sums.go). Onboards from the pool are not summed: their bytes came
+	// from an offload, or were checked on their way into the pool. The device
+	// MUST implement cudastream.WordSummer (a TimingOnly simulator does
+	// not) and GPU.PartBytes be a multiple of 8; New fails otherwise,
+	// wrapping cudastream.ErrNotSupported where the device is the cause.
+	Sums bool
+	// Now is the clock used for Transfer.Duration (default: wall time since
+	// the engine started). Replays pass the simulator's virtual clock.
+	Now func() time.Duration
+	// Polled makes the engine run no goroutine of its own: a transfer is
+	// done when a call to Engine.Poll finds its events complete, and its
+	// OnDone functions run inside that Poll. The gather path is submitted
+	// on the caller's goroutine. A discrete-event replay uses it on the
+	// simulator's virtual clock, so that completions happen at modelled
+	// times in a deterministic order, and nothing waits on the host. Sums
+	// and staged onboards (OnboardStaged) wait on the host and are
+	// refused.
+	Polled bool
+}
