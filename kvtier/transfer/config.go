@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -81,4 +83,63 @@ type Config struct {
 	// and staged onboards (OnboardStaged) wait on the host and are
 	// refused.
 	Polled bool
+}
+
+// validate checks cfg, naming the field at fault, and fills in its
+// defaults. It returns MethodAuto's table, made from cfg's switches.
+func (cfg *Config) validate() (autoTable, error) {
+	if err := cfg.checkMemory(); err != nil {
+		return autoTable{}, err
+	}
+	if cfg.MaxBatch < 0 {
+		return autoTable{}, fmt.Errorf("transfer: Config.MaxBatch must not be negative, got %d", cfg.MaxBatch)
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = 4096
+	}
+	if cfg.Method >= NumMethods {
+		return autoTable{}, fmt.Errorf("transfer: Config.Method %d is not a method (auto, batch, kernel, loop or gather)", cfg.Method)
+	}
+	if err := checkGatherConfig(cfg); err != nil {
+		return autoTable{}, err
+	}
+	auto, err := newAutoTable(cfg)
+	if err != nil {
+		return autoTable{}, err
+	}
+	if cfg.Polled && cfg.Sums {
+		return autoTable{}, errors.New("transfer: Config.Polled and Config.Sums: a polled engine cannot wait on the host for the sums")
+	}
+	if cfg.OnboardPriority == 0 && cfg.OffloadPriority == 0 {
+		cfg.OnboardPriority = -1
+	}
+	return auto, nil
+}
+
+// checkMemory checks the memory the engine copies between: the GPU
+// layout, the host pool's slots and registrations, and the staging
+// buffers.
+func (cfg *Config) checkMemory() error {
+	if err := cfg.GPU.Validate(); err != nil {
+		return err
+	}
+	h := &cfg.Host
+	if h.SlotBytes < cfg.GPU.BlockBytes() {
+		return fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes", h.SlotBytes, cfg.GPU.BlockBytes())
+	}
+	if r := h.RegistrationBytes; r < 0 || (r > 0 && r < int64(len(h.Pool)) && r%h.SlotBytes != 0) {
+		return fmt.Errorf("transfer: Config.Host.RegistrationBytes %d is not a multiple of SlotBytes %d: a slot would straddle two registrations", r, h.SlotBytes)
+	}
+	if o := h.RegistrationOffset; o < 0 || o%h.SlotBytes != 0 || (o > 0 && o >= h.RegistrationBytes) {
+		return fmt.Errorf("transfer: Config.Host.RegistrationOffset %d is not a multiple of SlotBytes %d below RegistrationBytes %d: a slot would straddle two registrations", o, h.SlotBytes, h.RegistrationBytes)
+	}
+	if h.Slots() == 0 {
+		return fmt.Errorf("transfer: Config.Host.Pool (%d bytes) holds no slot of %d bytes", len(h.Pool), h.SlotBytes)
+	}
+	for i, b := range cfg.Staging {
+		if int64(len(b)) < h.SlotBytes {
+			return fmt.Errorf("transfer: Config.Staging[%d] (%d bytes) holds no slot of %d bytes", i, len(b), h.SlotBytes)
+		}
+	}
+	return nil
 }

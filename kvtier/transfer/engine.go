@@ -82,48 +82,39 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 	if dev == nil {
 		return nil, errors.New("transfer: New: nil device")
 	}
-	if err := cfg.GPU.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Host.SlotBytes < cfg.GPU.BlockBytes() {
-		return nil, fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes", cfg.Host.SlotBytes, cfg.GPU.BlockBytes())
-	}
-	if r := cfg.Host.RegistrationBytes; r < 0 || (r > 0 && r < int64(len(cfg.Host.Pool)) && r%cfg.Host.SlotBytes != 0) {
-		return nil, fmt.Errorf("transfer: Config.Host.RegistrationBytes %d is not a multiple of SlotBytes %d: a slot would straddle two registrations", r, cfg.Host.SlotBytes)
-	}
-	if o := cfg.Host.RegistrationOffset; o < 0 || o%cfg.Host.SlotBytes != 0 || (o > 0 && o >= cfg.Host.RegistrationBytes) {
-		return nil, fmt.Errorf("transfer: Config.Host.RegistrationOffset %d is not a multiple of SlotBytes %d below RegistrationBytes %d: a slot would straddle two registrations", o, cfg.Host.SlotBytes, cfg.Host.RegistrationBytes)
-	}
-	if cfg.Host.Slots() == 0 {
-		return nil, fmt.Errorf("transfer: Config.Host.Pool (%d bytes) holds no slot of %d bytes", len(cfg.Host.Pool), cfg.Host.SlotBytes)
-	}
-	for i, b := range cfg.Staging {
-		if int64(len(b)) < cfg.Host.SlotBytes {
-			return nil, fmt.Errorf("transfer: Config.Staging[%d] (%d bytes) holds no slot of %d bytes", i, len(b), cfg.Host.SlotBytes)
-		}
-	}
-	if cfg.MaxBatch < 0 {
-		return nil, fmt.Errorf("transfer: Config.MaxBatch must not be negative, got %d", cfg.MaxBatch)
-	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = 4096
-	}
-	if cfg.Method >= NumMethods {
-		return nil, fmt.Errorf("transfer: Config.Method %d is not a method (auto, batch, kernel, loop or gather)", cfg.Method)
-	}
-	if err := checkGatherConfig(&cfg); err != nil {
-		return nil, err
-	}
-	auto, err := newAutoTable(&cfg)
+	auto, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Polled && cfg.Sums {
-		return nil, errors.New("transfer: Config.Polled and Config.Sums: a polled engine cannot wait on the host for the sums")
+	e := newEngine(dev, &cfg, auto)
+	if err := e.openStreams(&cfg); err != nil {
+		return nil, err
 	}
-	if cfg.OnboardPriority == 0 && cfg.OffloadPriority == 0 {
-		cfg.OnboardPriority = -1
+	if err := e.setupMethod(&cfg); err != nil {
+		e.on.stream.Destroy()
+		e.off.stream.Destroy()
+		return nil, err
 	}
+	// From here on, Close releases what the steps before built.
+	if err := e.setupGather(&cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.setupSums(&cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.setupStaging(&cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.startDirections(&cfg)
+	return e, nil
+}
+
+// newEngine makes the engine's state from a validated cfg. It creates
+// nothing on the device.
+func newEngine(dev cudastream.Device, cfg *Config, auto autoTable) *Engine {
 	e := &Engine{
 		dev:      dev,
 		gpu:      cfg.GPU,
@@ -144,38 +135,31 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		start := time.Now()
 		e.now = func() time.Duration { return time.Since(start) }
 	}
-	if e.on.stream, err = dev.NewStream(cfg.OnboardPriority); err != nil {
-		return nil, fmt.Errorf("transfer: onboard stream: %w", err)
+	return e
+}
+
+// openStreams creates the onboard and offload streams and ties each
+// direction to its copy kind, its row of MethodAuto's table and the other
+// direction. On error it leaves no stream behind.
+func (e *Engine) openStreams(cfg *Config) error {
+	var err error
+	if e.on.stream, err = e.dev.NewStream(cfg.OnboardPriority); err != nil {
+		return fmt.Errorf("transfer: onboard stream: %w", err)
 	}
-	if e.off.stream, err = dev.NewStream(cfg.OffloadPriority); err != nil {
+	if e.off.stream, err = e.dev.NewStream(cfg.OffloadPriority); err != nil {
 		e.on.stream.Destroy()
-		return nil, fmt.Errorf("transfer: offload stream: %w", err)
+		return fmt.Errorf("transfer: offload stream: %w", err)
 	}
 	e.on.kind, e.off.kind = cudastream.HostToDevice, cudastream.DeviceToHost
 	e.on.row, e.off.row = onboardRow, offloadRow
 	e.on.other, e.off.other = &e.off, &e.on
-	if err := e.setupMethod(&cfg); err != nil {
-		e.on.stream.Destroy()
-		e.off.stream.Destroy()
-		return nil, err
-	}
-	if err := e.setupGather(&cfg); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if err := e.setupSums(&cfg); err != nil {
-		e.Close()
-		return nil, err
-	}
-	for _, b := range cfg.Staging {
-		ev, err := dev.NewEvent(cudastream.EventOptions{})
-		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("transfer: staging event: %w", err)
-		}
-		l := HostLayout{Pool: b, SlotBytes: cfg.Host.SlotBytes}
-		e.staging = append(e.staging, stagingBuf{layout: l, base: cudastream.HostAddr(b), ev: ev, pairs: make([]Pair, 0, l.Slots())})
-	}
+	return nil
+}
+
+// startDirections makes each direction's coalescer hand its copies to
+// issueOps and, unless the engine is polled, starts the goroutine that
+// completes the direction's transfers. It is New's last step.
+func (e *Engine) startDirections(cfg *Config) {
 	for _, d := range []*direction{&e.on, &e.off} {
 		d.co.limit = cfg.MaxBatch
 		d.co.emit = func(ops []cudastream.Copy, origin []int32) bool { return e.issueOps(d, ops, origin) }
@@ -186,7 +170,6 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		e.wg.Add(1)
 		go e.complete(d)
 	}
-	return e, nil
 }
 
 // complete waits, in stream order, for each submitted transfer's last event.

@@ -25,6 +25,20 @@ type stagingBuf struct {
 	pairs  []Pair
 }
 
+// setupStaging creates the event of each staging buffer (Config.Staging).
+// Called by New; on error, Close releases what was built.
+func (e *Engine) setupStaging(cfg *Config) error {
+	for _, b := range cfg.Staging {
+		ev, err := e.dev.NewEvent(cudastream.EventOptions{})
+		if err != nil {
+			return fmt.Errorf("transfer: staging event: %w", err)
+		}
+		l := HostLayout{Pool: b, SlotBytes: cfg.Host.SlotBytes}
+		e.staging = append(e.staging, stagingBuf{layout: l, base: cudastream.HostAddr(b), ev: ev, pairs: make([]Pair, 0, l.Slots())})
+	}
+	return nil
+}
+
 // OnboardStaged reads blocks from src through the pinned staging ring and
 // copies them to the GPU blocks gpuBlocks[i]. It reads into buffer k while
 // buffer k-1 is still being copied, and waits for the copy that last read a
