@@ -33,7 +33,7 @@ type Config struct {
 	// go to the kernel, 64 KiB blocks and up to cuMemcpyBatchAsync.
 	KernelBelowBytes int64
 	// OnboardContendedKernelBelowBytes replaces KernelBelowBytes for
-	// onboards while offloads are in flight (see MethodAuto for the
+	// onboards while offloads are in flight (docs/transfer.md has the
 	// measurements). Default DefaultOnboardContendedKernelBelowBytes (256
 	// KiB), or KernelBelowBytes where only that is set: while offloads run,
 	// an onboard of 64 KiB blocks goes to the kernel and one of 256 KiB

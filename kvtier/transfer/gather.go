@@ -8,37 +8,25 @@ import (
 	"kvtier.dev/cudastream"
 )
 
-// The gather/scatter path (MethodGather). Small blocks scattered on the GPU
-// cost the copy engines one descriptor each, and the copy kernel's PCIe
-// traffic tops out near 55 GiB/s for both directions together. This path
-// moves them in three steps instead, each on the hardware that does it best:
+// The gather/scatter path (MethodGather) moves small blocks scattered on
+// the GPU in three steps, each on the hardware that does it best:
 //
 //	offload: copy kernel gathers blocks -> device staging buffer -> one DMA per host run
 //	onboard: one DMA per host run -> device staging buffer -> copy kernel scatters blocks
 //
-// The device-to-device step runs at HBM speed on a few SMs for a small share
-// of the transfer's time, and the link sees a few large DMAs (16 MiB chunks
-// by default), which both directions can run at once at the link's duplex
-// rate. Each direction has a ring of device staging buffers and a second
-// stream for its kernel, so that the kernel of chunk k+1 runs while chunk k
-// crosses the link. The two streams meet only on the device: a chunk's DMA
+// Each direction has a ring of device staging buffers and a second stream
+// for its kernel. The two streams meet only on the device: a chunk's DMA
 // waits for the event of the kernel that filled its buffer (or the kernel
 // for the DMA's), and a buffer is refilled only after the event of the step
 // that last read it (invariant 3 for device memory). Nothing waits on the
-// host.
-//
-// Per-layer readiness holds: an onboard still goes layer by layer, and the
-// event of layer l is recorded on the kernel stream after the scatter of the
-// chunk that holds layer l's last piece. A chunk may hold the end of one
-// layer and the start of the next, so a layer is ready at most one chunk
-// later than its own bytes.
+// host. An onboard's layer l is ready, on the kernel stream, after the
+// scatter of the chunk that holds its last piece: at most one chunk later
+// than its own bytes. Why, and what it measured: docs/transfer.md.
 
 // Defaults of the device staging ring (Config.GatherBufferBytes and
-// Config.GatherBuffers), from the H200 (2026-12-02, 1 GiB each way, blocks
-// of 16 KiB to 2 MiB scattered over 4 GiB): 16 MiB chunks in a ring of 3
-// reached 91-93 GiB/s both ways at every block size, where 4 MiB chunks
-// reached 85-90 and 64 MiB ones 84-93, with a wider spread; 2 buffers
-// instead of 3 lost up to 6%.
+// Config.GatherBuffers): on the H200, 16 MiB chunks in a ring of 3
+// reached 91-93 GiB/s both ways at every block size (docs/transfer.md
+// compares other sizes and depths).
 const (
 	DefaultGatherBufferBytes = 16 << 20
 	DefaultGatherBuffers     = 3
@@ -539,13 +527,8 @@ func (e *Engine) linkCopies(d *direction, l *linkOps) error {
 // errNoGatherKernel: the ring's copy kernel failed its first copy.
 var errNoGatherKernel = errors.New("transfer: the device cannot run the gather/scatter path")
 
-// Defaults of MethodAuto's switches to the gather path, from kvtier probe
-// --methods on the H200 (2026-12-02, 1 GiB each way at once): in 16 KiB
-// blocks, gather/scatter beat every direct pair from host runs of 256 KiB
-// (69.1 GiB/s against 52.2) and reached 75.8 from runs of 1 MiB; in 256 KiB
-// blocks it beat batches both ways (89.1 against 84.8), in 2 MiB blocks
-// batches beat it (91.3 against 88.8), and one way they were equal from
-// 256 KiB.
+// Defaults of MethodAuto's switches to the gather path, read off kvtier
+// probe --methods on the H200 (docs/transfer.md).
 const (
 	// DefaultGatherMinRunBytes is Config.GatherMinRunBytes's default.
 	DefaultGatherMinRunBytes = 1 << 20

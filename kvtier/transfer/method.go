@@ -11,57 +11,18 @@ import (
 type Method uint8
 
 const (
-	// MethodAuto first decides, per transfer, whether it takes the
-	// gather/scatter path (MethodGather): where the engine has a device
-	// staging ring (Config.GatherBuffers), the GPU side's pieces average
-	// under Config.GatherBelowBytes (1 MiB) and the host side coalesces
-	// into runs of at least Config.GatherMinRunBytes (1 MiB) and four times
-	// those pieces. Both ways at once on the H200 (benchmarks/results/
-	// transfer-h200.md, 2026-12-02), it moved 16 KiB blocks at 0.86 of two
-	// large copies and serving blocks of 32 layers (64 KiB pieces per
-	// layer) at 0.95, where the direct methods below reach 0.55 and 0.70.
-	//
-	// Otherwise it picks, for each call of at most MaxBatch descriptors, the
-	// copy kernel or cuMemcpyBatchAsync by the descriptors' average size:
-	// the kernel below Config.KernelBelowBytes (64 KiB), batches from
-	// there. One exception: while offloads are in flight, onboards use the
-	// kernel below Config.OnboardContendedKernelBelowBytes (256 KiB). The
-	// figures behind it: the H200, 1 GiB per transfer, blocks scattered on
-	// the GPU, 5 rounds (benchmarks/results/transfer-h200.md, 2026-11-29),
-	// median GiB/s. One way at a time:
-	//
-	//	block    HtoD kernel  batch   DtoH kernel  batch   one large copy
-	//	16 KiB      46.0      21.5        47.0      32.9        51.4
-	//	64 KiB      46.4      49.2        47.4      48.9        51.4
-	//	256 KiB     46.2      49.6        47.6      49.6        51.3
-	//	2 MiB       46.5      50.3        48.0      50.2        51.5
-	//
-	// cuMemcpyBatchAsync costs the CPU 0.5-1 us per descriptor, so 16 KiB
-	// blocks are issue-bound there; the kernel's reads and writes over PCIe
-	// top out at 90-94% of the copy engines' rate (Hopper's bulk copies
-	// reach no more: benchmarks/results/copykernel-h200.md), so 64 KiB
-	// blocks and up go to the engines, which also leave the SMs to the
-	// server. Both ways at once, sum of the two, the pair being onboard
-	// method + offload method, the onboard submitted first:
-	//
-	//	block    kernel+kernel  kernel+batch  batch+kernel  batch+batch
-	//	16 KiB       51.7           37.2          26.3          19.6
-	//	64 KiB       54.6           69.9          48.9          58.0
-	//	256 KiB      55.0           65.5          49.3          82.8
-	//	2 MiB        55.4           62.5          49.5          84.2
-	//
-	// The kernel's SM-driven PCIe traffic tops out near 55 GiB/s in sum when
-	// both directions use it, where the copy engines reach 84. The method
-	// is chosen when a call is submitted, so the first of two transfers
-	// cannot know the second is coming; the second picks its best move
-	// given the first. An offload does best with the one-way switch
-	// whatever the onboard uses; an onboard beside batched offloads does
-	// best on the kernel up to 64 KiB blocks (69.9 against 58.0) and on
-	// batches from 256 KiB. (Beside a kernel offload, which carries pieces
-	// under 64 KiB, an onboard of 256 KiB blocks and up would do 10% better
-	// on the kernel too; the table gives up that rare case to keep one
-	// switch per state.) Where the stream has no copy kernel, or its module
-	// cannot be loaded, Auto uses batches.
+	// MethodAuto chooses per transfer, then per call, by measured
+	// switches. A transfer takes the gather/scatter path (MethodGather)
+	// where the engine has a device staging ring (Config.GatherBuffers), the
+	// GPU side's pieces average under Config.GatherBelowBytes and the host
+	// side coalesces into runs averaging at least Config.GatherMinRunBytes
+	// and four times those pieces. Otherwise each call of at most MaxBatch
+	// descriptors goes to the copy kernel when they average under
+	// Config.KernelBelowBytes (Config.OnboardContendedKernelBelowBytes for
+	// an onboard while offloads are in flight), and to batches from there.
+	// Where the stream has no copy kernel, or its module cannot be loaded,
+	// Auto uses batches. The H200 figures behind the switches:
+	// docs/transfer.md.
 	MethodAuto Method = iota
 	// MethodBatch submits cuMemcpyBatchAsync calls (or the driver's loop of
 	// single copies where it lacks them).
@@ -99,7 +60,7 @@ func (m Method) String() string {
 	return fmt.Sprintf("Method(%d)", uint8(m))
 }
 
-// Defaults of MethodAuto's switches (see MethodAuto for the figures).
+// Defaults of MethodAuto's switches (docs/transfer.md has the figures).
 const (
 	// DefaultKernelBelowBytes is Config.KernelBelowBytes's default: the
 	// copy kernel beats cuMemcpyBatchAsync on 16 KiB blocks and loses to it

@@ -138,7 +138,7 @@ func TestMethodString(t *testing.T) {
 }
 
 // TestAutoTable checks MethodAuto's default table against the H200
-// measurements it was read from (see MethodAuto): for each measured block
+// measurements it was read from (docs/transfer.md): for each measured block
 // size, the method that was fastest, one way and both ways at once.
 func TestAutoTable(t *testing.T) {
 	tab, err := newAutoTable(&Config{})
