@@ -8,42 +8,26 @@ import (
 )
 
 // Resident is a block that a tier's storage already holds when the manager
-// starts: an NVMe block a previous run left, as DeviceMover.Recovered
-// reports it.
+// starts, as devmover.Mover.Recovered reports those a previous run left.
 type Resident struct {
-	// Slot is the manager's slot of the tier that holds the block.
+	// Slot is the block's slot in the tier.
 	Slot Slot
-	// Key, Parent and Salt identify the block as Insert made them: Parent
-	// is the previous block's key, 0 for a prefix's first block.
+	// Key, Parent (0 for a prefix's first block), Salt and Position
+	// identify the block as Insert made it.
 	Key, Parent Key
 	Salt        Salt
-	// Position is the block's index in its prefix, 0 for the first.
-	Position int
-	// Tokens are the block's token ids, BlockTokens of them, or nil where
-	// they were not kept: such a block is found by LookupKeys only (a
-	// token lookup cannot confirm it, invariant 1).
+	Position    int
+	// Tokens are the block's token ids, or nil where they were not kept
+	// (then only LookupKeys finds it).
 	Tokens []int32
 }
 
-// Adopt makes tier t hold blocks its storage already has, so that a
-// restarted server keeps its warm NVMe tier. It is for a tier of which no
-// slot has been handed out yet, typically right after New.
-//
-// Each block is adopted at its Position. A block whose ancestors are not
-// among the blocks (they lived in faster tiers, which did not survive) is
-// adopted too: a lookup reaches it once they are back, recomputed and
-// inserted by the first request that needs them. Skipped are blocks that
-// contradict themselves or their parent, and the blocks below them: tokens
-// that are not BlockTokens long, a first block (Parent 0) at a position
-// other than 0 or the reverse, a parent among the blocks with another salt
-// or a position other than one less, a block the manager already knows
-// (from another tier) with other metadata, and the second of two blocks
-// with one key. Their slots are free. The tier's policy sees the deepest
-// blocks first, so that a prefix's first blocks are evicted last. Adopt
-// returns how many blocks it adopted.
-//
-// An absent tier, a tier already in use, a slot outside the tier or a slot
-// given twice is an error (ErrBadInput) and adopts nothing.
+// Adopt makes tier t, of which no slot was handed out yet (right after New),
+// hold blocks its storage already has: a restarted server keeps its warm
+// NVMe tier. Blocks are adopted at their Position, also without their
+// ancestors; a block that contradicts itself, its parent or the manager is
+// skipped with the blocks below it (docs/design-notes.md). It returns how
+// many it adopted. A bad tier or slot is ErrBadInput and adopts nothing.
 func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	if err := m.checkTier("Adopt", t); err != nil {
 		return 0, err

@@ -18,79 +18,48 @@ const maxSlots = math.MaxUint32 - 1
 
 // TierConfig sizes one tier. A tier with CapacityBytes 0 is absent.
 type TierConfig struct {
-	// CapacityBytes is a hard limit on the bytes the tier holds (invariant 4).
-	// For example 512 GiB of host pool with SlotBytes of 2.5 MiB (a 16-token
-	// block of a 70B model, all 80 layers, K and V, fp16) gives 209,715 slots.
+	// CapacityBytes is a hard limit: 512 GiB of 2.5 MiB slots (16 tokens of
+	// a 70B model), say, is 209,715 slots.
 	CapacityBytes int64
-	// SlotBytes is one block's size in this tier; every slot has this size.
-	SlotBytes int64
-	// Policy picks this tier's victims. The manager OWNS it after New and
-	// locks around every call; it MUST NOT be shared with another tier or
-	// manager. BlockRefs are dense, so the dense policies, for example
-	// policy.NewDenseLRU[BlockRef](slots), index them with a slice instead
-	// of a map: cheaper per touch and per resident block.
+	SlotBytes     int64 // one block's size in this tier
+	// Policy picks victims, for example policy.NewDenseLRU[BlockRef](slots).
+	// The manager OWNS it after New: one per tier and manager.
 	Policy policy.Policy[BlockRef]
 	// Admitter, when set, filters the copies the manager makes into this
-	// tier (write-through, demotion, Offload); an explicit Insert is not
-	// filtered. For NVMe, policy's SeenTwice spares the drive. The manager
-	// records every block a lookup or insert names. Nil admits everything.
+	// tier (not Insert). Nil admits everything.
 	Admitter policy.Admitter[Key]
 }
 
 // Config configures a Manager.
 type Config struct {
-	// BlockTokens is the number of tokens per block, for example 16 (vLLM)
-	// or 512 (the Mooncake traces). Only full blocks are cached.
-	BlockTokens int
-	// Tiers sizes each tier, indexed by Tier. At least one must be present.
-	Tiers [NumTiers]TierConfig
+	BlockTokens int                  // tokens per block, for example 16 (vLLM)
+	Tiers       [NumTiers]TierConfig // indexed by Tier; at least one present
 	// WriteThrough copies a block to the next present tier as soon as it is
-	// ready in a tier (so that evicting it later is free). Otherwise the copy
-	// is made when the block is evicted (write-back demotion): the victim's
-	// slot frees only when that copy completes, so a call that finds its tier
-	// full of blocks to demote starts demotions for as many slots as it
-	// needs, returns ErrNoSpace (Insert) or skips (Onboard, Offload), and
-	// succeeds when retried after the copies complete.
+	// ready in a tier. Otherwise it is copied when evicted (write-back):
+	// a call that finds its tier full of blocks to demote starts demotions
+	// and fails (Insert: ErrNoSpace) or skips until they complete.
 	WriteThrough bool
-	// Mover performs the copies between tiers. Required when two or more
-	// tiers are present.
-	Mover Mover
-	// Planner decides, per looked-up block, load or recompute. Nil means
-	// LoadAll.
-	Planner Planner
-	// RecomputeSeconds, when set, tells cost-aware policies what losing the
-	// block at a position would cost in seconds of prefill (kvtier/cost): a
-	// block deep in a long prefix costs more than an early one. Nil means 0.
+	Mover        Mover   // the copies; required with two or more tiers
+	Planner      Planner // load or recompute; nil means LoadAll
+	// RecomputeSeconds, when set, gives cost-aware policies the prefill
+	// seconds of a block at a position (costplan.RecomputeSeconds).
 	RecomputeSeconds func(position int) float64
-	// MaxHoleBlocks lets a lookup go on past missing blocks (holes), up to
-	// this many per lookup, and return the cached blocks after them, so
-	// that the planner can recompute the holes and load the rest. Example:
-	// with 2, a request whose blocks 3 and 7 were evicted everywhere still
-	// gets blocks 4-6 and 8-... from the cache. 0 stops at the first
-	// missing block (the cached prefix only). Misses cost a lookup an index
-	// probe each, so keep it small.
-	MaxHoleBlocks int
-	// DisableMetrics turns the counters off; Metrics then returns zeros.
-	DisableMetrics bool
+	// MaxHoleBlocks lets a lookup go on past up to this many missing blocks
+	// (holes) and return the cached blocks after them. Example: with 2, a
+	// request whose blocks 3 and 7 were evicted still gets 4-6 and 8-...
+	MaxHoleBlocks  int
+	DisableMetrics bool // counters off: Metrics returns zeros
 }
 
 // Errors returned by the manager. Wrapped errors name the field, block or
 // tier; test them with errors.Is.
 var (
-	// ErrConfig marks an invalid Config.
-	ErrConfig = errors.New("kvtier: invalid config")
-	// ErrNoSpace means a tier has no free slot and no evictable block now.
-	ErrNoSpace = errors.New("kvtier: no evictable slot")
-	// ErrBadInput marks invalid arguments (an unknown tier, a lease in use).
-	ErrBadInput = errors.New("kvtier: bad input")
-	// ErrMove marks a copy the Mover reported as failed.
-	ErrMove = errors.New("kvtier: copy failed")
-	// ErrSourceLost, wrapped in the error a Mover completes an op with,
-	// says the op's source copy is gone (an NVMe slot that failed its
-	// checksum or could not be read): the manager then forgets that copy
-	// too, instead of serving the block from it again and failing again.
-	// It is honoured for sources in the NVMe tier, which one copy at a time
-	// reads (into the GPU); elsewhere the failure counts as any other.
+	ErrConfig   = errors.New("kvtier: invalid config")    // a Config field is wrong
+	ErrNoSpace  = errors.New("kvtier: no evictable slot") // a tier has no free slot and no evictable block now
+	ErrBadInput = errors.New("kvtier: bad input")         // an unknown tier, a lease in use, a wrong argument
+	ErrMove     = errors.New("kvtier: copy failed")       // a copy the Mover reported as failed
+	// ErrSourceLost, wrapped in a Mover's op error, says the op's NVMe
+	// source is gone: the manager forgets that copy.
 	ErrSourceLost = errors.New("kvtier: source copy lost")
 )
 

@@ -222,10 +222,8 @@ func (m *Manager) checkSampled() {
 }
 
 // Drain waits until every copy submitted so far has completed, with the
-// copies their completions start (write-through, demotions), and every
-// release waiting for a CommitAfter event has happened; or until ctx ends.
-// Lookups and other calls may run meanwhile (work they start is waited
-// for too). For shutdown and tests.
+// copies their completions start, and every release waiting for a
+// CommitAfter event has happened, or until ctx ends. For shutdown and tests.
 func (m *Manager) Drain(ctx context.Context) error {
 	for {
 		m.lock()
@@ -246,12 +244,9 @@ func (m *Manager) Drain(ctx context.Context) error {
 	}
 }
 
-// Flush writes every block down to the slowest tier present: a block whose
-// copies are all in faster tiers (dirty, in write-back mode) is copied to
-// the next tier, and so on, waiting for the copies (Drain) between rounds.
-// Blocks that find no slot stay dirty: Flush then returns ErrNoSpace with
-// their count. Lookups may run meanwhile; blocks inserted during a Flush
-// may or may not be written down.
+// Flush writes every block down to the slowest tier present (write-back's
+// dirty blocks), waiting for the copies. Blocks that find no slot stay
+// dirty: Flush then returns ErrNoSpace with their count.
 func (m *Manager) Flush(ctx context.Context) error {
 	bottom := NumTiers
 	for t := NumTiers - 1; t < NumTiers; t-- {

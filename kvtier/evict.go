@@ -9,13 +9,10 @@ import (
 )
 
 // Evict moves the blocks of tokens' cached prefix (salt's) out of every tier
-// faster than keep: a block with no ready copy in keep or a slower tier is
-// first copied into keep (from its fastest ready tier, admitted or not),
-// and once Evict has waited for those copies its faster copies are dropped.
-// A block in use (leased, or read or written by a copy) keeps its faster
-// copies. It returns how many blocks it took out of a faster tier, and
-// ctx's error, ErrNoSpace (keep had no slot for some blocks) or a copy's
-// failure. Not for a request's path: it waits for its copies.
+// faster than keep, copying first into keep those it does not hold. A block
+// in use keeps its faster copies. It returns how many blocks it took out,
+// and ctx's error, ErrNoSpace or a copy's failure. It waits for its copies:
+// not for a request's path.
 func (m *Manager) Evict(ctx context.Context, salt Salt, tokens []int32, keep Tier) (int, error) {
 	if err := m.checkTier("Evict", keep); err != nil {
 		return 0, err
@@ -108,11 +105,9 @@ func (m *Manager) heldAtOrBelow(r *record, keep Tier) bool {
 }
 
 // Invalidate forgets the blocks of tokens' cached prefix (salt's) in every
-// tier: no lookup finds them from now on. Slots nobody uses free at once;
-// a block in use (leased, or read or written by a copy) frees its slots
-// when its last user lets go. It returns how many blocks it invalidated.
-// Use it when the KV behind the tokens changed (a model or adapter
-// reloaded under the same salt).
+// tier: no lookup finds them from now on, and their slots free when their
+// last user lets go. It returns how many it invalidated. Use it when the
+// KV behind the tokens changed under the same salt.
 func (m *Manager) Invalidate(salt Salt, tokens []int32) (int, error) {
 	var l Lease
 	if err := m.Lookup(salt, tokens, &l); err != nil {
@@ -300,11 +295,8 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 }
 
 // SetUsableSlots lets tier t hand out only its first n slots until a later
-// call raises n (up to the tier's capacity, which is also the start): a
-// host tier whose pinned memory is still being registered serves from the
-// slots already registered, and grows as chunks land. Slots already handed
-// out stay in use; lowering n only stops new ones. Open does this for its
-// host tier.
+// call raises n (up to its capacity, the start): a host tier still being
+// pinned serves from the slots registered so far.
 func (m *Manager) SetUsableSlots(t Tier, n int) error {
 	if err := m.checkTier("SetUsableSlots", t); err != nil {
 		return err

@@ -7,11 +7,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Hasher cuts token sequences into blocks and computes their chained keys:
-// h_i = xxhash64(salt, h_{i-1}, tokens of block i), with h_{-1} = 0, all
-// encoded little-endian. Only full blocks have keys. A Hasher reuses one
-// buffer and allocates nothing per call once it has grown; it MUST NOT be
-// used by two goroutines at once.
+// Hasher computes the chained keys of token blocks:
+// h_i = xxhash64(salt, h_{i-1}, tokens of block i), h_{-1} = 0, encoded
+// little-endian; only full blocks have keys. It MUST NOT be used by two
+// goroutines at once.
 type Hasher struct {
 	blockTokens int
 	buf         []byte

@@ -14,11 +14,9 @@ import (
 type BlockInfo struct {
 	Key, Parent Key
 	Salt        Salt
-	// Position is the block's index in its request.
-	Position int
-	// Held[t] reports that the block holds slot Slot[t] of tier t: its
-	// copy there is ready, or being written or evicted. Ready[t] reports a
-	// readable copy there.
+	Position    int // the block's index in its request
+	// Held[t]: the block holds slot Slot[t] of tier t (ready, or being
+	// written or evicted); Ready[t]: its copy there is readable.
 	Held, Ready [NumTiers]bool
 	Slot        [NumTiers]Slot
 }

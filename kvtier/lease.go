@@ -7,32 +7,24 @@ import (
 
 // Block is one block of a Lease.
 type Block struct {
-	// Key and Ref identify the block.
 	Key Key
 	Ref BlockRef
-	// Position is the block's index in the request: it covers tokens
-	// [Position*BlockTokens, (Position+1)*BlockTokens). Blocks of a lookup
-	// are in request order; with Config.MaxHoleBlocks, missing blocks
-	// (holes) may lie between them, and Position tells where.
+	// Position is the block's index in the request. Blocks are in request
+	// order; with Config.MaxHoleBlocks, holes may lie between them.
 	Position int
-	// Tier and Slot are where the block is ready: after Lookup the fastest
-	// tier holding it; after Insert the tier inserted into.
+	// Tier and Slot are where the block is ready: after Lookup its fastest
+	// tier, after Insert the tier inserted into.
 	Tier Tier
 	Slot Slot
-	// Action is the Planner's decision (after Plan), or Recompute where
-	// Onboard could not load the block (then Why says why).
+	// Action is the Planner's decision, or Recompute where Onboard could
+	// not load the block (Why says why).
 	Action Action
-	// Why is Planned unless Onboard turned a Load into a Recompute.
-	Why Reason
+	Why    Reason
 	// Write is set by Insert when this lease reserved the slot: the caller
-	// MUST write the block's KV into Slot of Tier and then call Commit. A
-	// block already ready (or being written by another lease) has it clear.
+	// MUST write the block's KV into Slot of Tier and then call Commit.
 	Write bool
-	// GPUSlot is where Onboard loads the block (valid when Loading is set).
+	// GPUSlot is where Onboard loads the block, when Loading is set.
 	GPUSlot Slot
-	// Loading is set by Onboard for a block whose copy into the GPU it
-	// submitted; the copy is done when Wait returns nil, and its layer l
-	// is on the GPU once the lease's LayerEvents(l) have completed.
 	Loading bool
 }
 
@@ -98,14 +90,11 @@ func (l *Lease) SetTokens(n int) error {
 func (l *Lease) Estimate() Estimate { return l.estimate }
 
 // LayerEvents appends to dst the device events that complete when layer
-// `layer` of every block Onboard is loading for l (Loading set) is on the
-// GPU, and returns the extended slice: a compute stream that waits on all of
-// them (cuStreamWaitEvent) may run that layer, without the host waiting for
-// a copy. Loads from the host tier and from NVMe (staged through the host)
-// alike have them (for the latter, the call returns once the blocks have
-// been read from the drive, see Layers.LayerEvent); none are appended when the mover reports no layers (its
-// loads are done when Manager.Wait returns). The events stay valid until
-// Release. A layer outside the model's is an error.
+// `layer` of every block Onboard is loading for l is on the GPU: a compute
+// stream that waits on them may run that layer. None are appended when the
+// mover reports no layers (then Manager.Wait says when the loads are done).
+// The events stay valid until Release. A layer outside the model's is an
+// error.
 func (l *Lease) LayerEvents(layer int, dst []Event) ([]Event, error) {
 	for _, ly := range l.layers {
 		if layer < 0 || layer >= ly.NumLayers() {
@@ -125,7 +114,7 @@ func (l *Lease) ShardLayerEvents(shard, layer int, dst []Event) ([]Event, error)
 		return dst, fmt.Errorf("%w: ShardLayerEvents: shard %d is negative", ErrBadInput, shard)
 	}
 	for _, ly := range l.layers {
-		sl, ok := ly.(ShardLayers)
+		sl, ok := ly.(shardLayers)
 		if !ok || sl.Shard != shard {
 			continue
 		}

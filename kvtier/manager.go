@@ -1,64 +1,3 @@
-// Package kvtier is the block manager: it knows which KV blocks exist, where
-// each lives (GPU, host, NVMe), who is using it, and what to evict.
-//
-// It promises:
-//
-//   - Wrong KV is never served. A block is found by its chained key, but a hit
-//     is confirmed against the stored salt, parent key, position and token ids,
-//     so a hash collision is a miss (invariant 1). Callers that hash elsewhere
-//     (traces) pass keys; their hits are confirmed by salt, parent key and
-//     position only, which is as strong as their keys.
-//   - A block is readable from a tier only once its copy into that tier has
-//     completed (invariant 2), and a slot is reused only after every copy that
-//     reads or writes it has completed (invariant 3).
-//   - No tier holds more slots than its capacity, and a block held by a Lease
-//     or a copy is never evicted (invariant 4).
-//   - Lookups allocate nothing once the Lease has grown (invariant 5), and the
-//     metadata of a resident block is plain values in flat arrays (a 64-byte
-//     record, one cache line; a 12-byte index entry at most 3/4 full; a
-//     free-list entry), which the garbage collector never scans.
-//
-// Concurrency (details in stripe.go): a striped readers-writer lock guards
-// all metadata, and a mutex of their own guards the policies and admitters
-// (which have no lock inside). Lookups, and Releases of leases that
-// reserved no slot, read-lock one stripe: they hash outside it, probe the
-// index and verify tokens in parallel with each other, and write no shared
-// cache line: a lookup pins its Lease instead of counting references on
-// each block, and the next write-locked operation turns the pins into
-// references before anything can be evicted. Their policy touches and
-// admission records are queued per stripe at Release (or applied at the
-// lease's Onboard or Offload) and applied in batches, in order per stripe,
-// by the next writer or by a releaser that finds its queue full, so recency
-// counts from the end of a use. Recency from lookups is approximate in two
-// bounded ways: when the queue is full and the policies are busy, touches
-// are dropped (Metrics.DroppedTouches), and a block already touched within
-// the last slots/256 policy operations of its tier is not touched again
-// (it is among the most recent 1/256 of an LRU). Inserts touch exactly.
-// Everything else takes the lock for writing (every stripe). The Mover and
-// the Planner are called, and copy completions are processed, without it
-// held, so a Mover may complete copies from inside Submit.
-//
-// A request's path:
-//
-//	m.Lookup(salt, tokens, &l)  // leased prefix, best tier of each block
-//	m.Plan(&l)                  // load or recompute, per block
-//	m.Onboard(&l)               // copies into GPU slots (Block.GPUSlot)
-//	l.LayerEvents(i, evs)       // layer i landed: the compute stream waits
-//	                            // on these (or l.WaitLayer, or m.Wait for all)
-//	...                         // prefill the rest, into slots from:
-//	m.Insert(salt, tokens, GPU, &w); enqueue the writes of Blocks with Write
-//	m.CommitAfter(&w, ev)       // ev marks them written (Commit: done already)
-//	m.Offload(&w, Host)         // waits for ev on the device; or WriteThrough
-//	m.Release(&w); m.Release(&l)
-//
-// Nothing on that path waits on the host for a copy: the copies out of the
-// GPU wait for the producer's event on the device, and the compute stream
-// waits for each layer's load on the device.
-//
-// A restarted server keeps its NVMe tier: with DeviceMoverConfig.KeepBlocks
-// the mover keeps the blocks the store recovered at Open, and
-// m.Adopt(NVMe, mover.Recovered()) hands them to the manager before its
-// first use (examples/server -nvme-dir shows it).
 package kvtier
 
 import (
@@ -219,12 +158,10 @@ func (m *Manager) Metrics() Metrics {
 	return m.snapshot(resident, inUse, records)
 }
 
-// Lookup finds the longest prefix of tokens' full blocks that is ready in
-// some tier, verified token by token, and leases it: l.Blocks[i] is block i
-// with its fastest ready tier and slot. None of them is evicted until the
-// caller calls Release(l), which it MUST do; the use counts for the eviction
-// policies from then (or from an earlier Onboard or Offload of l). l MUST NOT
-// hold a lease.
+// Lookup finds the longest prefix of tokens' full blocks that is ready in some
+// tier, verified token by token, and leases it: l.Blocks[i] is block i with
+// its fastest ready tier and slot, not evicted until the caller calls
+// Release(l), which it MUST do. l MUST NOT hold a lease.
 func (m *Manager) Lookup(salt Salt, tokens []int32, l *Lease) error {
 	if err := m.begin(l); err != nil {
 		return err
@@ -303,11 +240,8 @@ func (m *Manager) Plan(l *Lease) error {
 // Onboard submits copies into the GPU tier for the leased blocks whose Action
 // is Load, reserving GPU slots (evicting as needed). Each such block gets
 // Loading and its GPUSlot; the copies are done when Wait returns nil, and
-// layer by layer when the lease's LayerEvents complete. A block Onboard
-// cannot load gets Action Recompute and Why (counted in
-// Metrics.Recomputes): no GPU slot is free now (in write-back mode,
-// demotions may be under way: Onboard never waits for them), the block is
-// being written into or evicted from the GPU, or its source copy was lost.
+// layer by layer when the lease's LayerEvents complete. A block it cannot
+// load now gets Action Recompute, and Why says why (Onboard never waits).
 func (m *Manager) Onboard(l *Lease) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Onboard: lease holds no lookup of this manager", ErrBadInput)
@@ -372,13 +306,10 @@ func (m *Manager) Onboard(l *Lease) error {
 }
 
 // Insert makes tokens' full blocks resident in tier and leases them. Blocks
-// already ready there are touched; blocks missing get a reserved slot and
-// Write set: the caller MUST write their KV into those slots and then call
-// Commit. Insert stops at the first block it cannot hold: one whose key is
-// taken by a different block (a collision) or for which no slot is free
-// (then it returns an error wrapping ErrNoSpace). The lease holds the blocks
-// before it either way; Commit and Release them as usual. l MUST NOT hold a
-// lease.
+// missing get a reserved slot and Write set: the caller MUST write their KV
+// and then Commit. Insert stops at the first block it cannot hold (a key
+// taken by another block, or ErrNoSpace); the lease holds those before it.
+// l MUST NOT hold a lease.
 func (m *Manager) Insert(salt Salt, tokens []int32, tier Tier, l *Lease) error {
 	if err := m.checkTier("Insert", tier); err != nil {
 		return err
@@ -411,18 +342,13 @@ func (m *Manager) Commit(l *Lease, err error) error {
 	return m.commit("Commit", l, err, nil)
 }
 
-// CommitAfter is Commit for writes that are enqueued on the device and
-// marked by written (the event the server recorded after the step that
-// produced the KV), so that nothing on the request's path waits on the
-// host: the blocks are ready in device order. Every copy kvtier makes of
-// them until l is released (write-through now, Offload or Evict later, by
-// any lease) waits for written on the device, and Release returns their
-// slots for reuse only once written has completed. written MUST NOT be
-// destroyed or recorded again before it has completed and l has been
-// released. Work of the server that reads them MUST be
-// ordered after written (the same stream, or a wait on the event); a
-// lookup by another request finds them at once, so a server with several
-// compute streams orders them the same way.
+// CommitAfter is Commit for writes enqueued on the device and marked by
+// written (the event recorded after the step that produced the KV): the
+// blocks are ready in device order, and nothing waits on the host. Every
+// copy out of them until l is released waits for written on the device, and
+// their slots are reused only once it has completed. written MUST NOT be
+// destroyed or recorded again before it has completed and l is released;
+// the server's work that reads the blocks MUST be ordered after it.
 func (m *Manager) CommitAfter(l *Lease, written Event) error {
 	if written == nil {
 		return fmt.Errorf("%w: CommitAfter: nil event (use Commit)", ErrBadInput)
@@ -509,15 +435,11 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 	return nil
 }
 
-// Promote copies the leased blocks whose fastest ready copy is in a tier
-// slower than to into tier to (Host, say, for NVMe hits), so that a later
-// Onboard loads them from there: a server prefetches a request's later
-// blocks into the host while its first ones load into the GPU, and the
-// promoted blocks stay in the host tier under its policy. Blocks already
-// in to or faster, and blocks for which no slot is free now, are skipped;
-// the tier's Admitter is not asked (the request wants them). The copies are
-// done when Wait returns nil; Onboard, before or after, loads each block
-// from its fastest ready tier at the time.
+// Promote copies the leased blocks whose fastest ready copy is slower than
+// tier to into it (Host, say, for NVMe hits), so that a later Onboard loads
+// them from there; they stay under its policy. Blocks already in to or
+// faster, and blocks for which no slot is free now, are skipped; the
+// Admitter is not asked. The copies are done when Wait returns nil.
 func (m *Manager) Promote(l *Lease, to Tier) error {
 	if err := m.checkTier("Promote", to); err != nil {
 		return err

@@ -4,51 +4,30 @@ import "sync/atomic"
 
 // TierMetrics are one tier's counters.
 type TierMetrics struct {
-	// Hits counts looked-up blocks served from this tier (their fastest
-	// ready tier); Misses counts looked-up blocks this tier could not serve
-	// because no faster tier did and it held no ready copy.
-	Hits, Misses uint64
-	// BytesIn and BytesOut count bytes copied into and out of the tier by
-	// completed copies (and, for BytesIn, blocks committed after Insert).
-	BytesIn, BytesOut uint64
-	// Evictions counts blocks that left the tier to make room (demoted or
-	// dropped); Demotions counts those among them copied to the next tier.
-	Evictions, Demotions uint64
-	// ResidentBlocks is the number of slots in use (being written, ready or
-	// being evicted); InUseBlocks is how many of those blocks hold references.
-	ResidentBlocks, InUseBlocks int64
-	// CapacitySlots is the tier's slot count.
-	CapacitySlots int64
+	Hits, Misses   uint64 // looked-up blocks served from it (their fastest); not served by it or faster
+	BytesIn        uint64 // bytes copied in, and committed by inserts
+	BytesOut       uint64 // bytes copied out
+	Evictions      uint64 // blocks that left it to make room (demoted or dropped)
+	Demotions      uint64 // evictions copied to the next tier
+	ResidentBlocks int64  // slots in use
+	InUseBlocks    int64  // resident blocks referenced by a lease or a copy
+	CapacitySlots  int64  // the tier's slots
 }
 
 // Metrics is a snapshot of the manager's counters.
 type Metrics struct {
-	Tiers [NumTiers]TierMetrics
-	// Lookups counts Lookup and LookupKeys calls; LookupBlocks the full
-	// blocks they asked for; HitBlocks those in the returned prefixes.
-	Lookups, LookupBlocks, HitBlocks uint64
-	// HoleBlocks counts the missing blocks lookups skipped to return
-	// cached blocks after them (Config.MaxHoleBlocks).
-	HoleBlocks uint64
-	// Mismatches counts blocks whose key was found but whose salt, parent,
-	// position or tokens differed (hash collisions, served as misses), or
-	// that a token lookup found stored without tokens (by InsertKeys).
-	Mismatches uint64
-	// NoSpace counts slot allocations that failed (ErrNoSpace).
-	NoSpace uint64
-	// MoveFailures counts copies the Mover reported as failed.
-	MoveFailures uint64
-	// DroppedTouches counts policy touches and admission records of
-	// lookups that were dropped because their stripe's queue was full
-	// while another call held the lock (recency is then approximate).
-	DroppedTouches uint64
-	// Invalidations counts blocks Invalidate and InvalidateSalt forgot.
-	Invalidations uint64
-	// Recomputes counts, by reason, the blocks Onboard turned from Load to
-	// Recompute (Block.Why says the same per block).
-	Recomputes [NumReasons]uint64
-	// Records is the number of blocks known to the manager.
-	Records int64
+	Tiers          [NumTiers]TierMetrics
+	Lookups        uint64             // Lookup and LookupKeys calls
+	LookupBlocks   uint64             // full blocks they asked for
+	HitBlocks      uint64             // blocks in the prefixes they returned
+	HoleBlocks     uint64             // missing blocks skipped (Config.MaxHoleBlocks)
+	Mismatches     uint64             // key found, salt, parent, position or tokens differed: a miss
+	NoSpace        uint64             // slot allocations that failed (ErrNoSpace)
+	MoveFailures   uint64             // copies the Mover reported as failed
+	DroppedTouches uint64             // lookups' policy touches dropped (recency then approximate)
+	Invalidations  uint64             // blocks Invalidate and InvalidateSalt forgot
+	Recomputes     [NumReasons]uint64 // loads Onboard turned into recomputes, by Reason
+	Records        int64              // blocks known to the manager
 }
 
 type tierCounters struct {

@@ -6,12 +6,9 @@ import "time"
 type Action uint8
 
 const (
-	// Use means the block is already ready in the GPU tier.
-	Use Action = iota
-	// Load means copy the block from its tier into the GPU (Onboard).
-	Load
-	// Recompute means prefill the block again instead of loading it.
-	Recompute
+	Use       Action = iota // the block is ready in the GPU tier
+	Load                    // copy it from its tier into the GPU (Onboard)
+	Recompute               // prefill it again instead of loading it
 )
 
 // String names the action.
@@ -31,20 +28,11 @@ func (a Action) String() string {
 type Reason uint8
 
 const (
-	// Planned: the block is not a load turned into a recompute.
-	Planned Reason = iota
-	// NoGPUSlot: every GPU slot is in use or still being demoted (in
-	// write-back mode, the demotions Onboard started free slots for a
-	// retry).
-	NoGPUSlot
-	// GPUBusy: the block itself is being written into or evicted from the
-	// GPU by another request or copy.
-	GPUBusy
-	// SourceLost: its copy in the tier it would load from was lost (a
-	// failed or corrupt NVMe read) since the lookup.
-	SourceLost
-	// NumReasons counts the reasons; it is not one.
-	NumReasons
+	Planned    Reason = iota // not a load turned into a recompute
+	NoGPUSlot                // every GPU slot in use or still being demoted
+	GPUBusy                  // the block is being written into or evicted from the GPU
+	SourceLost               // its copy in the source tier was lost since the lookup
+	NumReasons               // counts the reasons; not one
 )
 
 // String names the reason, as in metrics.
@@ -64,45 +52,32 @@ func (r Reason) String() string {
 
 // PlanBlock is what a Planner knows about one block of a request.
 type PlanBlock struct {
-	// Cached reports whether a tier holds the block ready; if not, the
-	// block MUST be recomputed.
-	Cached bool
-	// Tier is the fastest tier holding a ready copy (when Cached).
-	Tier Tier
+	Cached bool // a tier holds the block ready; if not, it MUST be recomputed
+	Tier   Tier // the fastest tier holding it (when Cached)
 }
 
 // PlanRequest is what a Planner knows of one request.
 type PlanRequest struct {
-	// Blocks is the whole request in token order: block i covers tokens
-	// [i*BlockTokens, (i+1)*BlockTokens). The cached prefix comes first,
-	// the blocks to compute after it, except that with
-	// Config.MaxHoleBlocks cached blocks may follow missing ones (holes,
-	// to recompute).
-	Blocks []PlanBlock
-	// LastTokens is the last block's tokens when it is partial (fewer than
-	// BlockTokens), 0 when it is full.
-	LastTokens int
-	// Backlog is the work queued ahead of this request's, as the Mover
-	// reports it (Backlogger); zero when it does not.
-	Backlog Backlog
+	// Blocks is the whole request in token order, block i covering tokens
+	// [i*BlockTokens, (i+1)*BlockTokens): the cached prefix, then the
+	// blocks to compute (and, with Config.MaxHoleBlocks, cached blocks
+	// after holes).
+	Blocks     []PlanBlock
+	LastTokens int     // the last block's tokens when partial, else 0
+	Backlog    Backlog // the Mover's (Backlogger), else zero
 }
 
 // Backlog is the work already queued where a request's own work will run:
 // how long each resource stays busy before it can start on this request.
 type Backlog struct {
-	// Ingress: the copies queued on the GPU's ingress (its loads from the
-	// host tier and from NVMe).
-	Ingress time.Duration
-	// Drive: the NVMe reads and writes queued on the drive.
-	Drive time.Duration
-	// GPU: the compute queued on the GPU before this request's prefill.
-	GPU time.Duration
+	Ingress time.Duration // the GPU's ingress: loads from the host tier and NVMe
+	Drive   time.Duration // the NVMe drive: its queued reads and writes
+	GPU     time.Duration // the GPU's compute before this request's prefill
 }
 
-// Backlogger is implemented by a Mover that knows its queues. The manager
-// asks it for the backlog of every request it plans, without its lock
-// held; Backlog MUST be safe for concurrent use and cheap (a few atomic
-// loads).
+// Backlogger is implemented by a Mover that knows its queues: Plan asks it,
+// without the manager's lock, so Backlog MUST be safe for concurrent use
+// and cheap.
 type Backlogger interface {
 	Backlog() Backlog
 }

@@ -161,13 +161,10 @@ func (m *Manager) releaseShared(l *Lease) bool {
 	return true
 }
 
-// Release drops the lease's references; its blocks become evictable again
-// once nothing else uses them. Blocks Insert reserved and the caller did not
-// Commit are forgotten, as by Commit with an error. Copies still in flight
-// keep their own references. The lease's layer events are no longer valid.
-// After CommitAfter, the references are dropped only once the event has
-// completed, by a goroutine of the manager if it has not yet: the lease is
-// free for reuse at once either way. Releasing an empty lease does nothing.
+// Release drops the lease's references and invalidates its layer events;
+// blocks Insert reserved and not committed are forgotten. After
+// CommitAfter, the references drop only once the event has completed, but
+// the lease is free for reuse at once.
 func (m *Manager) Release(l *Lease) {
 	l.dropLayers()
 	if !l.leased {

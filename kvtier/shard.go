@@ -7,29 +7,11 @@ import (
 	"kvtier.dev/internal/invariants"
 )
 
-// ShardedMover is the Mover of a tensor-parallel server. Each of its GPUs
-// holds its share of every block's KV (its KV heads), so a block is cached,
-// found, loaded and evicted on all GPUs together or on none. One Manager
-// keeps the metadata of each block once, and the ShardedMover fans every op
-// out to one Mover per GPU (a shard), which moves that GPU's share between
-// the same slot numbers of its own tiers: its GPU region, its host pool (on
-// its own NUMA node) and its NVMe store, with its own streams and link, all
-// GPUs at once.
-//
-// Why one Manager and not one per GPU: lookups, eviction and admission then
-// decide once for all shards, with no cross-manager agreement to keep, and
-// the all-or-none rule follows from one rule of the fan-out: an op completes
-// only when every shard's copy has completed, and fails if any shard's
-// failed. The Manager marks a block ready in a tier only when its op
-// completes without error (invariant 2), so a block is resident in a tier
-// only when every shard holds its part, and a load is done only when every
-// GPU has its part. A failed op leaves the other shards' copies in slots
-// the Manager then frees: they are never read.
-//
-// Loads into the GPUs report their layers per shard: Lease.LayerEvents gives
-// every shard's events (a host that waits on all of them waits for all
-// GPUs), and Lease.ShardLayerEvents one GPU's, for that GPU's compute
-// stream.
+// ShardedMover is the Mover of a tensor-parallel server: it fans every op
+// out to one Mover per GPU, each moving its share of the block, and
+// completes the op when every shard has (failing it if any failed), so a
+// block is in a tier on every GPU or on none. Why one Manager for all GPUs:
+// docs/design-notes.md, "Tensor parallelism".
 type ShardedMover struct {
 	shards []Mover
 	fans   sync.Pool // *fanout
@@ -52,9 +34,9 @@ func NewShardedMover(shards ...Mover) (*ShardedMover, error) {
 // Shards is the number of GPUs.
 func (s *ShardedMover) Shards() int { return len(s.shards) }
 
-// ShardLayers is the per-layer readiness of one shard's loads under a
+// shardLayers is the per-layer readiness of one shard's loads under a
 // ShardedMover: Shard is the GPU's rank.
-type ShardLayers struct {
+type shardLayers struct {
 	Layers
 	Shard int
 }
@@ -178,7 +160,7 @@ func (f *fanout) release(i int) {
 // addLayers hands shard j's layers to the parent batch, tagged with the
 // shard.
 func (f *fanout) addLayers(j int, ly Layers) {
-	f.parent.AddLayers(ShardLayers{Layers: ly, Shard: j})
+	f.parent.AddLayers(shardLayers{Layers: ly, Shard: j})
 }
 
 // resize returns s with length n, reusing its array when it is big enough,

@@ -6,14 +6,10 @@ import "fmt"
 type Tier uint8
 
 const (
-	// GPU is device memory: the blocks attention reads.
-	GPU Tier = iota
-	// Host is the pinned host pool.
-	Host
-	// NVMe is the slab files on local drives.
-	NVMe
-	// NumTiers counts the tiers; it is not a tier.
-	NumTiers
+	GPU      Tier = iota // device memory: the blocks attention reads
+	Host                 // the pinned host pool
+	NVMe                 // slab files on local drives
+	NumTiers             // counts the tiers; not a tier
 )
 
 // String returns the tier's name as it appears in errors and metrics.
