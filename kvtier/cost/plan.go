@@ -413,159 +413,52 @@ func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 // unchanged. It allocates nothing once the scratch space holds the
 // prefix (PlannerConfig.MaxBlocks).
 func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (PlanResult, error) {
+	cs, err := p.prepare(blocks, out, q)
+	if err != nil {
+		return PlanResult{}, err
+	}
+	linkQ, gpuQ := q.Link.Seconds(), q.GPU.Seconds()
+	best := p.search(cs, blocks, linkQ, gpuQ)
+	res := p.result(cs, blocks, out, best, linkQ, gpuQ)
+	if invariants.Enabled {
+		p.checkClosedForm(cs, blocks, best, linkQ, gpuQ)
+	}
+	return res, nil
+}
+
+// prepare refuses what PlanQueued cannot plan, before anything is
+// written, takes the newest fit's costs and grows the scratch space to
+// hold the prefix.
+func (p *Planner) prepare(blocks []BlockSource, out []Action, q Backlog) (*plannerCosts, error) {
 	B := len(blocks)
 	if len(out) < B {
-		return PlanResult{}, fmt.Errorf("planner: out has %d elements for %d blocks", len(out), B)
+		return nil, fmt.Errorf("planner: out has %d elements for %d blocks", len(out), B)
 	}
 	if q.Link < 0 || q.GPU < 0 {
-		return PlanResult{}, fmt.Errorf("planner: negative backlog %+v", q)
+		return nil, fmt.Errorf("planner: negative backlog %+v", q)
 	}
 	cs := p.refresh()
 	for i, b := range blocks {
 		if err := p.checkBlock(cs, i, b); err != nil {
-			return PlanResult{}, err
+			return nil, err
 		}
 	}
 	p.grow(B)
-	linkQ, gpuQ := q.Link.Seconds(), q.GPU.Seconds()
-	// Pass 1, forward: prefix sums of load time (S), of the recompute time
-	// of every non-GPU block, and the cheapest per-block load present.
-	// Costs are the charged ones (equal to nominal when the fit is exact).
-	p.loadPre[0], p.recPre[0] = 0, 0
-	fastS := math.Inf(1)
-	var latQ [NumTiers]float64 // a load's latency behind the queued copies
-	for t := range NumTiers {
-		latQ[t] = max(cs.latS[t], linkQ)
-	}
-	for i, b := range blocks {
-		t := b.Tier
-		s := cs.chargedS[t]
-		p.blkS[i], p.blkLat[i] = s, latQ[t]
-		p.loadPre[i+1] = p.loadPre[i] + s
-		c := cs.blockCost(i, b.Tokens, p.cfg.BlockTokens) * cs.chargeC
-		p.blkC[i] = c
-		if t == TierGPU {
-			c = 0
-		} else if t.loadable() && s < fastS {
-			fastS = s
-		}
-		p.recPre[i+1] = p.recPre[i] + c
-	}
-	// Pass 2, backward. F(x) = S[x] + R_missing[x,B) is the value of a
-	// path that leaves the load line at x; fSuf[x] is its maximum over
-	// x' >= x. A path starting at loaded block j is lat_j - S[j] + fSuf[j+1].
-	// pathSuf[i] is the longest such path over loadable j >= i. slow notes
-	// a block whose load is dearer than the cheapest present.
-	negInf := math.Inf(-1)
-	p.missSuf[B] = 0
-	p.pathSuf[B] = negInf
-	p.fSuf[B] = p.loadPre[B] // F(B): every load done
-	p.hand[B] = 0
-	slow := false
-	for i := B - 1; i >= 0; i-- {
-		t := blocks[i].Tier
-		m := p.missSuf[i+1]
-		if t == TierMissing {
-			m += p.blkC[i]
-		}
-		p.missSuf[i] = m
-		best := p.pathSuf[i+1]
-		if t.loadable() {
-			if v := latQ[t] - p.loadPre[i] + p.fSuf[i+1]; v > best {
-				best = v
-			}
-			slow = slow || cs.chargedS[t] > fastS
-		}
-		p.pathSuf[i] = best
-		p.hand[i] = p.fSuf[i+1] - p.loadPre[i]
-		f := p.loadPre[i] + m
-		if g := p.fSuf[i+1]; g > f {
-			f = g
-		}
-		p.fSuf[i] = f
-	}
-	// Pass 3: the single cut. T(q) = max(all recompute, longest
-	// load-started path), for every cut q. Ties go to the smaller q: less
-	// GPU work.
-	bestQ1, bestQ2, bestT := 0, 0, math.Inf(1)
-	for q := 0; q <= B; q++ {
-		tq := gpuQ + p.recPre[q] + p.missSuf[q]
-		if v := p.pathSuf[q]; v > tq {
-			tq = v
-		}
-		if tq < bestT {
-			bestQ1, bestQ2, bestT = q, q, tq
-		}
-	}
-	// Further passes, only when blocks of different load costs are present:
-	// the nested cut (q1, q2) also recomputes the slow blocks in [q1, q2)
-	// while the fast ones there load, for q1 = 0 and q1 = the best single
-	// cut, and for each way to split the tiers present into fast and slow by
-	// load cost (at most two with three loadable tiers).
-	thr := fastS
-	if slow {
-		single := bestQ1
-		var present [NumTiers]bool
-		for _, b := range blocks {
-			present[b.Tier] = true
-		}
-		maxS := 0.0
-		for t := TierHost; t <= TierRemote; t++ {
-			if present[t] && cs.chargedS[t] > maxS {
-				maxS = cs.chargedS[t]
-			}
-		}
-		var tried [NumTiers]float64
-		ntried := 0
-	tiers:
-		for t := TierHost; t <= TierRemote; t++ {
-			st := cs.chargedS[t]
-			if !present[t] || st >= maxS {
-				continue // absent, or splits nothing off
-			}
-			for _, done := range tried[:ntried] {
-				if done == st {
-					continue tiers
-				}
-			}
-			tried[ntried] = st
-			ntried++
-			// Coordinate descent from q1 = 0 and from the single cut:
-			// best q2 for q1, best q1 for that q2, best q2 again. Every
-			// candidate is a valid plan whose time is exact, so the result
-			// is never worse than the single cut.
-			for _, start := range [2]int{0, single} {
-				q2, t2 := p.scanQ2(blocks, start, st, gpuQ)
-				q1, t1 := p.scanQ1(blocks, q2, st, gpuQ)
-				q2b, t3 := q2, t2
-				if q1 != start {
-					q2b, t3 = p.scanQ2(blocks, q1, st, gpuQ)
-				}
-				for _, c := range [3]struct {
-					q1, q2 int
-					t      float64
-				}{{start, q2, t2}, {q1, q2, t1}, {q1, q2b, t3}} {
-					if c.t < bestT {
-						bestQ1, bestQ2, bestT, thr = c.q1, c.q2, c.t, st
-					}
-				}
-				if single == 0 {
-					break
-				}
-			}
-		}
-	}
-	planT := bestT
+	return cs, nil
+}
+
+// result writes the cut's actions into out and reports its time. The
+// choice was made on the per-position block costs (charged, when the fit
+// is uncertain); each plan's time is reported as it runs: nominal costs,
+// every pair at the rate of its kind, and the pass's read of the tokens
+// present (exactTimes).
+func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, best cut, linkQ, gpuQ float64) PlanResult {
 	res := PlanResult{}
-	if B > 0 {
-		// The choice was made on the per-position block costs (charged, when
-		// the fit is uncertain); report each plan's time as it runs: nominal
-		// costs, every pair at the rate of its kind, and the pass's read of
-		// the tokens present (exactTimes).
-		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ)
+	if len(blocks) > 0 {
+		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, best, linkQ, gpuQ)
 	}
 	for i, b := range blocks {
-		a := cs.action(i, b, bestQ1, bestQ2, thr)
+		a := cs.action(i, b, best)
 		switch a {
 		case ActionRecompute:
 			res.RecomputeBlocks++
@@ -574,13 +467,15 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 		}
 		out[i] = a
 	}
-	if invariants.Enabled {
-		// The closed form counts the GPU's backlog as a path even when
-		// nothing is recomputed; finish waits for it either way.
-		got := max(p.simulateCut(cs, blocks, bestQ1, bestQ2, thr, linkQ, gpuQ, true), gpuQ)
-		if planT = max(planT, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
-			invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
-		}
+	return res
+}
+
+// checkClosedForm fails when the search's time for best disagrees with a
+// simulation of its plan. The closed form counts the GPU's backlog as a
+// path even when nothing is recomputed; finish waits for it either way.
+func (p *Planner) checkClosedForm(cs *plannerCosts, blocks []BlockSource, best cut, linkQ, gpuQ float64) {
+	got := max(p.simulateCut(cs, blocks, best, linkQ, gpuQ, true), gpuQ)
+	if planT := max(best.t, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
+		invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
 	}
-	return res, nil
 }

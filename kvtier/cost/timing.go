@@ -45,10 +45,10 @@ func (r *planRun) time(c *plannerCosts, gpuQ float64) time.Duration {
 	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassEndSeconds(r.present)+max(r.end, gpuQ)))
 }
 
-// exactTimes runs, in one pass over the blocks, the plan (q1, q2, thr), the
+// exactTimes runs, in one pass over the blocks, the plan of the cut k, the
 // plan that loads every cached block and the one that recomputes every
 // block not on the GPU (planRun), and returns their times from now.
-func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, q1, q2 int, thr, linkQ, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
+func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, linkQ, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
 	bt := p.cfg.BlockTokens
 	pl, la, ra := planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}
 	for i, b := range blocks {
@@ -56,7 +56,7 @@ func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, q1, q2 int, 
 		if tokens == 0 {
 			tokens = bt
 		}
-		pl.step(c, c.action(i, b, q1, q2, thr), b, tokens, linkQ)
+		pl.step(c, c.action(i, b, k), b, tokens, linkQ)
 		switch {
 		case b.Tier == TierGPU:
 			la.present += tokens
