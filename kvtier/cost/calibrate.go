@@ -11,10 +11,8 @@ import (
 	"time"
 )
 
-// PrefillSample is one measured prefill: tokens computed after prefix
-// tokens already present, on TP GPUs (0 means 1), in Seconds of wall time
-// for the whole model. Its JSON is one line of `kvtier calc
-// --prefill-samples`:
+// PrefillSample is one measured prefill: Tokens after Prefix present, on
+// TP GPUs (0: 1). A line of `kvtier calc --prefill-samples`:
 //
 //	{"model":"llama-3.1-8b","prefix":0,"tokens":512,"seconds":0.0222}
 type PrefillSample struct {
@@ -25,86 +23,32 @@ type PrefillSample struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// CopySample is one measured copy of Bytes over the link named Link, in
-// Seconds from submission to completion.
+// CopySample is one measured copy: Bytes over Link, submitted to done.
 type CopySample struct {
 	Link    string  `json:"link"`
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 }
 
-// PrefillFit is the fitted prefill time of any model on this GPU, in terms
-// a person can read:
+// PrefillFit is the fitted prefill time of any model on this GPU, per rank
+// (a rate of 0: no such term; docs/cost.md says why each term):
 //
-//	prefill = FixedSeconds + weight bytes per rank × RampWidth/HiddenSize / WeightBytesPerS
-//	        + linear FLOPs per rank / LinearFLOPS
-//	        + attention FLOPs among the new tokens per rank / AttentionFLOPS
-//	        + attention FLOPs with the prefix per rank / PrefixAttentionFLOPS
-//	        + the prefix's KV bytes per rank / PrefixReadBytesPerS
-//
-// (FLOPs as the package comment counts them). The first two terms are paid
-// once per pass: launch and scheduling overhead, and the weights' read,
-// which a short prefill cannot hide behind its arithmetic. Together they
-// are an efficiency that rises with the tokens and saturates: the linear
-// layers run at LinearFLOPS × n/(n + n½) with n½ = (the weight term's
-// seconds) × LinearFLOPS / (2 × active params). A rate of 0 means the fit
-// found no such term (it costs nothing).
-//
-// The weight term is stated for a model RampWidth (4,096) wide and is
-// taken to scale as 1/HiddenSize beyond it. The reasoning: a matrix
-// product of n rows fills the GPU's tiles once n × its width reaches a
-// size the GPU sets, so a model twice as wide reaches a given efficiency
-// at half the tokens, and n½ falls as 1/HiddenSize. The evidence is two
-// widths, Llama-3.1-8B and -70B on the H200: with the weights alone the
-// term grows with the weights, and fitted on issue 15's five samples it
-// put 2,048 tokens after 32,768 cached 34% low once that sample was left
-// out (the 70B's short pass took the prefix's cost), where the
-// width-scaled term predicts each of the five within 15%
-// (TestLeaveOneOutH200). A check on two other widths (1B and a 7B, 2,048
-// and 3,584 wide) did not favour it: their short passes were bound by
-// PyTorch's launches, which neither form models
-// (benchmarks/results/calibration-h200-loo.md). A model of unknown width
-// (HiddenSize 0) is taken as RampWidth wide.
-//
-// Pairs among the new tokens (n(n+1)/2 of them) and pairs with a cached
-// prefix (n·p) have rates of their own: a runtime attends a prefix through
-// another mask, often another kernel (PrefillCost). On the H200 under
-// PyTorch SDPA one rate could not fit both: the fit to the nine samples of
-// issue 15 put a prefill of 32,768 tokens from scratch 19% high and 2,048
-// after 32,768 cached 13% low. A fit needs samples with a prefix to learn
-// the prefix rate; without them it is the attention rate.
-//
-// The last term is paid once a pass for the tokens present, whatever it
-// computes: the pass goes through the prefix's keys and values (a paged
-// runtime gathers them, PyTorch expands them to the query heads when its
-// fused kernels refuse grouped-query attention). On the H200 under PyTorch
-// SDPA with K and V expanded, 512 tokens after 65,536 cached took 115 ms
-// where the pair terms alone explain 80.
+//	prefill = FixedSeconds + weight bytes × RampWidth/HiddenSize / WeightBytesPerS + linear FLOPs / LinearFLOPS
+//	        + FLOPs of pairs among new tokens / AttentionFLOPS + of pairs with the prefix / PrefixAttentionFLOPS
+//	        + the prefix's KV bytes / PrefixReadBytesPerS
 type PrefillFit struct {
-	FixedSeconds    float64 `json:"fixed_seconds"`
-	WeightBytesPerS float64 `json:"weight_bytes_per_s"`
-	LinearFLOPS     float64 `json:"linear_flops"`
-	AttentionFLOPS  float64 `json:"attention_flops"`
-	// PrefixAttentionFLOPS is the rate of attention with a cached prefix.
-	// In a file without prefill samples, 0 (or no key) means
-	// AttentionFLOPS: files written before the term read as they did.
-	PrefixAttentionFLOPS float64 `json:"prefix_attention_flops"`
-	// PrefixReadBytesPerS is the rate at which a pass goes through the
-	// cached prefix's KV (per rank) whatever it computes: a cost of the
-	// tokens present, not of the pairs. 0: no such term.
-	PrefixReadBytesPerS float64 `json:"prefix_read_bytes_per_s"`
-	// Samples is how many samples back the fit (0: the presets alone);
-	// Outliers how many of them it gave no weight.
-	Samples  int `json:"samples"`
-	Outliers int `json:"outliers"`
-	// ErrorWidth is a prediction's typical relative error: 0.05 means
-	// predictions are within about 5% (one robust standard deviation).
-	// Before the fit has more samples than terms, it is the prior's width.
-	ErrorWidth float64 `json:"error_width"`
+	FixedSeconds         float64 `json:"fixed_seconds"`
+	WeightBytesPerS      float64 `json:"weight_bytes_per_s"`
+	LinearFLOPS          float64 `json:"linear_flops"`
+	AttentionFLOPS       float64 `json:"attention_flops"`
+	PrefixAttentionFLOPS float64 `json:"prefix_attention_flops"` // in a file without samples, 0: AttentionFLOPS
+	PrefixReadBytesPerS  float64 `json:"prefix_read_bytes_per_s"`
+	Samples              int     `json:"samples"`     // 0: the presets alone
+	Outliers             int     `json:"outliers"`    // samples given no weight
+	ErrorWidth           float64 `json:"error_width"` // typical relative error, 0.05: 5%
 }
 
-// LinkFit is a link's fitted figures: a copy of b bytes takes
-// LatencySeconds + b / BandwidthBytesPerS.
+// LinkFit is a link's fit: b bytes take LatencySeconds + b/BandwidthBytesPerS.
 type LinkFit struct {
 	Name               string  `json:"name"`
 	BandwidthBytesPerS float64 `json:"bandwidth_bytes_per_s"`
@@ -114,28 +58,20 @@ type LinkFit struct {
 	ErrorWidth         float64 `json:"error_width"`
 }
 
-// Fit is a Calibration's current figures. It is immutable: a Calibration
-// publishes a new Fit for each sample, and readers hold the one they
-// loaded for as long as they like.
+// Fit is a Calibration's figures: immutable, so a reader may keep one.
 type Fit struct {
 	GPU     string     `json:"gpu"`
 	Prefill PrefillFit `json:"prefill"`
-	// Links, sorted by name.
-	Links []LinkFit `json:"links"`
+	Links   []LinkFit  `json:"links"` // sorted by name
 }
 
-// The prior's widths: how far the presets may be from a measurement. The
-// prefill presets were within 5% of the H200 for long prefills and read
-// 0.41-0.92 of the measured time for short ones (issue 15), so 0.5; the
-// link presets are achievable rates, 10% from what the probe measured
-// (50 GB/s against 55 for pinned PCIe 5.0), so 0.2.
+// The prior's widths: how far the presets may be from a measurement.
 const (
 	PriorPrefillWidth = 0.5
 	PriorLinkWidth    = 0.2
 )
 
-// Bounds of a Calibration's memory: the newest samples are kept, older
-// ones forgotten, so the fit also follows a GPU whose speed drifts.
+// Bounds of a Calibration's memory; older samples are forgotten.
 const (
 	MaxPrefillSamples = 256
 	MaxCopySamples    = 128
@@ -156,10 +92,8 @@ const ridgeWeight = 1e-3
 // preset's rates, so that the presets are θ = (0, 0, 1, 1, 1).
 const fixedScaleSeconds = 1e-3
 
-// RampWidth is the model width (Model.HiddenSize) at which
-// PrefillFit.WeightBytesPerS is stated; a model h wide pays its weight term
-// × RampWidth/h. Llama-3.1-8B is 4,096 wide, so its figures read as the
-// weights' read per pass.
+// RampWidth is the width at which PrefillFit.WeightBytesPerS is stated: a
+// model h wide (0: RampWidth) pays its weight term × RampWidth/h.
 const RampWidth = 4096
 
 // passBytesPerRank is the weight term's feature: the weights one of tp
@@ -176,15 +110,8 @@ func (m *Model) passBytesPerRank(tp int) float64 {
 // KV read at a tenth of the GPU's HBM bandwidth (ten reads a pass).
 const prefixReadScale = 0.1
 
-// Calibration learns this server's prefill rate and link figures from
-// measurements, starting from the presets as its prior. A server feeds it
-// every prefill (AddPrefill) and every copy (AddCopy); the Planner reads
-// its current Fit on every plan without a lock (Current is one atomic
-// load). Memory is bounded (MaxPrefillSamples, MaxCopySamples per link,
-// MaxLinks, MaxModels), and one sample's cost is a refit over the window:
-// tens of microseconds.
-//
-// A Calibration is safe for concurrent use.
+// Calibration learns this server's prefill and link figures from its own
+// work (docs/cost.md). It is safe for concurrent use.
 type Calibration struct {
 	gpu GPU
 
@@ -247,11 +174,10 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	return c, nil
 }
 
-// GPU is the GPU the calibration's prior came from.
+// GPU is the GPU of the prior.
 func (c *Calibration) GPU() GPU { return c.gpu }
 
-// Current is the newest fit. It never returns nil, takes no lock and
-// allocates nothing: the Planner calls it on every plan.
+// Current is the newest fit: never nil, no lock, no allocation.
 func (c *Calibration) Current() *Fit { return c.cur.Load() }
 
 // hbmScale is the bytes per second the weight term is scaled by.
@@ -274,8 +200,7 @@ func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerm
 		n * (n + 1) / 2 * perPair, n * p * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
 }
 
-// AddPrefill records one prefill of m on tp GPUs: tokens computed after
-// prefix present ones, taking d. The fit is redone before it returns.
+// AddPrefill records one prefill of m and refits before it returns.
 func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duration) error {
 	s := PrefillSample{Model: m.Name, TP: tp, Prefix: prefix, Tokens: tokens, Seconds: d.Seconds()}
 	if err := m.Validate(); err != nil {
@@ -296,10 +221,8 @@ func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duratio
 	return nil
 }
 
-// AddPrefillSamples records samples and refits once. Each sample's model
-// is one given to AddPrefill or LoadCalibration before, or a preset. A bad
-// sample is an error that names its index; the samples before it are
-// kept.
+// AddPrefillSamples records samples of known models and refits once. A
+// bad sample's error names its index; those before it are kept.
 func (c *Calibration) AddPrefillSamples(samples ...PrefillSample) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -367,9 +290,7 @@ func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 	return nil
 }
 
-// AddCopy records one copy of bytes over the link l, taking d. The link is
-// known by l.Name; the first copy over a name makes l's figures that
-// link's prior.
+// AddCopy records one copy over l; the first over l.Name makes l its prior.
 func (c *Calibration) AddCopy(l Link, bytes int64, d time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -522,9 +443,8 @@ func (c *Calibration) thetaOf(p PrefillFit) [maxTerms]float64 {
 	return t
 }
 
-// PrefillCost prices m's prefills on tp GPUs of g under the fit. A nil
-// Fit, or one that no prefill backs and that came from no file, gives the
-// presets' (PresetPrefillCost); g supplies the floor.
+// PrefillCost prices m's prefills on tp GPUs of g (the floor) under the
+// fit; a nil Fit, or a new Calibration's, gives PresetPrefillCost.
 func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	c := PresetPrefillCost(m, g, tp)
 	if f == nil {
@@ -552,8 +472,7 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	return c
 }
 
-// Link returns l with the fit's figures when the fit has a link of l's
-// name, and that link's error width; otherwise l unchanged and width 0.
+// Link returns l with the fit's figures for its name, and their width.
 func (f *Fit) Link(l Link) (Link, float64) {
 	if f == nil {
 		return l, 0
@@ -572,8 +491,7 @@ func (f *Fit) Link(l Link) (Link, float64) {
 	return l, lf.ErrorWidth
 }
 
-// Describe writes the fit's terms for a person, with m (on tp GPUs) as
-// the example the ramp is given for.
+// Describe writes the fit for a person, m on tp GPUs as the example.
 func (f *Fit) Describe(m *Model, tp int) string {
 	var b strings.Builder
 	p := &f.Prefill

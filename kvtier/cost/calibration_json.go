@@ -11,25 +11,11 @@ import (
 	"time"
 )
 
-// calibrationFile is the JSON a Calibration is saved as: its current fit
-// (for people and for readers that only read it), and the samples behind
-// it (so that a server that loads the file goes on fitting where it left
-// off). Example, abridged:
-//
-//	{"version": 1, "gpu": "h200",
-//	 "prefill": {"fixed_seconds": 0.0061, "weight_bytes_per_s": 0,
-//	             "linear_flops": 5.6e14, "attention_flops": 3.2e14, "prefix_attention_flops": 1.9e14,
-//	             "samples": 9, "outliers": 0, "error_width": 0.04},
-//	 "links": [{"name": "pcie5-pinned", "bandwidth_bytes_per_s": 5.53e10,
-//	            "latency_seconds": 2.1e-6, "samples": 0, "error_width": 0.2}],
-//	 "prefill_samples": [{"model": "llama-3.1-8b", "prefix": 0, "tokens": 512, "seconds": 0.0222}],
-//	 "copy_samples": []}
-//
-// A file without prefill samples is a prior: its prefill terms replace the
-// presets, with its error_width. A file with prefill samples is refitted
-// from them (on the presets), so that its terms are what the samples say.
-// A link's figures are that link's prior, and its copy samples (if any)
-// are refitted on them.
+// calibrationFile is the JSON a Calibration is saved as: its current fit,
+// and the samples behind it, so that a server that loads the file goes on
+// fitting where it left off. A file without prefill samples is a prior; one
+// with them is refitted from them on the presets. docs/cost.md has an
+// example.
 type calibrationFile struct {
 	Version int `json:"version"`
 	Fit
@@ -43,7 +29,7 @@ const calibrationVersion = 1
 // of a full Calibration take about 40 KiB.
 const maxCalibrationFileBytes = 4 << 20
 
-// WriteJSON writes the calibration (its current fit and its samples).
+// WriteJSON writes the current fit and its samples.
 func (c *Calibration) WriteJSON(w io.Writer) error {
 	c.mu.Lock()
 	file := calibrationFile{Version: calibrationVersion, Fit: *c.Current(),
@@ -58,8 +44,7 @@ func (c *Calibration) WriteJSON(w io.Writer) error {
 	return enc.Encode(&file)
 }
 
-// WriteFile writes the calibration to path, through a temporary file
-// renamed over it, so that a reader never sees half a file.
+// WriteFile writes to path; a reader never sees half a file.
 func (c *Calibration) WriteFile(path string) error {
 	var buf bytes.Buffer
 	if err := c.WriteJSON(&buf); err != nil {
@@ -72,13 +57,10 @@ func (c *Calibration) WriteFile(path string) error {
 	return os.Rename(tmp, path)
 }
 
-// LoadCalibration reads a calibration of g written by WriteJSON, or the
-// output of `kvtier probe --json` (its measured pinned and pageable host
-// links become the links "pcieN-pinned" and "pcieN-pageable", N its PCIe
-// generation, replacing the presets of those names). models are the
-// non-preset models its prefill samples may name. Unknown keys, a file for
-// another GPU, and a bad value are errors that name the key (and the
-// sample's index); nothing is half-loaded.
+// LoadCalibration reads WriteJSON's output for g, or `kvtier probe
+// --json`'s, whose host links become "pcieN-pinned" and "pcieN-pageable".
+// models are the custom models its samples name. Errors name the key;
+// nothing is half-loaded.
 func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxCalibrationFileBytes+1))
 	if err != nil {
@@ -247,9 +229,8 @@ func LoadCalibrationFile(path string, g GPU, models ...Model) (*Calibration, err
 	return c, nil
 }
 
-// ReadPrefillSamples reads prefill samples, one JSON object per line
-// (PrefillSample); blank lines are skipped. Unknown keys and bad values are
-// errors that name the line.
+// ReadPrefillSamples reads one PrefillSample a line, blank lines skipped;
+// errors name the line.
 func ReadPrefillSamples(r io.Reader) ([]PrefillSample, error) {
 	var out []PrefillSample
 	sc := bufio.NewScanner(r)
@@ -287,8 +268,8 @@ func ReadPrefillSamples(r io.Reader) ([]PrefillSample, error) {
 	return out, nil
 }
 
-// Predict is the fit's time for s (presets when f is nil), resolving s's
-// model among models and then the presets.
+// Predict is the fit's (nil: the presets') time for s, its model among
+// models or the presets.
 func (f *Fit) Predict(s PrefillSample, g *GPU, models ...Model) (time.Duration, error) {
 	m, err := resolveModel(s.Model, models)
 	if err != nil {
@@ -307,10 +288,7 @@ func resolveModel(name string, models []Model) (Model, error) {
 	return LookupModel(name)
 }
 
-// LeaveOneOut fits g's calibration to every sample but one, for each
-// sample in turn, and returns each sample's prediction by the fit that
-// did not see it: how well the model predicts a prefill it was not fitted
-// to.
+// LeaveOneOut predicts each sample by g's calibration fitted to the rest.
 func LeaveOneOut(g GPU, samples []PrefillSample, models ...Model) ([]time.Duration, error) {
 	out := make([]time.Duration, len(samples))
 	for i := range samples {

@@ -35,12 +35,8 @@ func (t Tier) loadable() bool { return t == TierHost || t == TierNVMe || t == Ti
 
 // BlockSource is one block of the prefix, in token order.
 type BlockSource struct {
-	Tier Tier
-	// Tokens is the block's token count when it is short of
-	// PlannerConfig.BlockTokens (a prompt's trailing partial block); 0
-	// means a full block. Its recompute is priced by its tokens; its load
-	// moves a whole block's slot.
-	Tokens int
+	Tier   Tier
+	Tokens int // a short (last) block's tokens, 0 for a full one
 }
 
 // Action is what the plan does with one block.
@@ -67,130 +63,39 @@ func (a Action) String() string {
 
 // PlanResult summarises a plan.
 type PlanResult struct {
-	// Time is when the last block is present and the prefill's forward
-	// pass is done, from the moment the plan starts, under the model of
-	// Planner: never less than the pass floor (Scenario.PassFloor).
+	// Time is when the prefix is on the GPU and its forward pass done,
+	// never less than Scenario.PassFloor.
 	Time            time.Duration
 	LoadBlocks      int
 	RecomputeBlocks int
-	// LoadAllTime is Time for the plan that loads every block it can (and
-	// recomputes only the missing ones); RecomputeAllTime for the plan that
-	// recomputes every block not on the GPU. Both for comparison.
+	// The times of loading all it can, and of recomputing all.
 	LoadAllTime      time.Duration
 	RecomputeAllTime time.Duration
 }
 
 // PlannerConfig describes the machine a Planner plans for.
 type PlannerConfig struct {
-	Model Model
-	GPU   GPU
-	TP    int // tensor-parallel degree, >= 1
-	// BlockTokens is the tokens per block (vLLM's default is 16).
-	BlockTokens int
-	// MaxBlocks sizes the Planner's scratch space up front, e.g. 4096.
-	// A longer prefix is planned all the same: its first plan grows the
-	// scratch space (one allocation), later ones of that length allocate
-	// nothing. 0 takes 1024.
+	Model       Model
+	GPU         GPU
+	TP          int // tensor-parallel degree, >= 1
+	BlockTokens int // tokens per block, e.g. 16 (vLLM's default)
+	// MaxBlocks sizes the scratch space, e.g. 4096 (0: 1024); a longer
+	// prefix's first plan grows it.
 	MaxBlocks int
-	// Calibration, when set, is what this server measured: every plan
-	// reads its current Fit (one atomic load) and prices prefill and the
-	// links by it (links by name: a fitted link replaces a path's hop of
-	// the same name). The fit's error widths make the plan careful where
-	// a decision is close (see Planner). nil: the presets, taken as exact.
+	// Calibration, when set, prices every plan by its current Fit, links
+	// by name; nil: the presets, taken as exact.
 	Calibration *Calibration
-	// Paths[t] is how blocks of tier t reach the GPU, for t in TierHost,
-	// TierNVMe, TierRemote. A tier left zero cannot be planned: a block in
-	// it is an error. Every path's Ingress should be the same GPU link, since
-	// the model lets all loads share it.
+	// Paths[t] is how tier t's blocks reach the GPU (zero: a block there is
+	// an error); all should share one Ingress, as all loads do.
 	Paths [NumTiers]Path
 }
 
-// Planner chooses, for each block of a prefix, whether to load it or
-// recompute it, minimising the time until the whole prefix is on the GPU.
-//
-// The model. Loads and recompute run at once, from time 0:
-//   - Loads share the GPU's ingress link and cross it one after another in
-//     block order (one copy stream, FIFO). A block of tier t occupies it for
-//     its path's per-block time s_t (the slower hop's when pipelined), and no
-//     block of tier t can finish before its path's latency: the j-th load
-//     finishes at D_j = max(D_{j-1}, lat_t) + s_t.
-//   - Recompute runs on the GPU, one block after another in token order.
-//     Block i's recompute costs c_i (prefill of its tokens after i blocks of
-//     context, attention included) and cannot start before every earlier
-//     block is present: E_i = max(E_prev, D_last load before i) + c_i.
-//   - Blocks already on the GPU are present at 0.
-//   - The prefill is at least one forward pass, and no pass is shorter than
-//     the weights' read from HBM (Scenario.PassFloor): a plan's time is
-//     never less than that floor, whatever it loads or recomputes. The
-//     floor is the same for every plan, so it changes no choice.
-//   - A block short of BlockTokens (BlockSource.Tokens) recomputes its
-//     tokens only, and loads as a whole block.
-//
-// The plan's time is max(last D, last E). Unrolling both recurrences, it is
-// the longest of the paths "load from block j up to before block x, then
-// recompute every recomputed block from x on" (plus the all-recompute path):
-//
-//	T = max( Rtot, max over loaded j, x > j of lat_j + S[j,x) + R[x,B) )
-//
-// where S sums the loads' s and R the recomputes' c. Missing blocks are
-// always recomputed.
-//
-// The algorithm. First the single cut: every non-GPU block before q is
-// recomputed, every loadable block from q on is loaded. With prefix sums and
-// suffix maxima each q's time is O(1), so all B+1 cuts cost O(B) in three
-// passes. Exchange arguments say why cuts: if a loaded block i precedes a
-// recomputed block j and loading j costs no more than loading i, then
-// recomputing i and loading j instead never lengthens any path (c_i <= c_j,
-// since later blocks attend to more context). So when the loadable blocks
-// share one load cost (one tier: the common case) the best single cut is
-// optimal; tests check it against brute force.
-//
-// With tiers of different load costs, the same argument leaves nested cuts:
-// recompute everything before q1, and in [q1, q2) load the cheap tiers while
-// recomputing the dear ones (a block on NVMe behind blocks in host memory is
-// recomputed while they load). For each way to split the tiers present into
-// cheap and dear, Plan runs a coordinate descent over (q1, q2), each step an
-// O(B) scan, from q1 = 0 and from the best single cut. The result is never
-// worse than the best single cut and every time it reports is exact for its
-// plan; on random cases against brute force it is optimal in over 99% and
-// within 4% in the worst (TestPlanMixedTiers). The exact problem with
-// arbitrary costs contains PARTITION, so no fast exact algorithm is expected.
-//
-// Calibrated costs and uncertainty. With a Calibration, the block costs
-// come from its fit: c_i is the fit's marginal prefill of block i (linear
-// and attention work, PrefillCost.MarginalSeconds), and every plan pays
-// the fit's per-pass cost once, at the end (it is the same for every plan,
-// so it changes no choice):
-//
-//	Time = max(G + floor, pass + max(T, G))
-//
-// The choice is made on those per-position costs, which price a block's
-// pairs with every block before it at the prefix rate. The time reported
-// for a plan (and for loading or recomputing everything) is the plan as it
-// runs: each recomputed block's pairs with the blocks recomputed before it
-// at the attention rate, with the present ones at the prefix rate
-// (PrefillCost.BlockSeconds), and the pass's read of the tokens present
-// added to its cost, so that a suffix recomputed after present blocks
-// takes exactly the fit's Seconds. The two agree when the fit has one
-// attention rate and no read term, as the presets do.
-//
-// The fit reports a relative error width for prefill and for each link.
-// A choice is made on charged costs, c × (1 + prefill width) and s × (1 +
-// the path's widest link width), and reported at nominal costs: the side
-// whose figure is less certain must win by more than its uncertainty, so
-// that a close call goes to the option that stays good if the uncertain
-// figure is wrong.
-//
-// Queues. PlanQueued takes what is already queued (Backlog): the GPU's
-// ingress is busy for Link before this request's first load can start
-// (the j-th load ends at max(D_{j-1}, lat_t, Link) + s_t), and the GPU
-// for GPU before its first recompute (E starts at GPU). Under load a
-// request then recomputes what would wait too long behind a busy link,
-// and loads what would wait too long behind a busy GPU.
-//
-// A Planner is not safe for concurrent use: give each goroutine its own, or
-// lock around Plan. BlockRecomputeCost is safe beside Plan. Plan allocates
-// nothing once its scratch space holds the request (MaxBlocks).
+// Planner chooses, for each block of a prefix, whether to load or
+// recompute it so that the prefix is on the GPU soonest: optimal under its
+// model (docs/cost.md) when the loadable blocks share one load cost, never
+// worse than the best single cut (recompute a head, load the rest)
+// otherwise. It is NOT safe for concurrent use, but BlockRecomputeCost is
+// safe beside Plan.
 type Planner struct {
 	cfg PlannerConfig
 	// costs are the nominal and charged costs of the current fit; Plan
@@ -219,25 +124,20 @@ type plannerCosts struct {
 	loadS            [NumTiers]float64 // s_t per block, seconds; 0 for unconfigured
 	latS             [NumTiers]float64
 	configured       [NumTiers]bool
-	// Charged costs (see Planner): recompute × chargeC, loads chargedS.
+	// Charged costs (docs/cost.md): recompute × chargeC, loads chargedS.
 	chargeC   float64
 	chargedS  [NumTiers]float64
 	uncertain bool // some width is not 0: choices use the charged costs
 }
 
-// Backlog is the work already queued where a plan's own work will run.
+// Backlog is how long work queued ahead of a plan keeps the GPU's ingress
+// (Link) and the GPU busy.
 type Backlog struct {
-	// Link is how long the GPU's ingress stays busy with copies queued
-	// before this request's (the bytes queued over its bandwidth:
-	// Planner.LinkBusy).
-	Link time.Duration
-	// GPU is how long the GPU stays busy with prefill queued before this
-	// request's.
-	GPU time.Duration
+	Link time.Duration // with copies: Planner.LinkBusy of their bytes
+	GPU  time.Duration // with prefill
 }
 
-// NewPlanner validates the configuration and precomputes every block's
-// recompute cost.
+// NewPlanner validates the configuration and prices blocks and loads.
 func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 	if err := cfg.Model.Validate(); err != nil {
 		return nil, err
@@ -354,24 +254,21 @@ func (p *Planner) grow(blocks int) {
 // Config returns the configuration the Planner was built with.
 func (p *Planner) Config() PlannerConfig { return p.cfg }
 
-// BlockRecomputeCost is the prefill time of block i (0-based) when the i
-// blocks before it are present: what losing it costs, under the fit the
-// last plan used. Safe for concurrent use, also beside Plan.
+// BlockRecomputeCost is block i's prefill time (0-based) after the i
+// before it, under the last plan's fit. Safe for concurrent use.
 func (p *Planner) BlockRecomputeCost(i int) time.Duration {
 	c := p.costs.Load()
 	return seconds(c.blockCost(max(i, 0), 0, p.cfg.BlockTokens))
 }
 
 // Prefill is the prefill cost the last plan used (the fit's, or the
-// presets'): what a replay executes to stay faithful to the plans.
+// presets').
 func (p *Planner) Prefill() PrefillCost { return p.costs.Load().prefill }
 
-// PassFloor is the shortest forward pass (Scenario.PassFloor): no plan
-// takes less.
+// PassFloor is Scenario.PassFloor: no plan takes less.
 func (p *Planner) PassFloor() time.Duration { return seconds(p.costs.Load().prefill.FloorSeconds) }
 
-// LinkBusy is how long bytes queued on the GPU's ingress (of tier t's
-// path) keep it busy: the Backlog.Link of a server that counts bytes.
+// LinkBusy is how long bytes queued on tier t's path keep the ingress busy.
 func (p *Planner) LinkBusy(t Tier, bytes int64) time.Duration {
 	c := p.costs.Load()
 	if t >= NumTiers || !c.configured[t] || bytes <= 0 {
@@ -401,17 +298,14 @@ func (p *Planner) checkBlock(c *plannerCosts, i int, b BlockSource) error {
 	return nil
 }
 
-// Plan writes one Action per block into out[:len(blocks)] and returns the
-// plan's time, on an idle link and GPU: PlanQueued with no backlog.
+// Plan is PlanQueued with no backlog.
 func (p *Planner) Plan(blocks []BlockSource, out []Action) (PlanResult, error) {
 	return p.PlanQueued(blocks, out, Backlog{})
 }
 
-// PlanQueued writes one Action per block into out[:len(blocks)] and
-// returns the plan's time from now, behind the work already queued (q).
-// out MUST have at least len(blocks) elements; on error out is left
-// unchanged. It allocates nothing once the scratch space holds the
-// prefix (PlannerConfig.MaxBlocks).
+// PlanQueued writes one Action per block into out, which MUST hold
+// len(blocks) (on error out is unchanged), and returns the plan's time
+// behind q. It allocates nothing once the scratch space holds the prefix.
 func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (PlanResult, error) {
 	cs, err := p.prepare(blocks, out, q)
 	if err != nil {

@@ -6,21 +6,14 @@ import (
 	"time"
 )
 
-// Scenario is one model on tp GPUs of one kind, with its cached KV reachable
-// over Path. It answers the per-request questions: how long to reload, how
-// long to recompute, which is cheaper, where they break even and how to
-// split the work between them.
+// Scenario is one model on TP GPUs of one kind, its cached KV reachable
+// over Path. It answers one request's questions.
 type Scenario struct {
 	Model Model
 	GPU   GPU
-	// TP is the tensor-parallel degree: prefill runs on TP GPUs at once, and
-	// each GPU reloads its own shard of the KV over its own Path.
-	TP   int
-	Path Path
-	// Fit, when set, prices prefill by a Calibration's fit instead of the
-	// presets (RecomputeTime is then its marginal cost: the work recompute
-	// adds to the pass the request runs anyway).
-	Fit *Fit
+	TP    int // GPUs, each reloading its shard over its own Path
+	Path  Path
+	Fit   *Fit // when set, prices prefill instead of the presets
 }
 
 // Validate checks every part; the error names the field.
@@ -40,8 +33,7 @@ func (s *Scenario) Validate() error {
 // KVBytes is the KV of n tokens, all ranks together.
 func (s *Scenario) KVBytes(tokens int) int64 { return s.Model.KVBytesPerToken() * int64(tokens) }
 
-// ReloadTime is the time to bring n tokens' KV back over Path: each rank
-// moves its shard over its own link, all at once.
+// ReloadTime brings n tokens' KV back over Path, every rank at once.
 func (s *Scenario) ReloadTime(tokens int) time.Duration {
 	return seconds(s.reloadSeconds(tokens))
 }
@@ -54,9 +46,7 @@ func (s *Scenario) reloadSeconds(tokens int) float64 {
 	return s.Path.latencySeconds() + bytes*s.Path.secondsPerByte()
 }
 
-// RecomputeFLOPs splits the prefill work of n tokens after p present ones
-// into its linear part (2 × ActiveParams × n) and its causal attention part
-// (see the package comment).
+// RecomputeFLOPs splits the prefill of n tokens after p present ones.
 func (m *Model) RecomputeFLOPs(tokens, prefix int) (linear, attention float64) {
 	n, p := float64(tokens), float64(prefix)
 	linear = 2 * m.ActiveParams * n
@@ -64,17 +54,13 @@ func (m *Model) RecomputeFLOPs(tokens, prefix int) (linear, attention float64) {
 	return linear, attention
 }
 
-// RecomputeTime is the prefill time of n tokens after p present ones on TP
-// GPUs. withAttention false gives the linear-only figure (the seed chapter's
-// 2·N·tokens estimate), true adds causal attention.
+// RecomputeTime is the prefill of n tokens after p present, with or
+// without attention.
 func (s *Scenario) RecomputeTime(tokens, prefix int, withAttention bool) time.Duration {
 	return seconds(s.recomputeSeconds(tokens, prefix, withAttention))
 }
 
-// PassFloor is the shortest a forward pass can be: each rank reads all of
-// its weights from HBM once per pass, however few tokens it runs (Llama-3.1-8B
-// on an H200: 16.1 GB over 4.8 TB/s, 3.3 ms). A request's prefill, cached or
-// not, is at least one pass. Zero when the GPU's HBM bandwidth is unknown.
+// PassFloor is the shortest pass: the weights' read from HBM (0: unknown).
 func (s *Scenario) PassFloor() time.Duration { return seconds(s.passFloorSeconds()) }
 
 func (s *Scenario) passFloorSeconds() float64 {
@@ -84,9 +70,8 @@ func (s *Scenario) passFloorSeconds() float64 {
 	return float64(s.Model.WeightBytesPerRank(s.TP)) / s.GPU.HBMBytesPerS
 }
 
-// CheckFits returns an error wrapping ErrDoesNotFit when one GPU of the
-// group cannot hold its share of the weights beside kvBytes of KV cache; the
-// error says how much KV would fit. A GPU of unknown memory fits anything.
+// CheckFits wraps ErrDoesNotFit, saying how much KV would fit, when a GPU
+// of known memory cannot hold its weights beside kvBytes of KV.
 func (s *Scenario) CheckFits(kvBytes int64) error {
 	if s.GPU.MemoryBytes <= 0 {
 		return nil
@@ -132,11 +117,7 @@ func (c Choice) String() string {
 	return fmt.Sprintf("Choice(%d)", uint8(c))
 }
 
-// Split is "recompute the first RecomputeTokens while the other
-// LoadTokens load": the recomputed prefix needs only the KV before it (the
-// present prefix), and the loaded suffix needs nothing computed, so the two
-// run at once and Time = max(recompute, reload). This is the scheme of
-// "Compute Or Load KV Cache? Why Not Both?" (ICML'25).
+// Split is: recompute the first RecomputeTokens while the rest load.
 type Split struct {
 	RecomputeTokens int
 	LoadTokens      int
@@ -150,14 +131,11 @@ type Decision struct {
 	Reload                 time.Duration
 	RecomputeLinear        time.Duration // linear FLOPs only
 	RecomputeWithAttention time.Duration // linear plus causal attention
-	// Choice compares Reload with RecomputeWithAttention; ties reload
-	// (it leaves the GPU free).
-	Choice Choice
-	Split  Split
+	Choice                 Choice        // Recompute if RecomputeWithAttention < Reload
+	Split                  Split
 }
 
-// Decide answers for n tokens after p present ones. It rejects a negative
-// prefix or a token count outside [1, 2^30].
+// Decide answers for n in [1, 2^30] tokens after p >= 0 present.
 func (s *Scenario) Decide(tokens, prefix int) (Decision, error) {
 	if err := s.checkRequest(tokens, prefix); err != nil {
 		return Decision{}, err
@@ -188,11 +166,7 @@ func (s *Scenario) checkRequest(tokens, prefix int) error {
 	return nil
 }
 
-// BestSplit chooses k, the number of tokens to recompute first, minimising
-// max(recompute(k after p), reload(n-k)). Recompute time rises with k and
-// reload time falls, so the optimum sits where they cross: a binary search
-// finds the smallest k whose recompute is at least its reload, and the
-// answer is k or k-1, whichever is faster. O(log n).
+// BestSplit is the Split of n tokens after p present with the least Time.
 func (s *Scenario) BestSplit(tokens, prefix int) (Split, error) {
 	if err := s.checkRequest(tokens, prefix); err != nil {
 		return Split{}, err
@@ -216,17 +190,8 @@ func (s *Scenario) BestSplit(tokens, prefix int) (Split, error) {
 	return Split{RecomputeTokens: best, LoadTokens: tokens - best, Time: seconds(cost(best))}, nil
 }
 
-// BreakEven is the context length from which reloading a prefix (nothing
-// present before it) is at least as fast as recomputing it: the smallest n
-// with reload(n) <= recompute(n). withAttention selects the recompute
-// figure. ok is false when reload never wins (the link is slower per token
-// than prefill). Solved in closed form: recompute(n) - reload(n) is
-//
-//	a·n² + b·n - c,  a = A/(2F), b = 2P/F + A/(2F) - β, c = latency
-//
-// (A/F the seconds per query-key pair, 2P/F the linear seconds per token,
-// β the seconds per token of the path; a Fit's rates where set), a convex quadratic that
-// is -c <= 0 at n = 0, so it has one non-negative root.
+// BreakEven is the least n with reload(n) <= recompute(n) from scratch;
+// ok is false when reload never wins.
 func (s *Scenario) BreakEven(withAttention bool) (tokens int, ok bool) {
 	pc := s.prefillCost()
 	perPair := 0.0

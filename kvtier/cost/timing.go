@@ -72,10 +72,8 @@ func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, linkQ
 	return pl.time(c, gpuQ), la.time(c, gpuQ), ra.time(c, gpuQ)
 }
 
-// Simulate runs a plan through the model event by event (the recurrences in
-// Planner's comment) and returns when the last block is present. It checks
-// that every action fits its block: a missing block must be recomputed, a
-// GPU block needs nothing, a block cannot be loaded from a tier with no path.
+// Simulate is a plan's time on an idle link and GPU, block by block. It
+// refuses an action its block cannot take.
 func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duration, error) {
 	if len(actions) != len(blocks) {
 		return 0, fmt.Errorf("planner: %d actions for %d blocks", len(actions), len(blocks))
