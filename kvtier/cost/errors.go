@@ -5,16 +5,13 @@ import (
 	"fmt"
 )
 
-// ErrUnknownName is wrapped by every lookup of a preset name that does not
-// exist; the error's text lists the known names.
+// ErrUnknownName is wrapped by preset lookups; the error lists the names.
 var ErrUnknownName = errors.New("unknown name")
 
-// ErrDoesNotFit is wrapped by Scenario.CheckFits: the weights and the KV
-// cache do not fit in the GPU's memory.
+// ErrDoesNotFit is wrapped by Scenario.CheckFits.
 var ErrDoesNotFit = errors.New("does not fit in GPU memory")
 
-// FieldError is a rejected input value. Field is the name the user wrote it
-// under (a JSON key or a flag's name without dashes).
+// FieldError is a rejected value under the user's name for it (JSON key).
 type FieldError struct {
 	Field  string
 	Value  any

@@ -8,21 +8,16 @@ import (
 // GPU is what prefill runs at on one device.
 type GPU struct {
 	Name string
-	// PeakFLOPS is the datasheet's dense (no sparsity) bf16 tensor-core rate.
+	// PeakFLOPS is the datasheet's dense bf16 tensor-core rate.
 	PeakFLOPS float64
-	// Efficiency is the fraction of PeakFLOPS a long prefill achieves
-	// (model FLOPs utilisation), in (0, 1]. 0.6 on an H100 means 593 TFLOP/s.
+	// Efficiency is the fraction of PeakFLOPS a long prefill gets, (0, 1]:
+	// 0.6 on an H100 means 593 TFLOP/s.
 	Efficiency float64
-	// HBMBytesPerS is the memory bandwidth: a forward pass reads every
-	// weight once, so no pass is shorter than the weights (per
-	// tensor-parallel rank) over it. 4.8e12 on an H200. 0: unknown, no
-	// floor.
+	// HBMBytesPerS sets the pass floor, e.g. 4.8e12 (0: no floor);
+	// MemoryBytes must hold the weights and the KV, e.g. 141e9 (0: unchecked).
 	HBMBytesPerS float64
-	// MemoryBytes is the device memory, e.g. 141e9 on an H200: the weights
-	// (per rank) and the KV cache must fit in it. 0: unknown, unchecked.
-	MemoryBytes int64
-	// Source says where the figures come from.
-	Source string
+	MemoryBytes  int64
+	Source       string // where the figures come from
 }
 
 // EffectiveFLOPS is PeakFLOPS × Efficiency.

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Link is one hop data crosses: its achievable bandwidth (not the line
-// rate) and the latency of one transfer on it.
+// Link is one hop: its achievable bandwidth (not the line rate) and the
+// latency of one transfer.
 type Link struct {
 	Name               string
 	BandwidthBytesPerS float64
@@ -32,8 +32,7 @@ func (l *Link) TransferTime(bytes int64) time.Duration {
 	return seconds(l.Latency.Seconds() + float64(bytes)/l.BandwidthBytesPerS)
 }
 
-// Drives is the link of n identical drives striped together: n times the
-// bandwidth, the same latency.
+// Drives is n such drives striped: n times the bandwidth, same latency.
 func (l Link) Drives(n int) (Link, error) {
 	if n < 1 || n > 64 {
 		return Link{}, fieldErr("drives", n, "must be between 1 and 64")
@@ -63,7 +62,7 @@ const pageableH2D = 6.8 * gb
 // the link: every pageable preset takes the measured figure (the seed's 12
 // GB/s for PCIe 4.0 is above what the H200 reached over PCIe 5.0).
 // Latencies are one transfer's fixed cost: issuing a copy on pinned memory
-// (it overlaps the copy before it, see Planner), and the staging setup on
+// (it overlaps the copy before it, docs/cost.md), and the staging setup on
 // pageable memory.
 var linkPresets = map[string]Link{
 	"pcie4-pinned": {Name: "pcie4-pinned", BandwidthBytesPerS: 25 * gb, Latency: 3 * time.Microsecond,
@@ -93,8 +92,8 @@ var linkPresets = map[string]Link{
 // LinkNames lists the link presets, sorted.
 func LinkNames() []string { return sortedKeys(linkPresets) }
 
-// LookupLink returns a copy of the named preset (case-insensitive). A name
-// ending in -xN (nvme-gen5-x4) is N striped drives of the preset before it.
+// LookupLink returns a copy of the named preset (case-insensitive); NAME-xN
+// is N striped drives of NAME.
 func LookupLink(name string) (Link, error) {
 	lower := strings.ToLower(name)
 	if l, ok := linkPresets[lower]; ok {
@@ -111,19 +110,12 @@ func LookupLink(name string) (Link, error) {
 	return Link{}, fmt.Errorf("link %q: %w; known: %s (and NAME-xN for N striped drives)", name, ErrUnknownName, strings.Join(LinkNames(), ", "))
 }
 
-// Path is the way a tier's bytes reach the GPU: one link (host memory over
-// PCIe), or two in a row (an NVMe drive then PCIe; a NIC then PCIe).
+// Path is how a tier's bytes reach the GPU: over its Ingress, after a
+// Source hop (an NVMe drive, a NIC) or not.
 type Path struct {
-	// Source is the first hop, or the zero Link when the data starts in host
-	// memory and only Ingress is crossed.
-	Source Link
-	// Ingress is the GPU's own link (PCIe or NVLink-C2C), which every load
-	// into this GPU crosses.
-	Ingress Link
-	// Pipelined: the two hops overlap (chunks stream through a staging
-	// buffer), so the slower one sets the rate. Otherwise the whole transfer
-	// crosses Source, then Ingress.
-	Pipelined bool
+	Source    Link // zero when the data starts in host memory
+	Ingress   Link // the GPU's own link (PCIe, NVLink-C2C)
+	Pipelined bool // the hops overlap, the slower one sets the rate
 }
 
 // DirectPath is a path of one link.
@@ -180,18 +172,15 @@ func (p *Path) secondsPerByte() float64 {
 	return src + in
 }
 
-// Latency is what one transfer over the path pays once: both hops'
-// latencies. In a stream of copies it overlaps the copy before it (Planner).
+// Latency is both hops' latencies, paid once per transfer.
 func (p *Path) Latency() time.Duration { return seconds(p.latencySeconds()) }
 
-// StreamTime is the time bytes occupy the path in a stream of copies: the
-// slower hop's when pipelined, both in a row when not; no latency.
+// StreamTime is bytes' time on the path in a stream of copies: no latency.
 func (p *Path) StreamTime(bytes int64) time.Duration {
 	return seconds(float64(bytes) * p.secondsPerByte())
 }
 
-// TransferTime is the time to move bytes over the path as one transfer.
-// Zero bytes cost nothing (no transfer is issued).
+// TransferTime moves bytes as one transfer; 0 bytes cost nothing.
 func (p *Path) TransferTime(bytes int64) time.Duration {
 	if bytes <= 0 {
 		return 0

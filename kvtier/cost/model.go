@@ -45,14 +45,9 @@ func ParseDtype(s string) (Dtype, error) {
 	return 0, fmt.Errorf("dtype %q: %w; known: %s", s, ErrUnknownName, strings.Join(dtypeNames[:], ", "))
 }
 
-// Model is the part of a transformer's geometry that the cost model needs.
-//
-// Two attention kinds are described:
-//   - multi-head and grouped-query attention (KVLoraRank == 0): each layer
-//     caches a key and a value of HeadDim elements for each of KVHeads heads;
-//   - multi-head latent attention (KVLoraRank > 0, DeepSeek-V2/V3): each layer
-//     caches one compressed latent of KVLoraRank elements plus a shared rope
-//     key of QKRopeHeadDim elements, whatever the number of heads.
+// Model is the transformer geometry the cost model needs. Per layer and
+// token, MHA and GQA cache a key and a value of HeadDim per KV head; MLA
+// (KVLoraRank > 0) a latent of KVLoraRank and a rope key of QKRopeHeadDim.
 type Model struct {
 	Name       string
 	Layers     int
@@ -61,21 +56,17 @@ type Model struct {
 	HeadDim    int // per-head dimension of Q, K and V (MHA/GQA)
 	HiddenSize int
 	Dtype      Dtype
-	// WeightDtype is the weights' element type (bf16 unless said;
-	// DeepSeek-V3 ships fp8): what a forward pass reads from HBM, and what
-	// must fit in GPU memory beside the KV cache.
+	// WeightDtype is the weights' element type (DeepSeek-V3 ships fp8).
 	WeightDtype Dtype
 
-	// MLA only. For DeepSeek-V3: KVLoraRank 512, QKRopeHeadDim 64,
-	// QKNopeHeadDim 128, VHeadDim 128.
+	// MLA only; DeepSeek-V3: 512, 64, 128, 128.
 	KVLoraRank    int
 	QKRopeHeadDim int
 	QKNopeHeadDim int
 	VHeadDim      int
 
-	// TotalParams is every weight; ActiveParams those one token passes
-	// through (fewer for mixture-of-experts models). Prefill's linear FLOPs
-	// are 2 × ActiveParams per token.
+	// ActiveParams are the weights one token passes through (fewer than
+	// TotalParams in a mixture of experts).
 	TotalParams  float64
 	ActiveParams float64
 }
@@ -91,8 +82,8 @@ func (m *Model) KVElementsPerTokenPerLayer() int {
 	return 2 * m.KVHeads * m.HeadDim
 }
 
-// KVBytesPerToken is the KV cache of one token, all layers. A 70B Llama (80
-// layers, 8 KV heads, head dim 128, bf16): 80 × 2 × 8 × 128 × 2 = 327,680.
+// KVBytesPerToken is one token's KV, all layers (a 70B Llama's: 80 layers
+// × 2 × 8 heads × 128 × 2 bytes = 327,680).
 func (m *Model) KVBytesPerToken() int64 {
 	return int64(m.Layers) * int64(m.KVElementsPerTokenPerLayer()) * int64(m.Dtype.Bytes())
 }
@@ -102,11 +93,8 @@ func (m *Model) KVBytesPerBlock(blockTokens int) int64 {
 	return m.KVBytesPerToken() * int64(blockTokens)
 }
 
-// KVBytesPerTokenPerRank is what one GPU of a tp-way tensor-parallel group
-// holds per token, and so what it loads over its own link. KV heads are split
-// across ranks (a rank holds ceil(KVHeads/tp) heads: when tp exceeds KVHeads
-// the heads are replicated); an MLA latent is not split, every rank holds it
-// whole.
+// KVBytesPerTokenPerRank is what one GPU of tp holds per token and loads
+// over its own link: ceil(KVHeads/tp) heads, or the whole MLA latent.
 func (m *Model) KVBytesPerTokenPerRank(tp int) int64 {
 	if tp <= 1 || m.IsMLA() {
 		return m.KVBytesPerToken()
@@ -115,9 +103,8 @@ func (m *Model) KVBytesPerTokenPerRank(tp int) int64 {
 	return int64(m.Layers) * int64(2*heads*m.HeadDim) * int64(m.Dtype.Bytes())
 }
 
-// WeightBytesPerRank is what one GPU of a tp-way tensor-parallel group
-// holds of the weights: every parameter in WeightDtype, split evenly.
-// Llama-3.1-8B in bf16: 16.1 GB at tp 1.
+// WeightBytesPerRank is one GPU of tp's share of the weights
+// (Llama-3.1-8B in bf16: 16.1 GB at tp 1).
 func (m *Model) WeightBytesPerRank(tp int) int64 {
 	return int64(m.TotalParams*float64(m.WeightDtype.Bytes())) / int64(max(1, tp))
 }
@@ -144,8 +131,7 @@ func (m *Model) attentionFLOPsPerPair() float64 {
 	return 2 * float64(m.Layers) * float64(m.QHeads) * float64(m.qkHeadDim()+m.vHeadDim())
 }
 
-// Validate rejects a geometry that is impossible or absurd, naming the
-// field (the JSON key of LoadModel).
+// Validate rejects an impossible or absurd geometry, naming the field.
 func (m *Model) Validate() error {
 	if m.Layers < 1 || m.Layers > maxLayers {
 		return fieldErr("layers", m.Layers, "must be between 1 and %d", maxLayers)
@@ -222,7 +208,7 @@ var modelPresets = map[string]Model{
 		Dtype: BF16, WeightDtype: FP8, TotalParams: 671e9, ActiveParams: 37e9},
 }
 
-// ModelNames lists the presets, sorted.
+// ModelNames lists the model presets, sorted.
 func ModelNames() []string { return sortedKeys(modelPresets) }
 
 // LookupModel returns a copy of the named preset (case-insensitive).

@@ -40,9 +40,8 @@ type modelJSON struct {
 // hundred bytes.
 const maxModelFileBytes = 1 << 20
 
-// LoadModel reads one custom model as JSON (the format of modelJSON) and
-// validates it. Unknown keys, wrong types, trailing data and invalid values
-// are errors that name the key.
+// LoadModel reads and validates one custom model in JSON (modelJSON).
+// Errors, unknown keys among them, name the key.
 func LoadModel(r io.Reader) (Model, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxModelFileBytes+1))
 	if err != nil {

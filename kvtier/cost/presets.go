@@ -2,25 +2,15 @@ package cost
 
 // Presets names what NewPlannerConfig builds a PlannerConfig from.
 type Presets struct {
-	// Model and GPU are preset names, e.g. "llama-3.1-8b" and "h200".
-	Model, GPU string
-	// HostLink is the GPU's host link, the ingress every load crosses:
-	// "pcie5-pinned", "nvlink-c2c-gh200".
-	HostLink string
-	// NVMe is the drives' preset ("nvme-gen5", "nvme-gen4-x4"); "" leaves
-	// the NVMe tier without a path.
-	NVMe string
-	// TP is the tensor-parallel degree (0 means 1; NewPlanner refuses a
-	// negative one).
-	TP int
-	// BlockTokens and MaxBlocks: see PlannerConfig.
-	BlockTokens, MaxBlocks int
+	Model, GPU             string // "llama-3.1-8b", "h200"
+	HostLink               string // the ingress every load crosses: "pcie5-pinned"
+	NVMe                   string // the drives, "nvme-gen4-x4"; "": no NVMe path
+	TP                     int    // 0 means 1
+	BlockTokens, MaxBlocks int    // see PlannerConfig
 }
 
-// NewPlannerConfig builds a PlannerConfig from preset names. Host blocks
-// load over the host link, NVMe blocks over the drives then the host link,
-// pipelined, and remote blocks over rdma-400g then the host link. Adjust
-// any field before NewPlanner; SetIngress swaps in a measured host link.
+// NewPlannerConfig builds a PlannerConfig from preset names; the NVMe and
+// remote (rdma-400g) paths pipeline into the host link.
 func NewPlannerConfig(ps Presets) (PlannerConfig, error) {
 	m, err := LookupModel(ps.Model)
 	if err != nil {
@@ -55,8 +45,7 @@ func NewPlannerConfig(ps Presets) (PlannerConfig, error) {
 	return cfg, nil
 }
 
-// SetIngress makes l the GPU link of every tier that has a path: use it with
-// Probe.Pinned so that measured figures replace the preset.
+// SetIngress makes l (Probe.Pinned, say) every path's GPU link.
 func (c *PlannerConfig) SetIngress(l Link) {
 	for t := range c.Paths {
 		if c.Paths[t] != (Path{}) {

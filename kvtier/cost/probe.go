@@ -31,24 +31,22 @@ type probeJSON struct {
 	} `json:"measured"`
 }
 
-// Probe is a device's measured host links, as `kvtier probe --json` wrote
-// them. Measured figures beat presets: build paths from Pinned and Pageable.
+// Probe is a device's measured host links, from `kvtier probe --json`:
+// build paths from them rather than the presets.
 type Probe struct {
 	DeviceName string
 	PCIeGen    int
 	PCIeWidth  int
-	// Pinned and Pageable are host-to-device links: the measured bandwidth,
-	// and as latency the measured cost of issuing one small copy.
+	// Host-to-device links; their latency is a small copy's issue cost.
 	Pinned   Link
 	Pageable Link
-	// D2HPinnedBytesPerS is the offload direction, for the caller that
-	// models writes; zero when the probe did not measure it.
+	// D2HPinnedBytesPerS is the offload direction (0: not measured).
 	D2HPinnedBytesPerS float64
 }
 
-// LoadProbe reads the JSON file written by `kvtier probe --json`. It needs
-// measured.h2d_pinned_bytes_per_s; a missing pageable figure leaves
-// Probe.Pageable zero. Errors name the file and the key.
+// LoadProbe reads `kvtier probe --json`'s file, which needs the pinned
+// host-to-device rate (without a pageable one, Pageable is zero). Errors
+// name the file and the key.
 func LoadProbe(path string) (Probe, error) {
 	f, err := os.Open(path)
 	if err != nil {
