@@ -80,6 +80,18 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 	if _, ok := keys["measured"]; ok {
 		return c, c.loadProbe(data)
 	}
+	f, err := decodeCalibrationFile(data, g)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.loadFile(f); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeCalibrationFile reads a file WriteJSON wrote for g.
+func decodeCalibrationFile(data []byte, g GPU) (*calibrationFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f calibrationFile
@@ -96,29 +108,35 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 	if f.GPU != "" && f.GPU != g.Name {
 		return nil, fmt.Errorf("calibration: %w", fieldErr("gpu", f.GPU, "the calibration is of another GPU than %s", g.Name))
 	}
+	return &f, nil
+}
+
+// loadFile makes f's links, samples and prior the calibration's, and
+// publishes the fit they give.
+func (c *Calibration) loadFile(f *calibrationFile) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, l := range f.Links {
 		if err := checkLinkFit(l); err != nil {
-			return nil, fmt.Errorf("calibration: links[%d]: %w", i, err)
+			return fmt.Errorf("calibration: links[%d]: %w", i, err)
 		}
 		link := Link{Name: l.Name, BandwidthBytesPerS: l.BandwidthBytesPerS, Latency: seconds(l.LatencySeconds)}
 		if _, err := c.linkLocked(link, l.ErrorWidth); err != nil {
-			return nil, fmt.Errorf("calibration: links[%d]: %w", i, err)
+			return fmt.Errorf("calibration: links[%d]: %w", i, err)
 		}
 	}
 	for i, s := range f.CopySamples {
 		ls := c.findLinkLocked(s.Link)
 		if ls == nil {
-			return nil, fmt.Errorf("calibration: copy_samples[%d]: %w", i, fieldErr("link", s.Link, "no link of that name in links"))
+			return fmt.Errorf("calibration: copy_samples[%d]: %w", i, fieldErr("link", s.Link, "no link of that name in links"))
 		}
 		if err := c.addCopyLocked(ls.prior, s); err != nil {
-			return nil, fmt.Errorf("calibration: copy_samples[%d]: %w", i, err)
+			return fmt.Errorf("calibration: copy_samples[%d]: %w", i, err)
 		}
 	}
 	if len(f.PrefillSamples) == 0 && f.Prefill != (PrefillFit{}) {
 		if err := checkPrefillFit(f.Prefill); err != nil {
-			return nil, fmt.Errorf("calibration: prefill: %w", err)
+			return fmt.Errorf("calibration: prefill: %w", err)
 		}
 		if f.Prefill.PrefixAttentionFLOPS == 0 {
 			f.Prefill.PrefixAttentionFLOPS = f.Prefill.AttentionFLOPS
@@ -128,14 +146,14 @@ func LoadCalibration(r io.Reader, g GPU, models ...Model) (*Calibration, error) 
 	for i, s := range f.PrefillSamples {
 		m, err := c.modelLocked(s.Model)
 		if err != nil {
-			return nil, fmt.Errorf("calibration: prefill_samples[%d]: %w", i, err)
+			return fmt.Errorf("calibration: prefill_samples[%d]: %w", i, err)
 		}
 		if err := c.addPrefillLocked(s, &m); err != nil {
-			return nil, fmt.Errorf("calibration: prefill_samples[%d]: %w", i, err)
+			return fmt.Errorf("calibration: prefill_samples[%d]: %w", i, err)
 		}
 	}
 	c.publishLocked()
-	return c, nil
+	return nil
 }
 
 func (c *Calibration) findLinkLocked(name string) *linkState {

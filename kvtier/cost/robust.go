@@ -200,28 +200,7 @@ func residualSpread(rows []fitRow, pred, rw, buf []float64) float64 {
 // support and keeping the best feasible solution. k ≤ maxTerms, so that is
 // at most 63 solves of a system of at most 6 unknowns.
 func solveNNLS(rows []fitRow, w []float64, k int, pl *pull) [maxTerms]float64 {
-	var g [maxTerms][maxTerms]float64
-	var b [maxTerms]float64
-	var wsum float64
-	for i := range rows {
-		x := &rows[i].x
-		wi := w[i]
-		if wi == 0 {
-			continue
-		}
-		wsum += wi * rows[i].y * rows[i].y
-		for a := range k {
-			b[a] += wi * x[a] * rows[i].y
-			for c := a; c < k; c++ {
-				g[a][c] += wi * x[a] * x[c]
-			}
-		}
-	}
-	for a := range k {
-		for c := 0; c < a; c++ {
-			g[a][c] = g[c][a]
-		}
-	}
+	g, b, wsum := normalEquations(rows, w, k)
 	q, qlin := pl.quadratic(k)
 	best, bestObj := pl.prior, math.Inf(1)
 	if wsum == 0 {
@@ -276,6 +255,31 @@ func solveNNLS(rows []fitRow, w []float64, k int, pl *pull) [maxTerms]float64 {
 		}
 	}
 	return best
+}
+
+// normalEquations returns the weighted least squares' Gram matrix G =
+// Σ w x xᵀ and right-hand side b = Σ w y x over k terms, and Σ w y².
+func normalEquations(rows []fitRow, w []float64, k int) (g [maxTerms][maxTerms]float64, b [maxTerms]float64, wsum float64) {
+	for i := range rows {
+		x := &rows[i].x
+		wi := w[i]
+		if wi == 0 {
+			continue
+		}
+		wsum += wi * rows[i].y * rows[i].y
+		for a := range k {
+			b[a] += wi * x[a] * rows[i].y
+			for c := a; c < k; c++ {
+				g[a][c] += wi * x[a] * x[c]
+			}
+		}
+	}
+	for a := range k {
+		for c := 0; c < a; c++ {
+			g[a][c] = g[c][a]
+		}
+	}
+	return g, b, wsum
 }
 
 // gaussSolve solves the m×m system in a's first m columns with right-hand
