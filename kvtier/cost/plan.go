@@ -36,7 +36,7 @@ func (t Tier) loadable() bool { return t == TierHost || t == TierNVMe || t == Ti
 // BlockSource is one block of the prefix, in token order.
 type BlockSource struct {
 	Tier   Tier
-	Tokens int // a short (last) block's tokens, 0 for a full one
+	Tokens int // a short block's tokens (a prompt's last), 0 for a full one
 }
 
 // Action is what the plan does with one block.

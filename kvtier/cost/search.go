@@ -1,8 +1,6 @@
 package cost
 
-import (
-	"math"
-)
+import "math"
 
 // cut is a plan in the search's terms: recompute every non-GPU block
 // before q1; in [q1, q2) load the fast blocks (charged per-block load
