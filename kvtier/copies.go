@@ -48,7 +48,7 @@ func (m *Manager) startCopy(t *Batch, ref BlockRef, from, to Tier, slot Slot) {
 	m.policyInsert(to, ref)
 	m.ref(ref)
 	if r.xfers == math.MaxUint8 || r.copying[from] == math.MaxUint8 || r.copying[to] == math.MaxUint8 {
-		panic(fmt.Sprintf("kvtier: block %#x: more than %d copies at once", uint64(r.key), math.MaxUint8))
+		invariants.Failf("kvtier: block %#x: more than %d copies at once", uint64(r.key), math.MaxUint8)
 	}
 	r.xfers++
 	r.copying[from]++
@@ -134,7 +134,7 @@ func (m *Manager) complete(t *Batch, i int, err error) {
 	m.lock()
 	if i < 0 || i >= len(t.done) || t.done[i] || t.remaining == 0 {
 		m.unlock()
-		panic(fmt.Sprintf("kvtier: Batch.Complete(%d) called twice or out of range (%d ops)", i, len(t.done)))
+		invariants.Failf("kvtier: Batch.Complete(%d) called twice or out of range (%d ops)", i, len(t.done))
 	}
 	m.completeLocked(t, i, err)
 	m.unlockAndSubmit(nil)

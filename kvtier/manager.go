@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"fmt"
+	"kvtier.dev/internal/invariants"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -371,7 +372,7 @@ func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 		r := m.recs.at(bl.Ref)
 		if r.state[bl.Tier] != stateWriting || r.slot[bl.Tier] != bl.Slot {
 			m.unlock()
-			panic(fmt.Sprintf("kvtier: %s: block %#x in %v is %v", op, uint64(bl.Key), bl.Tier, r.state[bl.Tier]))
+			invariants.Failf("kvtier: %s: block %#x in %v is %v", op, uint64(bl.Key), bl.Tier, r.state[bl.Tier])
 		}
 		if err == nil {
 			m.setState(bl.Ref, bl.Tier, stateReady)

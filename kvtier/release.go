@@ -1,7 +1,7 @@
 package kvtier
 
 import (
-	"fmt"
+	"kvtier.dev/internal/invariants"
 	"slices"
 	"sync/atomic"
 )
@@ -21,7 +21,7 @@ func (m *Manager) ref(ref BlockRef) {
 func (m *Manager) unref(ref BlockRef) {
 	r := m.recs.at(ref)
 	if r.refs == 0 {
-		panic(fmt.Sprintf("kvtier: block %#x released more often than referenced", uint64(r.key)))
+		invariants.Failf("kvtier: block %#x released more often than referenced", uint64(r.key))
 	}
 	r.refs--
 	if r.refs == 0 {
@@ -111,7 +111,7 @@ func (m *Manager) releaseShared(l *Lease) bool {
 		}
 		n := atomic.AddUint32(&r.refs, ^uint32(0))
 		if n == ^uint32(0) {
-			panic(fmt.Sprintf("kvtier: block %#x released more often than referenced", uint64(r.key)))
+			invariants.Failf("kvtier: block %#x released more often than referenced", uint64(r.key))
 		}
 		if n != 0 {
 			continue

@@ -14,6 +14,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"kvtier.dev/internal/invariants"
 	"os"
 	"sort"
 
@@ -32,7 +33,7 @@ var commands = map[string]command{}
 
 func register(c command) {
 	if _, dup := commands[c.name]; dup {
-		panic("kvtier: subcommand registered twice: " + c.name)
+		invariants.Failf("subcommand %q registered twice", c.name)
 	}
 	commands[c.name] = c
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"kvtier.dev/internal/invariants"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -215,7 +216,7 @@ func (e *engine) fetchDone(r *request) {
 	var w kvtier.Lease
 	err := e.m.InsertKeys(r.salt, r.keys[:r.fetchEnd], kvtier.Host, &w)
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		panic(fmt.Sprintf("replay: InsertKeys into the host tier: %v", err)) // only ErrNoSpace is possible on valid input
+		invariants.Failf("replay: InsertKeys into the host tier: %v", err) // only ErrNoSpace is possible on valid input
 	}
 	for _, b := range w.Blocks {
 		if b.Write {
@@ -223,11 +224,11 @@ func (e *engine) fetchDone(r *request) {
 		}
 	}
 	if err := e.m.Commit(&w, nil); err != nil {
-		panic(fmt.Sprintf("replay: Commit: %v", err))
+		invariants.Failf("replay: Commit: %v", err)
 	}
 	e.m.Release(&w)
 	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
-		panic(fmt.Sprintf("replay: LookupKeys: %v", err))
+		invariants.Failf("replay: LookupKeys: %v", err)
 	}
 	r.floorAt = e.now + e.floor
 	e.planAndLoad(r)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"kvtier.dev/internal/invariants"
 	"math"
 	"time"
 
@@ -206,7 +207,7 @@ func (e *engine) begin(r *request) {
 		return
 	}
 	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
-		panic(fmt.Sprintf("replay: LookupKeys: %v", err)) // the lease is always released
+		invariants.Failf("replay: LookupKeys: %v", err) // the lease is always released
 	}
 	if e.remote != nil && e.fetch(r) {
 		return // fetchDone goes on
@@ -218,7 +219,7 @@ func (e *engine) begin(r *request) {
 // its GPU blocks.
 func (e *engine) planAndLoad(r *request) {
 	if err := r.l1.SetTokens(r.inputTokens); err != nil {
-		panic(fmt.Sprintf("replay: %v", err)) // the trace reader checks keys against tokens
+		invariants.Failf("replay: %v", err) // the trace reader checks keys against tokens
 	}
 	if err := e.m.Plan(&r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
@@ -246,7 +247,7 @@ func (e *engine) planAndLoad(r *request) {
 		err := e.m.Onboard(&r.l1)
 		delete(e.loading, &r.l1)
 		if err != nil {
-			panic(fmt.Sprintf("replay: Onboard: %v", err)) // the GPU tier is always present
+			invariants.Failf("replay: Onboard: %v", err) // the GPU tier is always present
 		}
 	}
 	var used, recomputed int // this request's, for its record
@@ -342,7 +343,7 @@ func (e *engine) blockCost(r *request, i int) time.Duration {
 func (e *engine) insert(r *request) {
 	err := e.m.InsertKeys(r.salt, r.keys, kvtier.GPU, &r.l2)
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		panic(fmt.Sprintf("replay: InsertKeys: %v", err)) // only ErrNoSpace is possible on valid input
+		invariants.Failf("replay: InsertKeys: %v", err) // only ErrNoSpace is possible on valid input
 	}
 	if err != nil && e.inFlight > 0 {
 		e.m.Release(&r.l2)
@@ -433,11 +434,11 @@ func (e *engine) prefilled(r *request) {
 		// Wait returns at once: every load of l1 has landed (and Wait
 		// would block the single-threaded replay otherwise).
 		if err := e.m.Wait(context.Background(), &r.l1); err != nil {
-			panic(fmt.Sprintf("replay: a simulated copy failed: %v", err))
+			invariants.Failf("replay: a simulated copy failed: %v", err)
 		}
 		e.m.Release(&r.l1)
 		if err := e.m.Commit(&r.l2, nil); err != nil {
-			panic(fmt.Sprintf("replay: Commit: %v", err))
+			invariants.Failf("replay: Commit: %v", err)
 		}
 	}
 	if e.cfg.DecodeOnGPU {
@@ -460,7 +461,7 @@ func (e *engine) decodeDone(r *request) {
 	if e.m != nil {
 		if e.m.CapacitySlots(kvtier.Host) > 0 {
 			if err := e.m.Offload(&r.l2, kvtier.Host); err != nil {
-				panic(fmt.Sprintf("replay: Offload: %v", err))
+				invariants.Failf("replay: Offload: %v", err)
 			}
 		}
 		if e.remote != nil {

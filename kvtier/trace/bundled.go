@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	_ "embed"
 	"io"
+	"kvtier.dev/internal/invariants"
 )
 
 //go:generate go run ./internal/gentrace -o bundled/synthetic.jsonl.gz
@@ -26,7 +27,7 @@ const BundledName = "bundled:synthetic.jsonl"
 func Bundled() io.Reader {
 	zr, err := gzip.NewReader(bytes.NewReader(bundledGz))
 	if err != nil {
-		panic("trace: the embedded bundled trace is corrupt: " + err.Error())
+		invariants.Failf("the embedded bundled trace is corrupt: %v", err)
 	}
 	return zr
 }

@@ -3,6 +3,7 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"kvtier.dev/internal/invariants"
 	"sync"
 	"time"
 
@@ -268,7 +269,7 @@ func (t *Transfer) Release() {
 	select {
 	case <-t.done:
 	default:
-		panic("transfer: Release before the transfer is done")
+		invariants.Failf("Release before the transfer is done")
 	}
 	t.release()
 }

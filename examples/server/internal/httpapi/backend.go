@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"kvtier.dev/internal/invariants"
 	"time"
 
 	"kvtier.dev/kvtier"
@@ -166,7 +167,7 @@ func (s *Stream) Send(token int32) {
 	case s.tokens <- token:
 		s.sent++
 	default:
-		panic("httpapi: Stream.Send beyond the request's MaxTokens")
+		invariants.Failf("httpapi: Stream.Send beyond the request's MaxTokens")
 	}
 }
 
