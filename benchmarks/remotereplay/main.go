@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"kvtier.dev/internal/replayplot"
 	"kvtier.dev/kvtier/replay"
 )
 
@@ -93,7 +94,7 @@ func run(configPath, measuredPath, sizeList, out string, gbps float64) error {
 	if err := jf.Close(); err != nil {
 		return err
 	}
-	if _, err := rep.Plot(out); err != nil {
+	if _, err := replayplot.Write(rep, out); err != nil {
 		return err
 	}
 	fmt.Print(text.String())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"kvtier.dev/internal/replayplot"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/replay"
@@ -107,7 +108,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if a.plotDir != "" {
-		files, err := rep.Plot(a.plotDir)
+		files, err := replayplot.Write(rep, a.plotDir)
 		if err != nil {
 			fmt.Fprintf(stderr, "kvtier replay: --plot %s: %v\n", a.plotDir, err)
 			return 1

@@ -205,15 +205,21 @@ const remoteLinkFile = "../../benchmarks/results/remote-local.json"
 
 // TestReplayRemote: --remote replays the chosen strategy with a remote tier
 // of each size, read over the link --remote-link measured, and the report
-// has a row per size.
+// has a row per size, and --plot its picture.
 func TestReplayRemote(t *testing.T) {
-	args := append(quickArgs(t), "--baselines=false", "--remote", "0,16GiB", "--remote-link", remoteLinkFile)
+	dir := t.TempDir()
+	args := append(quickArgs(t), "--baselines=false", "--remote", "0,16GiB", "--remote-link", remoteLinkFile, "--plot", dir)
 	code, out, errs := runReplayArgs(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	if !strings.Contains(out, "TTFT against the remote tier's size") || !strings.Contains(out, "16GiB") {
 		t.Errorf("no remote sweep in the report:\n%s", out)
+	}
+	for _, f := range []string{"ttft.svg", "ttft.png", "remote-sweep.svg", "remote-sweep.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }
 

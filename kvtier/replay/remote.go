@@ -1,19 +1,15 @@
 package replay
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"kvtier.dev/internal/invariants"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/costplan"
@@ -308,29 +304,4 @@ func (sw *RemoteSweep) writeText(b *strings.Builder, strategy string) {
 			p.FetchedRatio, p.HitRatio.Overall, p.Fetches, fmtSeconds(p.MeanFetchSeconds), p.NotWorth, p.Published)
 	}
 	tw.Flush()
-}
-
-// remotePlot draws the TTFT's mean and percentiles against the remote
-// tier's size.
-func (r *Report) remotePlot() (*plot.Plot, error) {
-	sw := r.RemoteSweep
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("TTFT against remote tier size (%s, %.2f GB/s, %v per fetch)",
-		r.Results[0].Strategy, sw.Link.BandwidthBytesPerS/1e9, sw.Link.Latency)
-	p.X.Label.Text = "remote tier (GiB)"
-	p.Y.Label.Text = "TTFT (s)"
-	p.Y.Min = 0
-	p.Legend.Top = true
-	p.Add(plotter.NewGrid())
-	pts := slices.Clone(sw.Points)
-	slices.SortStableFunc(pts, func(a, b RemotePoint) int { return cmp.Compare(a.RemoteBytes, b.RemoteBytes) })
-	err := addLines(p, pts, func(pt RemotePoint) float64 { return float64(pt.RemoteBytes) / (1 << 30) }, []lineSeries[RemotePoint]{
-		{"p90", func(pt RemotePoint) float64 { return pt.TTFT.P90 }},
-		{"mean", func(pt RemotePoint) float64 { return pt.TTFT.Mean }},
-		{"p50", func(pt RemotePoint) float64 { return pt.TTFT.P50 }},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
 }

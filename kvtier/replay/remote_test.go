@@ -2,8 +2,6 @@ package replay
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,9 +87,9 @@ func TestRemoteSweepErrors(t *testing.T) {
 	}
 }
 
-// TestRemoteSweepReportAndPlot: the text report has the sweep's table, the
-// JSON its points (the same twice), and the plot its picture.
-func TestRemoteSweepReportAndPlot(t *testing.T) {
+// TestRemoteSweepReport: the text report has the sweep's table, and the
+// JSON its points (the same twice). internal/replayplot tests its picture.
+func TestRemoteSweepReport(t *testing.T) {
 	cfg := remoteTestConfig()
 	var js [2]bytes.Buffer
 	var rep *Report
@@ -116,22 +114,6 @@ func TestRemoteSweepReportAndPlot(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, b.String())
 		}
-	}
-	files, err := rep.Plot(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, f := range files {
-		if strings.HasPrefix(filepath.Base(f), "remote-sweep.") {
-			if st, err := os.Stat(f); err != nil || st.Size() < 1000 {
-				t.Errorf("%s: %v", f, err)
-			}
-			n++
-		}
-	}
-	if n != 2 {
-		t.Errorf("wrote %v, want remote-sweep.svg and .png", files)
 	}
 }
 

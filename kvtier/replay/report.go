@@ -138,8 +138,10 @@ type StrategyResult struct {
 	Demotions   TierCounts     `json:"demotions"`
 	Plan        *PlanTotals    `json:"plan,omitempty"`
 	Manager     *ManagerCounts `json:"manager,omitempty"`
-
-	ttftQuantiles []float64 // the 0th to 100th percentiles, for Plot
+	// TTFTQuantiles are the 0th to 100th percentiles of TTFT in seconds,
+	// 101 of them (none without requests), for plotting its distribution.
+	// They are not in the JSON.
+	TTFTQuantiles []float64 `json:"-"`
 }
 
 // TierRatios is a ratio per tier and overall.
@@ -260,6 +262,19 @@ func percentiles(ds []time.Duration) Percentiles {
 		Mean: seconds(sum / time.Duration(len(ds))), Max: seconds(ds[len(ds)-1])}
 }
 
+// quantiles returns the 0th to 100th percentiles of sorted ds, in seconds.
+func quantiles(sorted []time.Duration) []float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	q := make([]float64, 101)
+	for i := range q {
+		j := min(len(sorted)-1, i*len(sorted)/100)
+		q[i] = sorted[j].Seconds()
+	}
+	return q
+}
+
 // result turns the tally into the engine's StrategyResult.
 func (e *engine) result() StrategyResult {
 	t := &e.res
@@ -289,7 +304,7 @@ func (e *engine) result() StrategyResult {
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
 			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
 		TTFT:               percentiles(e.ttfts),
-		ttftQuantiles:      quantiles(e.ttfts),
+		TTFTQuantiles:      quantiles(e.ttfts),
 		PrefillBusySeconds: seconds(t.PrefillBusy),
 		SpanSeconds:        seconds(t.End),
 		MaxInFlight:        t.MaxRunning,
