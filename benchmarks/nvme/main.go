@@ -49,28 +49,20 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/internal/results"
-	"kvtier.dev/kvtier/nvme"
 )
 
 // options are the command's flags, checked.
@@ -207,352 +199,32 @@ func run(o options) error {
 	return res.Markdown(os.Stdout)
 }
 
-// measureSize builds a store of sizeGiB of bs-byte slots and times every
-// case, raw and through the tier, alternating their order by round.
+// measureSize builds a store of --size-gib of bs-byte slots, times every
+// case, raw and through the tier, alternating their order by round, adds
+// the rows to res and returns the size's note.
 func measureSize(res *results.File, o options, bs int) (string, error) {
-	dir, sizeGiB, rounds, depth, workers, thp := o.dir, o.sizeGiB, o.rounds, o.depth, o.workers, o.thp
-	sub := filepath.Join(dir, fmt.Sprintf("bs-%d", bs))
-	if err := os.MkdirAll(sub, 0o700); err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(sub)
-	nslots := max(int(sizeGiB*(1<<30))/bs, depth)
-	s, err := nvme.Open(nvme.Config{Dirs: []string{sub}, SlotsPerFile: nslots, BlockBytes: bs,
-		MaxTokens: 16, Mode: nvme.ModeDirect, Workers: workers})
+	b, err := newBench(o, bs)
 	if err != nil {
 		return "", err
 	}
-	defer s.Close()
-	info := s.Info()
-	note := fmt.Sprintf("%s: %d slots of %d bytes, %s I/O, alignment %d bytes (%s), preallocated %v",
-		bytesize.Format(int64(bs)), nslots, info.SlotBytes, info.Mode, info.AlignBytes, info.AlignSource, info.Preallocated)
-	dev := newDiskStats(info.Files[0])
-	if dev.ok() {
-		res.Notes = append(res.Notes, fmt.Sprintf("%s blocks on device %s: %s", bytesize.Format(int64(bs)), dev.name, dev.queue()))
+	defer b.close()
+	if b.dev.ok() {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s blocks on device %s: %s", bytesize.Format(int64(bs)), b.dev.name, b.dev.queue()))
 	}
-	raw, err := unix.Open(info.Files[0], unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("open %s with O_DIRECT for the raw baseline: %w", info.Files[0], err)
+	if err := b.warmUp(); err != nil {
+		return "", err
 	}
-	defer unix.Close(raw)
-
-	slots := make([]nvme.Slot, nslots)
-	for i := range slots {
-		if slots[i], err = s.Allocate(); err != nil {
-			return "", err
-		}
-	}
-	slices.Sort(slots)
-	// The payload offset of slot i: after the superblock, i whole slots and
-	// the slot's header region.
-	payloadOff := func(slot nvme.Slot) int64 {
-		return info.FirstSlotOffset + int64(slot)*info.SlotBytes + int64(info.HeaderBytes)
-	}
-	// One mapping holds every goroutine's buffer; with --thp it is 2 MiB
-	// aligned and asks for transparent huge pages, as the pinned host pool
-	// that feeds the tier in a server does.
-	const hugeBytes = 2 << 20
-	mem, err := unix.Mmap(-1, 0, depth*bs+hugeBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	t, err := b.timeRounds()
 	if err != nil {
 		return "", err
 	}
-	defer unix.Munmap(mem)
-	base := mem
-	if thp {
-		p := uintptr(unsafe.Pointer(&mem[0]))
-		base = mem[(hugeBytes-int(p%hugeBytes))%hugeBytes:]
-		if err := unix.Madvise(base[:depth*bs], unix.MADV_HUGEPAGE); err != nil {
-			return "", fmt.Errorf("--thp: madvise(MADV_HUGEPAGE): %w", err)
-		}
-	}
-	bufs := make([][]byte, depth)
-	for i := range bufs {
-		b := base[i*bs : (i+1)*bs : (i+1)*bs]
-		// Every buffer holds the same bytes, so that a raw write leaves the
-		// tier's block (and its checksum) valid for the reads that follow.
-		for j := range b {
-			b[j] = byte(j*131 + j>>12)
-		}
-		bufs[i] = b
-	}
-	// --gpu: a device block per goroutine, and a second store of its own
-	// (same geometry, same drive) for the word-summed blocks, so that the
-	// tier's CPU rows keep measuring XXH3 blocks.
-	var gpu *gpuSide
-	var s2 *nvme.Store
-	var slots2 []nvme.Slot
-	if o.gpu {
-		fill := func(b []byte) {
-			for j := range b {
-				b[j] = byte(j%bs*131 + j%bs>>12)
-			}
-		}
-		if gpu, err = newGPUSide(depth, o.gpuBatch, bs, fill); err != nil {
-			return "", err
-		}
-		defer gpu.close()
-		sub2 := sub + "-gpu"
-		if err := os.MkdirAll(sub2, 0o700); err != nil {
-			return "", err
-		}
-		defer os.RemoveAll(sub2)
-		if s2, err = nvme.Open(nvme.Config{Dirs: []string{sub2}, SlotsPerFile: nslots, BlockBytes: bs,
-			MaxTokens: 16, Mode: nvme.ModeDirect, Workers: workers}); err != nil {
-			return "", err
-		}
-		defer s2.Close()
-		slots2 = make([]nvme.Slot, nslots)
-		for i := range slots2 {
-			if slots2[i], err = s2.Allocate(); err != nil {
-				return "", err
-			}
-		}
-		slices.Sort(slots2)
-	}
-	// Header regions for the raw+header reads.
-	hdrs := make([][]byte, depth)
-	for i := range hdrs {
-		b, err := unix.Mmap(-1, 0, info.HeaderBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-		if err != nil {
-			return "", err
-		}
-		defer unix.Munmap(b)
-		hdrs[i] = b
-	}
-	rng := rand.New(rand.NewPCG(1, uint64(bs)))
-	perm := rng.Perm(nslots)
-	seq := make([]int, nslots)
-	for i := range seq {
-		seq[i] = i
-	}
-	// gpuPass is one goroutine's share of a pass in a GPU mode: batches of
-	// --gpu-batch blocks, each batch one round trip to the GPU, each block
-	// its own I/O as in the raw rows.
-	gpuPass := func(w *gpuWorker, next *atomic.Int64, order []int, write bool, m mode) error {
-		ctx := context.Background()
-		var rd [1]nvme.ReadOp
-		var wr [1]nvme.WriteOp
-		k := int64(len(w.bufs))
-		want := make([]uint64, 0, k)
-		for {
-			i0 := int(next.Add(k) - k)
-			n := min(int(k), len(order)-i0)
-			if n <= 0 {
-				return nil
-			}
-			batch := order[i0 : i0+n]
-			tier := m == modeTierGPU
-			if write {
-				sums, err := w.fromDevice(n, tier)
-				if err != nil {
-					return err
-				}
-				for j, o := range batch {
-					if !tier {
-						if err := full(unix.Pwrite, raw, w.bufs[j], payloadOff(slots[o])); err != nil {
-							return err
-						}
-						continue
-					}
-					wr[0] = nvme.WriteOp{Slot: slots2[o], Meta: nvme.BlockMeta{Key: uint64(slots2[o]) + 1, Parent: uint64(slots2[o]), Salt: 1},
-						Payload: w.bufs[j], WordSummed: true, WordSum: sums[j]}
-					if err := s2.WriteBatch(ctx, wr[:]); err != nil {
-						return err
-					}
-					if wr[0].Err != nil {
-						return wr[0].Err
-					}
-				}
-				continue
-			}
-			want = want[:0]
-			for j, o := range batch {
-				if !tier {
-					if err := full(unix.Pread, raw, w.bufs[j], payloadOff(slots[o])); err != nil {
-						return err
-					}
-					continue
-				}
-				rd[0] = nvme.ReadOp{Slot: slots2[o], Dst: w.bufs[j], DeferWordSum: true, Meta: nvme.BlockMeta{Tokens: rd[0].Meta.Tokens[:0]}}
-				if err := s2.ReadBatch(ctx, rd[:]); err != nil {
-					return err
-				}
-				if rd[0].Err != nil {
-					return rd[0].Err
-				}
-				if !rd[0].Deferred {
-					return fmt.Errorf("slot %d: the store checked a word-summed payload itself", rd[0].Slot)
-				}
-				want = append(want, rd[0].Check.WordSum)
-			}
-			sums, err := w.toDevice(n, tier)
-			if err != nil {
-				return err
-			}
-			for j := range want {
-				if sums[j] != want[j] {
-					return fmt.Errorf("slot %d: the GPU's word sum %#x is not the header's %#x", slots2[batch[j]], sums[j], want[j])
-				}
-			}
-		}
-	}
-	// one pass over all slots, in order, with depth goroutines; returns GiB/s.
-	pass := func(write, random bool, m mode) (float64, error) {
-		order := seq
-		if random {
-			order = perm
-		}
-		var next atomic.Int64
-		var firstErr error
-		var once sync.Once
-		var wg sync.WaitGroup
-		t0 := time.Now()
-		for g := range depth {
-			buf, hdr := bufs[g], hdrs[g]
-			if m == modeRawCopy || m == modeTierGPU {
-				wg.Go(func() {
-					if err := gpuPass(gpu.workers[g], &next, order, write, m); err != nil {
-						once.Do(func() { firstErr = err })
-					}
-				})
-				continue
-			}
-			wg.Go(func() {
-				ctx := context.Background()
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(order) {
-						return
-					}
-					slot := slots[order[i]]
-					var err error
-					switch {
-					case m == modeTier && write:
-						err = s.Write(ctx, slot, nvme.BlockMeta{Key: uint64(slot) + 1, Parent: uint64(slot), Salt: 1}, buf)
-					case m == modeTier:
-						_, err = s.Read(ctx, slot, buf)
-					case write:
-						err = full(unix.Pwrite, raw, buf, payloadOff(slot))
-					case m == modeRawHdr:
-						err = fullv(raw, hdr, buf, payloadOff(slot)-int64(info.HeaderBytes))
-					case m == modeRawTouch && write:
-						touched.Add(int64(bytes.Count(buf, touchByte)))
-						err = full(unix.Pwrite, raw, buf, payloadOff(slot))
-					case m == modeRawTouch:
-						err = full(unix.Pread, raw, buf, payloadOff(slot))
-						touched.Add(int64(bytes.Count(buf, touchByte)))
-					default:
-						err = full(unix.Pread, raw, buf, payloadOff(slot))
-					}
-					if err != nil {
-						once.Do(func() { firstErr = err })
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		el := time.Since(t0).Seconds()
-		return float64(len(order)) * float64(bs) / (1 << 30) / el, firstErr
-	}
-	// Warm up, untimed: write every slot through the tier, so that the
-	// file is allocated on the drive and the reads find blocks.
-	if _, err := pass(true, false, modeTier); err != nil {
+	if err := b.checkStores(); err != nil {
 		return "", err
 	}
-	if gpu != nil {
-		if _, err := pass(true, false, modeTierGPU); err != nil {
-			return "", err
-		}
-	}
-	type key struct {
-		c int
-		m mode
-	}
-	samples := map[key][]float64{}
-	reqs := map[key]diskDelta{}
-	cpu := map[key]time.Duration{}
-	cpuSamples := map[key][]float64{} // µs per block, one per round
-	for r := range rounds {
-		for c, cs := range cases {
-			for i := range numModes {
-				m := (mode(r) + i) % numModes
-				if m == modeRawHdr && cs.write {
-					continue // it would overwrite the tier's headers
-				}
-				if (m == modeRawCopy || m == modeTierGPU) && gpu == nil {
-					continue
-				}
-				before, cpu0 := dev.read(), cpuTime()
-				v, err := pass(cs.write, cs.random, m)
-				used := cpuTime() - cpu0
-				cpu[key{c, m}] += used
-				cpuSamples[key{c, m}] = append(cpuSamples[key{c, m}], float64(used.Nanoseconds())/1e3/float64(nslots))
-				if err != nil {
-					return "", fmt.Errorf("%s (%s): %w", cs.name, modeNames[m], err)
-				}
-				k := key{c, m}
-				samples[k] = append(samples[k], v)
-				reqs[k] = reqs[k].add(dev.read().sub(before, cs.write))
-			}
-		}
-	}
-	if st := s.Stats(); st.CorruptDrops != 0 {
-		return "", fmt.Errorf("the tier dropped %d corrupt slots during the run", st.CorruptDrops)
-	}
-	if s2 != nil {
-		if st := s2.Stats(); st.CorruptDrops != 0 || st.DeferredChecks == 0 {
-			return "", fmt.Errorf("the GPU-summed tier dropped %d corrupt slots and deferred %d checks during the run", st.CorruptDrops, st.DeferredChecks)
-		}
-	}
-	blocks := float64(nslots * rounds)
-	for c, cs := range cases {
-		base := fmt.Sprintf("raw O_DIRECT %s %s", cs.name, bytesize.Format(int64(bs)))
-		res.Add(base, "GiB/s", samples[key{c, modeRaw}], "")
-		if !cs.write {
-			r := res.Add(fmt.Sprintf("raw O_DIRECT+header %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeRawHdr}], base)
-			r.Note = "diagnostic: the tier's bytes (header region + payload) in one raw preadv"
-			res.Rows[len(res.Rows)-1] = r
-		}
-		r := res.Add(fmt.Sprintf("raw O_DIRECT+touch %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeRawTouch}], base)
-		r.Note = "diagnostic: raw, plus one SIMD pass over the payload's bytes (the floor of any full checksum)"
-		res.Rows[len(res.Rows)-1] = r
-		res.Add(fmt.Sprintf("kvtier/nvme %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeTier}], base)
-		cpuBase := fmt.Sprintf("raw O_DIRECT %s %s CPU", cs.name, bytesize.Format(int64(bs)))
-		res.Add(cpuBase, "CPU µs/block", cpuSamples[key{c, modeRaw}], "")
-		r = res.Add(fmt.Sprintf("raw O_DIRECT+touch %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeRawTouch}], cpuBase)
-		r.Note = "diagnostic: raw plus one pass over the payload"
-		res.Rows[len(res.Rows)-1] = r
-		tierCPU := res.Add(fmt.Sprintf("kvtier/nvme %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeTier}], cpuBase)
-		note += fmt.Sprintf("; %s tier CPU per block %.2fx raw's (medians of rounds)", cs.name, 1/tierCPU.Ratio)
-		if gpu != nil {
-			copyName := fmt.Sprintf("raw O_DIRECT+copy %s %s", cs.name, bytesize.Format(int64(bs)))
-			r = res.Add(copyName, "GiB/s", samples[key{c, modeRawCopy}], base)
-			r.Note = "raw, plus the payload's copy to or from the GPU (what any GPU server adds), no checksum"
-			res.Rows[len(res.Rows)-1] = r
-			res.Add(fmt.Sprintf("kvtier/nvme, GPU sums %s %s", cs.name, bytesize.Format(int64(bs))), "GiB/s", samples[key{c, modeTierGPU}], base)
-			r = res.Add(copyName+" CPU", "CPU µs/block", cpuSamples[key{c, modeRawCopy}], cpuBase)
-			r.Note = "raw plus the copy to or from the GPU"
-			res.Rows[len(res.Rows)-1] = r
-			g := res.Add(fmt.Sprintf("kvtier/nvme, GPU sums %s %s CPU", cs.name, bytesize.Format(int64(bs))), "CPU µs/block", cpuSamples[key{c, modeTierGPU}], cpuBase)
-			note += fmt.Sprintf("; %s tier with GPU sums CPU per block %.2fx raw's", cs.name, 1/g.Ratio)
-		}
-		note += fmt.Sprintf("; %s CPU µs per block (user+system, this process):", cs.name)
-		for m := range numModes {
-			if d, ok := cpu[key{c, m}]; ok {
-				note += fmt.Sprintf(" %s %.1f,", modeNames[m], float64(d.Microseconds())/blocks)
-			}
-		}
-		note = strings.TrimSuffix(note, ",")
-		if dev.ok() {
-			note += fmt.Sprintf("; %s device requests per block:", cs.name)
-			for m := range numModes {
-				if d, ok := reqs[key{c, m}]; ok {
-					note += fmt.Sprintf(" %s %s,", modeNames[m], d.per(blocks))
-				}
-			}
-			note = strings.TrimSuffix(note, ",")
-		}
+	note := b.sizeNote()
+	for c := range cases {
+		tierCPU, gpuCPU := b.addCaseRows(res, c, t)
+		note += b.caseNote(c, t, tierCPU, gpuCPU)
 	}
 	return note, nil
 }
