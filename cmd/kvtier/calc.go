@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -88,226 +89,322 @@ func runCalc(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
+// calcFlags are calc's flags as given, before they are checked and turned
+// into a scenario.
+type calcFlags struct {
+	model, modelFile                 string
+	layers, qHeads, kvHeads, headDim int
+	dtype                            string
+	params, activeParams             float64
+	tokens, prefix                   int
+	gpu, link, tier, nvme, rdma      string
+	drives                           int
+	serial                           bool
+	tp, blockTokens                  int
+	json, sweep                      bool
+	plotPath, probe                  string
+	bandwidth                        float64
+	latency                          time.Duration
+	tflops, efficiency, gpuMemory    float64
+	calPath, samplesPath, writeCal   string
+	// set holds the flags given on the command line.
+	set map[string]bool
+}
+
+// calcFlagSet defines calc's flags into f.
+func calcFlagSet(f *calcFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvtier calc", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	model := fs.String("model", "llama-3.1-70b", "model preset: "+strings.Join(cost.ModelNames(), ", "))
-	modelFile := fs.String("model-file", "", "custom model as JSON (keys: name, layers, q_heads, kv_heads, head_dim, dtype, total_params, active_params, kv_lora_rank, ...)")
-	layers := fs.Int("layers", 0, "override: number of layers")
-	qHeads := fs.Int("q-heads", 0, "override: query heads")
-	kvHeads := fs.Int("kv-heads", 0, "override: key/value heads")
-	headDim := fs.Int("head-dim", 0, "override: head dimension")
-	dtype := fs.String("dtype", "", "override: KV dtype (bf16, fp16, fp8, fp32)")
-	params := fs.Float64("params", 0, "override: total parameters (70e9 for a 70B model); active follows unless --active-params")
-	activeParams := fs.Float64("active-params", 0, "override: active parameters per token (MoE)")
-	tokens := fs.Int("tokens", 32768, "tokens of the cached prefix to bring back")
-	prefix := fs.Int("prefix", 0, "tokens already on the GPU before them")
-	gpu := fs.String("gpu", "h200", "GPU preset: "+strings.Join(cost.GPUNames(), ", "))
-	link := fs.String("link", "pcie5-pinned", "the GPU's host link: "+strings.Join(cost.LinkNames(), ", "))
-	tier := fs.String("tier", "host", "where the KV is: host (over --link), nvme (--nvme then --link), remote (--rdma then --link)")
-	nvme := fs.String("nvme", "nvme-gen5", "NVMe drive preset for --tier nvme")
-	drives := fs.Int("drives", 1, "NVMe drives striped together")
-	serial := fs.Bool("serial", false, "two-hop paths do not overlap their hops (default: pipelined, the slower hop sets the rate)")
-	rdma := fs.String("rdma", "rdma-400g", "network link preset for --tier remote")
-	tp := fs.Int("tp", 0, "tensor-parallel degree; 0: the smallest power of two at which the weights and the request's KV fit in the GPU")
-	blockTokens := fs.Int("block-tokens", 16, "tokens per KV block")
-	jsonOut := fs.Bool("json", false, "print the report as JSON")
-	sweep := fs.Bool("sweep", false, "also sweep context lengths 64, 128, ... up to --tokens")
-	plotPath := fs.String("plot", "", "with --sweep: draw reload, recompute and split time against context length (FILE.svg or FILE.png)")
-	probe := fs.String("probe", "", "a `kvtier probe --json` file: its measured host link replaces --link's figures")
-	bandwidth := fs.Float64("bandwidth", 0, "override --link's bandwidth, GB/s")
-	latency := fs.Duration("latency", 0, "override --link's per-transfer latency (3us, 0)")
-	tflops := fs.Float64("tflops", 0, "override the GPU's dense bf16 peak, TFLOP/s")
-	efficiency := fs.Float64("efficiency", 0, "override the GPU's prefill efficiency, in (0, 1]")
-	gpuMemory := fs.Float64("gpu-memory", 0, "override the GPU's memory, GB: the weights (per GPU) and the request's KV must fit in it")
-	calPath := fs.String("calibration", "", "a calibration file (--write-calibration's, a server's) or `kvtier probe --json` output: its fitted prefill and links replace the presets")
-	samplesPath := fs.String("prefill-samples", "", "fit prefill to measured samples, one JSON object a line: {\"model\":\"llama-3.1-8b\",\"prefix\":0,\"tokens\":512,\"seconds\":0.0222}; prints the fitted terms and each sample's error")
-	writeCal := fs.String("write-calibration", "", "write the calibration (--calibration, then --prefill-samples) to this file as JSON")
+	fs.StringVar(&f.model, "model", "llama-3.1-70b", "model preset: "+strings.Join(cost.ModelNames(), ", "))
+	fs.StringVar(&f.modelFile, "model-file", "", "custom model as JSON (keys: name, layers, q_heads, kv_heads, head_dim, dtype, total_params, active_params, kv_lora_rank, ...)")
+	fs.IntVar(&f.layers, "layers", 0, "override: number of layers")
+	fs.IntVar(&f.qHeads, "q-heads", 0, "override: query heads")
+	fs.IntVar(&f.kvHeads, "kv-heads", 0, "override: key/value heads")
+	fs.IntVar(&f.headDim, "head-dim", 0, "override: head dimension")
+	fs.StringVar(&f.dtype, "dtype", "", "override: KV dtype (bf16, fp16, fp8, fp32)")
+	fs.Float64Var(&f.params, "params", 0, "override: total parameters (70e9 for a 70B model); active follows unless --active-params")
+	fs.Float64Var(&f.activeParams, "active-params", 0, "override: active parameters per token (MoE)")
+	fs.IntVar(&f.tokens, "tokens", 32768, "tokens of the cached prefix to bring back")
+	fs.IntVar(&f.prefix, "prefix", 0, "tokens already on the GPU before them")
+	fs.StringVar(&f.gpu, "gpu", "h200", "GPU preset: "+strings.Join(cost.GPUNames(), ", "))
+	fs.StringVar(&f.link, "link", "pcie5-pinned", "the GPU's host link: "+strings.Join(cost.LinkNames(), ", "))
+	fs.StringVar(&f.tier, "tier", "host", "where the KV is: host (over --link), nvme (--nvme then --link), remote (--rdma then --link)")
+	fs.StringVar(&f.nvme, "nvme", "nvme-gen5", "NVMe drive preset for --tier nvme")
+	fs.IntVar(&f.drives, "drives", 1, "NVMe drives striped together")
+	fs.BoolVar(&f.serial, "serial", false, "two-hop paths do not overlap their hops (default: pipelined, the slower hop sets the rate)")
+	fs.StringVar(&f.rdma, "rdma", "rdma-400g", "network link preset for --tier remote")
+	fs.IntVar(&f.tp, "tp", 0, "tensor-parallel degree; 0: the smallest power of two at which the weights and the request's KV fit in the GPU")
+	fs.IntVar(&f.blockTokens, "block-tokens", 16, "tokens per KV block")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&f.sweep, "sweep", false, "also sweep context lengths 64, 128, ... up to --tokens")
+	fs.StringVar(&f.plotPath, "plot", "", "with --sweep: draw reload, recompute and split time against context length (FILE.svg or FILE.png)")
+	fs.StringVar(&f.probe, "probe", "", "a `kvtier probe --json` file: its measured host link replaces --link's figures")
+	fs.Float64Var(&f.bandwidth, "bandwidth", 0, "override --link's bandwidth, GB/s")
+	fs.DurationVar(&f.latency, "latency", 0, "override --link's per-transfer latency (3us, 0)")
+	fs.Float64Var(&f.tflops, "tflops", 0, "override the GPU's dense bf16 peak, TFLOP/s")
+	fs.Float64Var(&f.efficiency, "efficiency", 0, "override the GPU's prefill efficiency, in (0, 1]")
+	fs.Float64Var(&f.gpuMemory, "gpu-memory", 0, "override the GPU's memory, GB: the weights (per GPU) and the request's KV must fit in it")
+	fs.StringVar(&f.calPath, "calibration", "", "a calibration file (--write-calibration's, a server's) or `kvtier probe --json` output: its fitted prefill and links replace the presets")
+	fs.StringVar(&f.samplesPath, "prefill-samples", "", "fit prefill to measured samples, one JSON object a line: {\"model\":\"llama-3.1-8b\",\"prefix\":0,\"tokens\":512,\"seconds\":0.0222}; prints the fitted terms and each sample's error")
+	fs.StringVar(&f.writeCal, "write-calibration", "", "write the calibration (--calibration, then --prefill-samples) to this file as JSON")
+	return fs
+}
+
+// calcParse parses the command line into the scenario and the report's
+// options, checked: a bad value is an error naming its flag.
+func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
+	var f calcFlags
+	fs := calcFlagSet(&f, stderr)
 	if err := fs.Parse(args); err != nil {
 		return calcConfig{}, err
 	}
 	if fs.NArg() > 0 {
 		return calcConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	// Every number a user set must be positive: a zero would be silently
-	// read as "keep the preset" otherwise.
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := f.checkPositive(fs); err != nil {
+		return calcConfig{}, err
+	}
+	cfg := calcConfig{tier: f.tier, blockTokens: f.blockTokens, tokens: f.tokens, prefix: f.prefix,
+		json: f.json, sweep: f.sweep, plotPath: f.plotPath, writeCal: f.writeCal}
+	autoTP, err := f.scenario(&cfg)
+	if err != nil {
+		return calcConfig{}, err
+	}
+	if err := cfg.check(); err != nil {
+		return calcConfig{}, err
+	}
+	if err := cfg.fitTP(autoTP); err != nil {
+		return calcConfig{}, err
+	}
+	return cfg, nil
+}
+
+// checkPositive fails on a number given on the command line that is not
+// positive: a zero would be silently read as "keep the preset" otherwise.
+func (f *calcFlags) checkPositive(fs *flag.FlagSet) error {
 	for _, c := range []struct {
 		name string
 		bad  bool
 	}{
-		{"layers", *layers <= 0}, {"q-heads", *qHeads <= 0}, {"kv-heads", *kvHeads <= 0}, {"head-dim", *headDim <= 0},
-		{"params", !(*params > 0)}, {"active-params", !(*activeParams > 0)},
-		{"bandwidth", !(*bandwidth > 0)}, {"latency", *latency < 0},
-		{"tflops", !(*tflops > 0)}, {"efficiency", !(*efficiency > 0)}, {"gpu-memory", !(*gpuMemory > 0)},
+		{"layers", f.layers <= 0}, {"q-heads", f.qHeads <= 0}, {"kv-heads", f.kvHeads <= 0}, {"head-dim", f.headDim <= 0},
+		{"params", !(f.params > 0)}, {"active-params", !(f.activeParams > 0)},
+		{"bandwidth", !(f.bandwidth > 0)}, {"latency", f.latency < 0},
+		{"tflops", !(f.tflops > 0)}, {"efficiency", !(f.efficiency > 0)}, {"gpu-memory", !(f.gpuMemory > 0)},
 	} {
-		if set[c.name] && c.bad {
+		if f.set[c.name] && c.bad {
 			v := fs.Lookup(c.name).Value.String()
-			return calcConfig{}, fmt.Errorf("--%s %s: must be positive", c.name, v)
+			return fmt.Errorf("--%s %s: must be positive", c.name, v)
 		}
 	}
+	return nil
+}
 
-	cfg := calcConfig{tier: *tier, blockTokens: *blockTokens, tokens: *tokens, prefix: *prefix,
-		json: *jsonOut, sweep: *sweep, plotPath: *plotPath}
+// scenario builds cfg's scenario (model, GPU, calibration, path) and its
+// calibration from the flags. autoTP is whether the degree is left to
+// fitTP (no --tp, or --tp 0); s.TP is then 1.
+func (f *calcFlags) scenario(cfg *calcConfig) (autoTP bool, err error) {
 	s := &cfg.scenario
-	var err error
-	if *modelFile != "" {
-		if set["model"] {
-			return calcConfig{}, errors.New("--model and --model-file: give one")
-		}
-		s.Model, err = cost.LoadModelFile(*modelFile)
-	} else {
-		s.Model, err = cost.LookupModel(*model)
+	if s.Model, err = f.buildModel(); err != nil {
+		return false, err
 	}
-	if err != nil {
-		return calcConfig{}, err
+	if s.GPU, err = f.buildGPU(); err != nil {
+		return false, err
 	}
-	if set["layers"] {
-		s.Model.Layers = *layers
-	}
-	if set["q-heads"] {
-		s.Model.QHeads = *qHeads
-	}
-	if set["kv-heads"] {
-		s.Model.KVHeads = *kvHeads
-	}
-	if set["head-dim"] {
-		s.Model.HeadDim = *headDim
-	}
-	if set["dtype"] {
-		if s.Model.Dtype, err = cost.ParseDtype(*dtype); err != nil {
-			return calcConfig{}, err
-		}
-	}
-	if set["params"] {
-		// A dense model's active count follows its total; a mixture of
-		// experts keeps its active count unless --active-params says.
-		dense := s.Model.ActiveParams == s.Model.TotalParams
-		s.Model.TotalParams = *params
-		if dense && !set["active-params"] {
-			s.Model.ActiveParams = *params
-		}
-	}
-	if set["active-params"] {
-		s.Model.ActiveParams = *activeParams
-	}
-	for _, f := range []string{"layers", "q-heads", "kv-heads", "head-dim", "dtype", "params", "active-params"} {
-		if set[f] {
-			s.Model.Name += "+overrides"
-			break
-		}
-	}
-
-	if s.GPU, err = cost.LookupGPU(*gpu); err != nil {
-		return calcConfig{}, err
-	}
-	if set["tflops"] {
-		s.GPU.PeakFLOPS = *tflops * 1e12
-	}
-	if set["efficiency"] {
-		s.GPU.Efficiency = *efficiency
-	}
-	if set["gpu-memory"] {
-		s.GPU.MemoryBytes = int64(*gpuMemory * 1e9)
-	}
-	s.TP = *tp
-	autoTP := !set["tp"] || *tp == 0
+	s.TP = f.tp
+	autoTP = !f.set["tp"] || f.tp == 0
 	if autoTP {
 		s.TP = 1
 	}
-
-	cfg.writeCal = *writeCal
-	if cfg.cal, cfg.samples, err = calcLoadCalibration(s, *calPath, *samplesPath, *writeCal != ""); err != nil {
-		return calcConfig{}, err
+	if cfg.cal, cfg.samples, err = calcLoadCalibration(s, f.calPath, f.samplesPath, f.writeCal != ""); err != nil {
+		return false, err
 	}
 	var fit *cost.Fit
 	if cfg.cal != nil {
 		fit = cfg.cal.Current()
 		s.Fit = fit
 	}
-	ingress, err := cost.LookupLink(*link)
+	ingress, err := f.ingress(fit)
 	if err != nil {
-		return calcConfig{}, err
+		return false, err
+	}
+	if s.Path, err = f.path(fit, ingress); err != nil {
+		return false, err
+	}
+	return autoTP, nil
+}
+
+// buildModel is --model's preset or --model-file's model, with the
+// overrides given (its name then ends in "+overrides").
+func (f *calcFlags) buildModel() (cost.Model, error) {
+	var m cost.Model
+	var err error
+	if f.modelFile != "" {
+		if f.set["model"] {
+			return m, errors.New("--model and --model-file: give one")
+		}
+		m, err = cost.LoadModelFile(f.modelFile)
+	} else {
+		m, err = cost.LookupModel(f.model)
+	}
+	if err != nil {
+		return m, err
+	}
+	if f.set["layers"] {
+		m.Layers = f.layers
+	}
+	if f.set["q-heads"] {
+		m.QHeads = f.qHeads
+	}
+	if f.set["kv-heads"] {
+		m.KVHeads = f.kvHeads
+	}
+	if f.set["head-dim"] {
+		m.HeadDim = f.headDim
+	}
+	if f.set["dtype"] {
+		if m.Dtype, err = cost.ParseDtype(f.dtype); err != nil {
+			return m, err
+		}
+	}
+	if f.set["params"] {
+		// A dense model's active count follows its total; a mixture of
+		// experts keeps its active count unless --active-params says.
+		dense := m.ActiveParams == m.TotalParams
+		m.TotalParams = f.params
+		if dense && !f.set["active-params"] {
+			m.ActiveParams = f.params
+		}
+	}
+	if f.set["active-params"] {
+		m.ActiveParams = f.activeParams
+	}
+	for _, name := range []string{"layers", "q-heads", "kv-heads", "head-dim", "dtype", "params", "active-params"} {
+		if f.set[name] {
+			m.Name += "+overrides"
+			break
+		}
+	}
+	return m, nil
+}
+
+// buildGPU is --gpu's preset with the overrides given.
+func (f *calcFlags) buildGPU() (cost.GPU, error) {
+	g, err := cost.LookupGPU(f.gpu)
+	if err != nil {
+		return g, err
+	}
+	if f.set["tflops"] {
+		g.PeakFLOPS = f.tflops * 1e12
+	}
+	if f.set["efficiency"] {
+		g.Efficiency = f.efficiency
+	}
+	if f.set["gpu-memory"] {
+		g.MemoryBytes = int64(f.gpuMemory * 1e9)
+	}
+	return g, nil
+}
+
+// ingress is the GPU's host link: --link's preset as fit calibrated it,
+// or what --probe measured, with --bandwidth and --latency over it.
+func (f *calcFlags) ingress(fit *cost.Fit) (cost.Link, error) {
+	ingress, err := cost.LookupLink(f.link)
+	if err != nil {
+		return cost.Link{}, err
 	}
 	ingress, _ = fit.Link(ingress)
-	if *probe != "" {
-		p, err := cost.LoadProbe(*probe)
+	if f.probe != "" {
+		p, err := cost.LoadProbe(f.probe)
 		if err != nil {
-			return calcConfig{}, err
+			return cost.Link{}, err
 		}
 		ingress = p.Pinned
-		if strings.Contains(*link, "pageable") {
+		if strings.Contains(f.link, "pageable") {
 			if p.Pageable.BandwidthBytesPerS == 0 {
-				return calcConfig{}, fmt.Errorf("--probe %s: no pageable figure for --link %s", *probe, *link)
+				return cost.Link{}, fmt.Errorf("--probe %s: no pageable figure for --link %s", f.probe, f.link)
 			}
 			ingress = p.Pageable
 		}
 	}
-	if set["bandwidth"] {
-		ingress.BandwidthBytesPerS = *bandwidth * 1e9
+	if f.set["bandwidth"] {
+		ingress.BandwidthBytesPerS = f.bandwidth * 1e9
 	}
-	if set["latency"] {
-		ingress.Latency = *latency
+	if f.set["latency"] {
+		ingress.Latency = f.latency
 	}
-	switch *tier {
+	return ingress, nil
+}
+
+// path is --tier's path to the GPU, ending in ingress.
+func (f *calcFlags) path(fit *cost.Fit, ingress cost.Link) (cost.Path, error) {
+	switch f.tier {
 	case "host":
-		s.Path = cost.DirectPath(ingress)
+		return cost.DirectPath(ingress), nil
 	case "nvme":
-		src, err := cost.LookupLink(*nvme)
+		src, err := cost.LookupLink(f.nvme)
 		if err != nil {
-			return calcConfig{}, err
+			return cost.Path{}, err
 		}
 		src, _ = fit.Link(src)
-		if src, err = src.Drives(*drives); err != nil {
-			return calcConfig{}, err
+		if src, err = src.Drives(f.drives); err != nil {
+			return cost.Path{}, err
 		}
-		s.Path = cost.Path{Source: src, Ingress: ingress, Pipelined: !*serial}
+		return cost.Path{Source: src, Ingress: ingress, Pipelined: !f.serial}, nil
 	case "remote":
-		src, err := cost.LookupLink(*rdma)
+		src, err := cost.LookupLink(f.rdma)
 		if err != nil {
-			return calcConfig{}, err
+			return cost.Path{}, err
 		}
-		s.Path = cost.Path{Source: src, Ingress: ingress, Pipelined: !*serial}
+		return cost.Path{Source: src, Ingress: ingress, Pipelined: !f.serial}, nil
 	default:
-		return calcConfig{}, fmt.Errorf("--tier %q: %w; known: host, nvme, remote", *tier, cost.ErrUnknownName)
+		return cost.Path{}, fmt.Errorf("--tier %q: %w; known: host, nvme, remote", f.tier, cost.ErrUnknownName)
 	}
+}
+
+// check validates the scenario and the report's options.
+func (cfg *calcConfig) check() error {
+	s := &cfg.scenario
 	if err := s.Validate(); err != nil {
-		return calcConfig{}, err
+		return err
 	}
 	if cfg.blockTokens < 1 || cfg.blockTokens > 1<<20 {
-		return calcConfig{}, fmt.Errorf("--block-tokens %d: must be between 1 and %d", cfg.blockTokens, 1<<20)
+		return fmt.Errorf("--block-tokens %d: must be between 1 and %d", cfg.blockTokens, 1<<20)
 	}
 	if cfg.plotPath != "" {
 		if !cfg.sweep {
-			return calcConfig{}, errors.New("--plot needs --sweep")
+			return errors.New("--plot needs --sweep")
 		}
 		if ext := strings.ToLower(filepath.Ext(cfg.plotPath)); ext != ".svg" && ext != ".png" {
-			return calcConfig{}, fmt.Errorf("--plot %s: the file must end in .svg or .png", cfg.plotPath)
+			return fmt.Errorf("--plot %s: the file must end in .svg or .png", cfg.plotPath)
 		}
 	}
 	if cfg.sweep && cfg.tokens < 64 {
-		return calcConfig{}, fmt.Errorf("--sweep needs --tokens of at least 64, got %d", cfg.tokens)
+		return fmt.Errorf("--sweep needs --tokens of at least 64, got %d", cfg.tokens)
 	}
 	// Decide checks tokens and prefix; do it now so that a bad value is a
 	// usage error, whatever the output.
-	if _, err := s.Decide(cfg.tokens, cfg.prefix); err != nil {
-		return calcConfig{}, err
-	}
-	// The request's KV (prefix and tokens) must fit beside the weights;
-	// without --tp, at the smallest power-of-two degree where it does.
+	_, err := s.Decide(cfg.tokens, cfg.prefix)
+	return err
+}
+
+// fitTP checks that the request's KV (prefix and tokens) fits beside the
+// weights; with autoTP it doubles the degree from 1 until it does, up to
+// 64.
+func (cfg *calcConfig) fitTP(autoTP bool) error {
+	s := &cfg.scenario
 	for {
 		kv := s.Model.KVBytesPerTokenPerRank(s.TP) * int64(cfg.prefix+cfg.tokens)
 		err := s.CheckFits(kv)
 		if err == nil {
-			break
+			return nil
 		}
 		if !autoTP || s.TP >= 64 {
-			return calcConfig{}, fmt.Errorf("--model %s --gpu %s --tp %d with %d tokens: %w", s.Model.Name, s.GPU.Name, s.TP, cfg.prefix+cfg.tokens, err)
+			return fmt.Errorf("--model %s --gpu %s --tp %d with %d tokens: %w", s.Model.Name, s.GPU.Name, s.TP, cfg.prefix+cfg.tokens, err)
 		}
 		s.TP *= 2
 	}
-	return cfg, nil
 }
 
 // calcReport is what the calculator prints; its JSON form is --json's.

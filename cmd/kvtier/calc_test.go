@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -278,5 +279,42 @@ func TestCalcSmallestTPThatFits(t *testing.T) {
 		if r.TP != c.tp {
 			t.Errorf("%s: tp %d, want %d", c.model, r.TP, c.tp)
 		}
+	}
+}
+
+// TestCalcScenarioErrors: the scenario's inputs read from files (a probe,
+// a calibration, prefill samples) fail with an error naming the flag and
+// the file.
+func TestCalcScenarioErrors(t *testing.T) {
+	dir := t.TempDir()
+	pinnedOnly := filepath.Join(dir, "pinned-only.json")
+	os.WriteFile(pinnedOnly, []byte(`{"measured": {"h2d_pinned_bytes_per_s": 5e10, "small_copy_issue_seconds": 2e-6}}`), 0o600)
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, nil, 0o600)
+	absent := filepath.Join(dir, "absent")
+	for _, c := range []struct {
+		args    []string
+		mention []string
+	}{
+		{[]string{"--probe", pinnedOnly, "--link", "pcie5-pageable"}, []string{"--probe " + pinnedOnly, "no pageable figure", "--link pcie5-pageable"}},
+		{[]string{"--calibration", absent}, []string{"--calibration", absent}},
+		{[]string{"--prefill-samples", absent}, []string{"--prefill-samples", absent}},
+		{[]string{"--prefill-samples", empty}, []string{"--prefill-samples " + empty, "no sample"}},
+	} {
+		_, err := calcParse(c.args, io.Discard)
+		if err == nil {
+			t.Errorf("%v: no error", c.args)
+			continue
+		}
+		for _, m := range c.mention {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("%v: %q lacks %q", c.args, err, m)
+			}
+		}
+	}
+	// The probe's pinned figure serves a pinned --link.
+	cfg, err := calcParse([]string{"--probe", pinnedOnly}, io.Discard)
+	if err != nil || cfg.scenario.Path.Ingress.BandwidthBytesPerS != 5e10 {
+		t.Errorf("--probe with a pinned link: %v, ingress %+v", err, cfg.scenario.Path.Ingress)
 	}
 }
