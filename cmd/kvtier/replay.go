@@ -127,33 +127,80 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// replayFlags are the replay's flags that are not Config fields.
+type replayFlags struct {
+	tracePath, generate, format string
+	requests                    int
+	rate                        float64 // --sessions-per-second
+	seed                        uint64
+	skipBad                     bool
+	configPath                  string
+	json                        bool
+	plotDir                     string
+	sweep                       string // --sweep-host
+	remoteSizes, remoteLink     string
+	progress                    string
+	cpuProfile, requestsOut     string
+}
+
+// replayParse parses the command line: the flags over the defaults or the
+// --config file, the trace to replay and the sweeps, checked.
 func replayParse(args []string, stderr io.Writer) (replayArgs, error) {
+	c := replay.DefaultConfig()
+	var f replayFlags
+	fs := replayFlagSet(&c, &f, stderr)
+	if err := fs.Parse(args); err != nil {
+		return replayArgs{}, err
+	}
+	if fs.NArg() > 0 {
+		return replayArgs{}, fmt.Errorf("unexpected argument %q (the trace is --trace FILE)", fs.Arg(0))
+	}
+	a := replayArgs{cfg: c, json: f.json, plotDir: f.plotDir, progress: f.progress, cpuProfile: f.cpuProfile, requestsOut: f.requestsOut}
+	switch f.progress {
+	case "auto", "always", "never":
+	default:
+		return a, fmt.Errorf("--progress %q: want auto, always or never", f.progress)
+	}
+	if f.configPath != "" {
+		fileCfg, err := replayConfigFile(f.configPath, fs, &c)
+		if err != nil {
+			return a, err
+		}
+		a.cfg = fileCfg
+	}
+	if err := a.cfg.Validate(); err != nil {
+		return a, err
+	}
+	if a.plotDir != "" {
+		if err := checkPlotDir(a.plotDir); err != nil {
+			return a, fmt.Errorf("--plot %s: %w", a.plotDir, err)
+		}
+	}
+	format, err := trace.ParseFormat(f.format)
+	if err != nil {
+		return a, err
+	}
+	if a.src, err = f.source(format); err != nil {
+		return a, err
+	}
+	a.src.SkipBad = f.skipBad
+	return a, f.sweeps(&a)
+}
+
+// replayFlagSet defines the replay's flags: c's fields, whose values are
+// the defaults, and f's.
+func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvtier replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `usage: kvtier replay [flags]
-
-Replays a request trace (the bundled one by default) through kvtier's block
-manager, policies and cost model on a virtual clock, under the chosen
-strategy and the baselines (no prefix cache, GPU-only, always reload, always
-recompute), and reports hit ratios, bytes moved and TTFT.
-
-A --config file (JSON, the fields of --json's "config") is read first; flags
-given on the command line override it.
-
-flags:
-`)
-		fs.PrintDefaults()
-	}
-	def := replay.DefaultConfig()
-	var c replay.Config = def
-	tracePath := fs.String("trace", "", "trace file (JSONL, gzip-compressed or not); default: the bundled synthetic trace")
-	generate := fs.String("generate", "", "replay a generated trace instead: chat (the bundled trace's workload) or agentic (coding-agent sessions past 100K tokens, 64-token blocks)")
-	requests := fs.Int("requests", 0, "with --generate: the requests to generate (default: the workload's, 3000 chat or 2000 agentic)")
-	rate := fs.Float64("sessions-per-second", 0, "with --generate: new sessions per second (default: the workload's, 0.2 chat or 0.005 agentic)")
-	format := fs.String("format", "auto", "trace format: auto, mooncake or native")
-	skipBad := fs.Bool("skip-bad", false, "skip malformed trace lines (counted in the report) instead of stopping at the first")
-	configPath := fs.String("config", "", "JSON config file (strict: unknown fields are errors)")
+	fs.Usage = func() { replayUsage(fs, stderr) }
+	def := *c
+	fs.StringVar(&f.tracePath, "trace", "", "trace file (JSONL, gzip-compressed or not); default: the bundled synthetic trace")
+	fs.StringVar(&f.generate, "generate", "", "replay a generated trace instead: chat (the bundled trace's workload) or agentic (coding-agent sessions past 100K tokens, 64-token blocks)")
+	fs.IntVar(&f.requests, "requests", 0, "with --generate: the requests to generate (default: the workload's, 3000 chat or 2000 agentic)")
+	fs.Float64Var(&f.rate, "sessions-per-second", 0, "with --generate: new sessions per second (default: the workload's, 0.2 chat or 0.005 agentic)")
+	fs.StringVar(&f.format, "format", "auto", "trace format: auto, mooncake or native")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "skip malformed trace lines (counted in the report) instead of stopping at the first")
+	fs.StringVar(&f.configPath, "config", "", "JSON config file (strict: unknown fields are errors)")
 	fs.StringVar(&c.Model, "model", def.Model, "model preset: "+strings.Join(cost.ModelNames(), ", "))
 	fs.StringVar(&c.GPU, "gpu", def.GPU, "GPU preset: "+strings.Join(cost.GPUNames(), ", "))
 	fs.IntVar(&c.TP, "tp", def.TP, "tensor-parallel degree (tier sizes are per GPU)")
@@ -179,122 +226,134 @@ flags:
 	fs.StringVar(&c.Strategy, "strategy", def.Strategy, "the strategy to lead with: cost, reload, recompute, gpu-only or none")
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
 	fs.StringVar(&c.Calibration, "calibration", def.Calibration, "a calibration file (`kvtier calc --write-calibration`, a server's, or `kvtier probe --json`): measured prefill and links replace the presets")
-	seed := fs.Uint64("seed", 0, "with --generate: the generator's seed (default: the workload's, 1; the bundled trace is chat with seed 1)")
+	fs.Uint64Var(&f.seed, "seed", 0, "with --generate: the generator's seed (default: the workload's, 1; the bundled trace is chat with seed 1)")
 	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
-	jsonOut := fs.Bool("json", false, "print the report as JSON (byte-identical for the same trace and flags)")
-	plotDir := fs.String("plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
-	sweep := fs.String("sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
-	remoteSizes := fs.String("remote", "", "comma-separated remote tier (kvtier/remote) sizes to replay the chosen strategy with, e.g. 0,64GiB,512GiB (per GPU; needs --remote-link)")
-	remoteLink := fs.String("remote-link", "", "the remote tier's link: a results file that measured it (`kvtier probe --remote ADDRS --json FILE`, or benchmarks/remote's)")
-	progress := fs.String("progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay (go tool pprof) to this file")
-	requestsOut := fs.String("requests-out", "", "write one JSON line per request and strategy to this file, as each request ends (replay.RequestRecord): strategy, index (trace order, from 0), arrival_s, start_s (its prefill), ttft_s, end_s, input_tokens, output_tokens, blocks, used_gpu_blocks, loaded_host_blocks, loaded_nvme_blocks, recomputed_blocks, missed_blocks, and planned_s under cost")
-	if err := fs.Parse(args); err != nil {
-		return replayArgs{}, err
-	}
-	if fs.NArg() > 0 {
-		return replayArgs{}, fmt.Errorf("unexpected argument %q (the trace is --trace FILE)", fs.Arg(0))
-	}
-	a := replayArgs{cfg: c, json: *jsonOut, plotDir: *plotDir, progress: *progress, cpuProfile: *cpuProfile, requestsOut: *requestsOut}
-	switch *progress {
-	case "auto", "always", "never":
-	default:
-		return a, fmt.Errorf("--progress %q: want auto, always or never", *progress)
-	}
-	if *configPath != "" {
-		f, err := os.Open(*configPath)
-		if err != nil {
-			return a, err
-		}
-		fileCfg, err := replay.LoadConfig(f)
-		f.Close()
-		if err != nil {
-			return a, fmt.Errorf("%s: %w", *configPath, err)
-		}
-		// Flags given on the command line override the file.
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, o := range replayOverrides {
-			if set[o.flag] {
-				o.copy(&fileCfg, &c)
-			}
-		}
-		a.cfg = fileCfg
-	}
-	if err := a.cfg.Validate(); err != nil {
-		return a, err
-	}
-	if a.plotDir != "" {
-		if err := checkPlotDir(a.plotDir); err != nil {
-			return a, fmt.Errorf("--plot %s: %w", a.plotDir, err)
-		}
-	}
-	f, err := trace.ParseFormat(*format)
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON (byte-identical for the same trace and flags)")
+	fs.StringVar(&f.plotDir, "plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
+	fs.StringVar(&f.sweep, "sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")
+	fs.StringVar(&f.remoteSizes, "remote", "", "comma-separated remote tier (kvtier/remote) sizes to replay the chosen strategy with, e.g. 0,64GiB,512GiB (per GPU; needs --remote-link)")
+	fs.StringVar(&f.remoteLink, "remote-link", "", "the remote tier's link: a results file that measured it (`kvtier probe --remote ADDRS --json FILE`, or benchmarks/remote's)")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), always or never")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the replay (go tool pprof) to this file")
+	fs.StringVar(&f.requestsOut, "requests-out", "", "write one JSON line per request and strategy to this file, as each request ends (replay.RequestRecord): strategy, index (trace order, from 0), arrival_s, start_s (its prefill), ttft_s, end_s, input_tokens, output_tokens, blocks, used_gpu_blocks, loaded_host_blocks, loaded_nvme_blocks, recomputed_blocks, missed_blocks, and planned_s under cost")
+	return fs
+}
+
+// replayUsage prints the replay's usage and flags.
+func replayUsage(fs *flag.FlagSet, stderr io.Writer) {
+	fmt.Fprintf(stderr, `usage: kvtier replay [flags]
+
+Replays a request trace (the bundled one by default) through kvtier's block
+manager, policies and cost model on a virtual clock, under the chosen
+strategy and the baselines (no prefix cache, GPU-only, always reload, always
+recompute), and reports hit ratios, bytes moved and TTFT.
+
+A --config file (JSON, the fields of --json's "config") is read first; flags
+given on the command line override it.
+
+flags:
+`)
+	fs.PrintDefaults()
+}
+
+// replayConfigFile reads the --config file at path; the flags given on
+// fs's command line override its fields with their values in flags.
+func replayConfigFile(path string, fs *flag.FlagSet, flags *replay.Config) (replay.Config, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return a, err
+		return replay.Config{}, err
 	}
+	fileCfg, err := replay.LoadConfig(f)
+	f.Close()
+	if err != nil {
+		return replay.Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, o := range replayOverrides {
+		if set[o.flag] {
+			o.copy(&fileCfg, flags)
+		}
+	}
+	return fileCfg, nil
+}
+
+// source is the trace to replay: generated (--generate), a file (--trace,
+// read in format) or the bundled one.
+func (f *replayFlags) source(format trace.Format) (replay.Source, error) {
 	switch {
-	case *generate != "":
-		if *tracePath != "" {
-			return a, errors.New("--generate and --trace: give one")
+	case f.generate != "":
+		if f.tracePath != "" {
+			return replay.Source{}, errors.New("--generate and --trace: give one")
 		}
-		var gen trace.GenConfig
-		switch *generate {
-		case "chat":
-			gen = trace.DefaultGenConfig()
-		case "agentic":
-			gen = trace.AgenticGenConfig()
-		default:
-			return a, fmt.Errorf("--generate %q: want chat or agentic", *generate)
+		return f.generated()
+	case f.tracePath == "":
+		if f.requests != 0 || f.rate != 0 || f.seed != 0 {
+			return replay.Source{}, errors.New("--requests, --sessions-per-second and --seed need --generate")
 		}
-		if *requests < 0 {
-			return a, fmt.Errorf("--requests %d: negative", *requests)
-		} else if *requests > 0 {
-			gen.Requests = *requests
-		}
-		if *seed != 0 {
-			gen.Seed = *seed
-		}
-		if *rate < 0 {
-			return a, fmt.Errorf("--sessions-per-second %g: negative", *rate)
-		} else if *rate > 0 {
-			gen.SessionsPerSecond = *rate
-		}
-		if err := gen.Validate(); err != nil {
-			return a, fmt.Errorf("--generate: %w", err)
-		}
-		name := fmt.Sprintf("generated:%s-%d", *generate, gen.Requests)
-		if *seed != 0 {
-			name += fmt.Sprintf("-seed%d", gen.Seed)
-		}
-		a.src = replay.GeneratedSource(name, gen)
-	case *tracePath == "":
-		if *requests != 0 || *rate != 0 || *seed != 0 {
-			return a, errors.New("--requests, --sessions-per-second and --seed need --generate")
-		}
-		a.src = replay.BundledSource()
+		return replay.BundledSource(), nil
 	default:
-		a.src = replay.FileSource(*tracePath)
-		a.src.Format = f
+		src := replay.FileSource(f.tracePath)
+		src.Format = format
+		return src, nil
 	}
-	a.src.SkipBad = *skipBad
-	if a.sweepHost, err = parseSizes("--sweep-host", *sweep); err != nil {
-		return a, err
+}
+
+// generated is --generate's trace: the workload's generator with
+// --requests, --seed and --sessions-per-second over its defaults.
+func (f *replayFlags) generated() (replay.Source, error) {
+	var gen trace.GenConfig
+	switch f.generate {
+	case "chat":
+		gen = trace.DefaultGenConfig()
+	case "agentic":
+		gen = trace.AgenticGenConfig()
+	default:
+		return replay.Source{}, fmt.Errorf("--generate %q: want chat or agentic", f.generate)
 	}
-	if a.sweepRemote, err = parseSizes("--remote", *remoteSizes); err != nil {
-		return a, err
+	if f.requests < 0 {
+		return replay.Source{}, fmt.Errorf("--requests %d: negative", f.requests)
+	} else if f.requests > 0 {
+		gen.Requests = f.requests
+	}
+	if f.seed != 0 {
+		gen.Seed = f.seed
+	}
+	if f.rate < 0 {
+		return replay.Source{}, fmt.Errorf("--sessions-per-second %g: negative", f.rate)
+	} else if f.rate > 0 {
+		gen.SessionsPerSecond = f.rate
+	}
+	if err := gen.Validate(); err != nil {
+		return replay.Source{}, fmt.Errorf("--generate: %w", err)
+	}
+	name := fmt.Sprintf("generated:%s-%d", f.generate, gen.Requests)
+	if f.seed != 0 {
+		name += fmt.Sprintf("-seed%d", gen.Seed)
+	}
+	return replay.GeneratedSource(name, gen), nil
+}
+
+// sweeps parses --sweep-host, --remote and --remote-link into a.
+func (f *replayFlags) sweeps(a *replayArgs) error {
+	var err error
+	if a.sweepHost, err = parseSizes("--sweep-host", f.sweep); err != nil {
+		return err
+	}
+	if a.sweepRemote, err = parseSizes("--remote", f.remoteSizes); err != nil {
+		return err
 	}
 	switch {
-	case *remoteSizes != "" && *remoteLink == "":
-		return a, errors.New("--remote needs --remote-link: the remote tier's measured link")
-	case *remoteSizes == "" && *remoteLink != "":
-		return a, errors.New("--remote-link without --remote: give the remote tier sizes to replay")
-	case *remoteLink != "":
-		if a.remoteLink, err = replay.RemoteLinkFromResults(*remoteLink); err != nil {
-			return a, fmt.Errorf("--remote-link: %w", err)
+	case f.remoteSizes != "" && f.remoteLink == "":
+		return errors.New("--remote needs --remote-link: the remote tier's measured link")
+	case f.remoteSizes == "" && f.remoteLink != "":
+		return errors.New("--remote-link without --remote: give the remote tier sizes to replay")
+	case f.remoteLink != "":
+		if a.remoteLink, err = replay.RemoteLinkFromResults(f.remoteLink); err != nil {
+			return fmt.Errorf("--remote-link: %w", err)
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // parseSizes parses a comma-separated list of sizes ("" is none).

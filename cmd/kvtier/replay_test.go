@@ -336,3 +336,35 @@ func TestReplayDecodeOnGPUAndRequestsOut(t *testing.T) {
 		t.Errorf("%d lines for %d requests", n, res.Requests)
 	}
 }
+
+// TestReplayParseSource: the trace to replay, from --generate, --trace or
+// neither, and each way's errors, without replaying.
+func TestReplayParseSource(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		name string // the source's, or
+		want string // the error's
+	}{
+		{nil, "bundled:synthetic.jsonl", ""},
+		{[]string{"--trace", "t.jsonl", "--format", "native"}, "t.jsonl", ""},
+		{[]string{"--generate", "chat", "--requests", "60"}, "generated:chat-60", ""},
+		{[]string{"--generate", "agentic", "--requests", "5", "--seed", "7", "--sessions-per-second", "1"}, "generated:agentic-5-seed7", ""},
+		{[]string{"--generate", "chat", "--sessions-per-second", "inf"}, "", "--generate: trace: GenConfig.SessionsPerSecond = +Inf"},
+		{[]string{"--generate", "chat", "--trace", "t.jsonl"}, "", "--generate and --trace: give one"},
+		{[]string{"--generate", "poetry"}, "", `--generate "poetry": want chat or agentic`},
+		{[]string{"--generate", "chat", "--requests", "-1"}, "", "--requests -1: negative"},
+		{[]string{"--generate", "chat", "--sessions-per-second", "-2"}, "", "--sessions-per-second -2: negative"},
+		{[]string{"--seed", "3"}, "", "need --generate"},
+		{[]string{"--format", "csv"}, "", `unknown format "csv"`},
+	} {
+		a, err := replayParse(c.args, io.Discard)
+		switch {
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want an error containing %q", c.args, err, c.want)
+		case c.want == "" && err != nil:
+			t.Errorf("%q: %v", c.args, err)
+		case c.want == "" && a.src.Name != c.name:
+			t.Errorf("%q: source %q, want %q", c.args, a.src.Name, c.name)
+		}
+	}
+}
