@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -25,11 +24,7 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -37,7 +32,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"kvtier.dev/internal/benchserve"
-	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -79,184 +73,83 @@ type rssSample struct {
 	rss, heap, goroutines float64
 }
 
+// run starts the server, holds it under load, stops it and writes what it
+// measured; an unmet requirement (a 5xx, no 429, an unclean stop) is an
+// error after the results are written.
 func run(c *config) error {
-	addr, err := freeAddr()
+	srv, err := startServer(c)
 	if err != nil {
 		return err
 	}
-	url := "http://" + addr
-	args := append([]string{"-addr", addr}, strings.Fields(c.serverFlags)...)
-	cmd := exec.Command(c.server, args...)
-	var logMu sync.Mutex
-	var logLines []string
-	stderr, err := cmd.StderrPipe()
+	defer srv.kill()
+	if err := waitHealthy(srv.url, srv.exited); err != nil {
+		return err
+	}
+	o, err := measure(c, srv)
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("-server: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logMu.Lock()
-			logLines = append(logLines, sc.Text())
-			logMu.Unlock()
-		}
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	}()
-	if err := waitHealthy(url, exited); err != nil {
-		return err
-	}
-	before, err := scrape(url)
-	if err != nil {
-		return fmt.Errorf("/metrics before the load: %w", err)
-	}
-	rss0 := gauge(before, "process_resident_memory_bytes")
+	return o.write(c)
+}
 
-	var samples []rssSample
-	var sampleErr error
-	start := time.Now()
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tick := time.NewTicker(c.sample)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopSampling:
-				return
-			case <-tick.C:
-				fams, err := scrape(url)
-				if err != nil {
-					sampleErr = fmt.Errorf("/metrics at %v: %w", time.Since(start).Round(time.Second), err)
-					return
-				}
-				samples = append(samples, rssSample{time.Since(start), gauge(fams, "process_resident_memory_bytes"),
-					gauge(fams, "go_memstats_heap_inuse_bytes"), gauge(fams, "go_goroutines")})
-			}
-		}
-	}()
+// outcome is what a run measured.
+type outcome struct {
+	args          []string // the server's
+	bc            benchserve.Config
+	rep           *benchserve.Report
+	before, after map[string]*dto.MetricFamily
+	samples       []rssSample
+	codes         map[string]float64 // kvserve_requests_total by code, after the load
+	exitErr       error              // the server's exit after SIGTERM
+	clean         bool               // its last log line says it stopped cleanly
+	warnings      int                // its WARN and ERROR log lines
+}
+
+// measure scrapes the server's /metrics, sends the load while sampling its
+// memory, scrapes again and stops it.
+func measure(c *config, srv *server) (*outcome, error) {
+	o := &outcome{args: srv.args}
+	var err error
+	if o.before, err = scrape(srv.url); err != nil {
+		return nil, fmt.Errorf("/metrics before the load: %w", err)
+	}
+	smp := startSampling(srv.url, c.sample)
+	o.rep, o.bc, err = sendLoad(c, srv.url)
+	samples, sampleErr := smp.stop()
+	if err != nil {
+		return nil, err
+	}
+	if sampleErr != nil {
+		return nil, sampleErr
+	}
+	o.samples = samples
+	if o.after, err = scrape(srv.url); err != nil {
+		return nil, fmt.Errorf("/metrics after the load: %w", err)
+	}
+	o.codes = counterByLabel(o.after, "kvserve_requests_total", "code")
+	if o.exitErr, err = srv.stop(); err != nil {
+		return nil, err
+	}
+	o.clean, o.warnings = srv.logSummary()
+	return o, nil
+}
+
+// sendLoad sends the bundled trace's chat workload (c.requests of it) to
+// url through bench-serve's library, at c.speed for c.duration.
+func sendLoad(c *config, url string) (*benchserve.Report, benchserve.Config, error) {
 	bc := benchserve.Config{URL: url, Speed: c.speed, Duration: c.duration, Timeout: 10 * time.Minute,
 		Vocab: 256, BlockTokens: 4, MaxPromptTokens: 900, MaxTokens: 16}
 	gen := trace.DefaultGenConfig()
 	gen.Requests = c.requests
 	var tr bytes.Buffer
 	if err := trace.Generate(&tr, gen, trace.FormatMooncake); err != nil {
-		return fmt.Errorf("generating the trace: %w", err)
+		return nil, bc, fmt.Errorf("generating the trace: %w", err)
 	}
 	bc.Trace = fmt.Sprintf("generated: the bundled trace's chat workload, %d requests", gen.Requests)
 	bc.Format = trace.FormatMooncake
 	bc.Open = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tr.Bytes())), nil }
 	rep, err := benchserve.Run(context.Background(), bc)
-	close(stopSampling)
-	<-sampled
-	if err != nil {
-		return err
-	}
-	if sampleErr != nil {
-		return sampleErr
-	}
-	after, err := scrape(url)
-	if err != nil {
-		return fmt.Errorf("/metrics after the load: %w", err)
-	}
-	rss1 := gauge(after, "process_resident_memory_bytes")
-	codes := counterByLabel(after, "kvserve_requests_total", "code")
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	var exitErr error
-	select {
-	case exitErr = <-exited:
-	case <-time.After(2 * time.Minute):
-		exitErr = errors.New("the server did not exit within 2 minutes of SIGTERM")
-	}
-	logMu.Lock()
-	clean := len(logLines) > 0 && strings.Contains(logLines[len(logLines)-1], "stopped cleanly")
-	var warnings int
-	for _, l := range logLines {
-		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
-			warnings++
-		}
-	}
-	logMu.Unlock()
-
-	f := results.New("serve-load", c.machine, c.commit)
-	f.Command = strings.Join(os.Args, " ")
-	f.Notes = append(f.Notes,
-		fmt.Sprintf("server: %s %s (loopback)", c.server, strings.Join(args, " ")),
-		fmt.Sprintf("load: %s of %s, its 512-token blocks as 4-token ones, prompts cut to %d tokens, max_tokens %d, for %v; %s",
-			rep.Load, bc.Trace, bc.MaxPromptTokens, bc.MaxTokens, c.duration, "requests still in flight at the end are cancelled (counted apart)"),
-		fmt.Sprintf("bench-serve: %d sent, %d completed, %d cancelled at the end, errors %v; served %.2f req/s against %.2f req/s offered",
-			rep.Sent, rep.Completed, rep.Cancelled, rep.Errors, rep.RequestsPerSecond, float64(rep.Sent)/rep.WallSeconds),
-		fmt.Sprintf("server's kvserve_requests_total by code: %v", codes),
-		fmt.Sprintf("/metrics parsed as Prometheus text (expfmt.TextParser) before and after the load: %d and %d families", len(before), len(after)),
-		fmt.Sprintf("SIGTERM after the load: exit %v, last log line says stopped cleanly: %v; WARN/ERROR log lines: %d", exitErr, clean, warnings),
-	)
-	var rssLine []string
-	for _, s := range samples {
-		rssLine = append(rssLine, fmt.Sprintf("%v %.1f/%.1f MiB %.0f", s.at.Round(time.Second), s.rss/(1<<20), s.heap/(1<<20), s.goroutines))
-	}
-	f.Notes = append(f.Notes, "during the load, at each time: resident memory/Go heap in use, goroutines: "+strings.Join(rssLine, ", "))
-	fiveXX := 0
-	for code, n := range rep.Errors {
-		if strings.HasPrefix(code, "5") {
-			fiveXX += n
-		}
-	}
-	for code, n := range codes {
-		if strings.HasPrefix(code, "5") {
-			fiveXX += int(n)
-		}
-	}
-	f.Add("requests sent", "requests", []float64{float64(rep.Sent)}, "")
-	f.Add("requests completed", "requests", []float64{float64(rep.Completed)}, "")
-	f.Add("429 answers (queue full)", "requests", []float64{float64(rep.Errors["429"])}, "")
-	f.Add("5xx answers", "requests", []float64{float64(fiveXX)}, "")
-	f.Add("other errors (transport, timeout, stream)", "requests", []float64{float64(otherErrors(rep.Errors))}, "")
-	f.Add("offered rate", "req/s", []float64{float64(rep.Sent) / rep.WallSeconds}, "")
-	f.Add("served rate (completed)", "req/s", []float64{rep.RequestsPerSecond}, "offered rate")
-	f.Add("TTFT p50 of completed requests", "s", []float64{rep.TTFT.P50}, "")
-	f.Add("TTFT p90 of completed requests", "s", []float64{rep.TTFT.P90}, "")
-	f.Add("resident memory before the load", "MiB", []float64{rss0 / (1 << 20)}, "")
-	if len(samples) > 0 {
-		f.Add("resident memory at the first sample in the load", "MiB", []float64{samples[0].rss / (1 << 20)}, "")
-	}
-	f.Add("resident memory at the end of the load", "MiB", []float64{rss1 / (1 << 20)}, "")
-	if len(samples) > 0 {
-		f.Add("Go heap in use at the first sample in the load", "MiB", []float64{samples[0].heap / (1 << 20)}, "")
-		f.Add("Go heap in use at the last sample in the load", "MiB", []float64{samples[len(samples)-1].heap / (1 << 20)}, "")
-	}
-
-	var werr error
-	if c.resultsDir == "" {
-		werr = f.Markdown(os.Stdout)
-	} else {
-		werr = f.Write(c.resultsDir)
-	}
-	var failed []string
-	if fiveXX > 0 {
-		failed = append(failed, fmt.Sprintf("%d 5xx answers", fiveXX))
-	}
-	if rep.Errors["429"] == 0 {
-		failed = append(failed, "no 429: the rate was not above capacity")
-	}
-	if exitErr != nil || !clean {
-		failed = append(failed, fmt.Sprintf("the server did not stop cleanly (%v)", exitErr))
-	}
-	if len(failed) > 0 {
-		werr = errors.Join(werr, errors.New(strings.Join(failed, "; ")))
-	}
-	return werr
+	return rep, bc, err
 }
 
 // freeAddr is a loopback address with a port free a moment ago.

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"kvtier.dev/internal/benchserve"
 )
 
 const metricsText = `# TYPE process_resident_memory_bytes gauge
@@ -78,5 +81,25 @@ func TestRunServerExits(t *testing.T) {
 	c := config{server: bin}
 	if err := run(&c); err == nil || !strings.Contains(err.Error(), "exited before answering /healthz") {
 		t.Errorf("run with a server that exits at once: %v", err)
+	}
+}
+
+// TestFailures: a run fails on a 5xx (counted by bench-serve and by the
+// server), on no 429, and on a server that did not stop cleanly, each
+// named; a run that meets all three does not.
+func TestFailures(t *testing.T) {
+	ok := outcome{rep: &benchserve.Report{Errors: map[string]int{"429": 3}}, codes: map[string]float64{"200": 7, "500": 0}, clean: true}
+	if n := ok.fiveXX(); n != 0 {
+		t.Errorf("fiveXX = %d, want 0", n)
+	}
+	if err := ok.failures(ok.fiveXX()); err != nil {
+		t.Errorf("a good run: %v", err)
+	}
+	bad := outcome{rep: &benchserve.Report{Errors: map[string]int{"503": 2}}, codes: map[string]float64{"500": 1}, exitErr: errors.New("exit status 1")}
+	err := bad.failures(bad.fiveXX())
+	for _, want := range []string{"3 5xx answers", "no 429", "did not stop cleanly (exit status 1)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a bad run: %v, want it to say %q", err, want)
+		}
 	}
 }
