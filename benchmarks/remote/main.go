@@ -48,68 +48,115 @@ import (
 	"kvtier.dev/kvtier/remote"
 )
 
+// options are the command's flags.
+type options struct {
+	machine, addrs, block, part, commit, out string
+	blocks, depth, rounds                    int
+}
+
 func main() {
-	machine := flag.String("machine", "local", "machine name for the results files")
-	addrs := flag.String("addrs", "", "cluster nodes, comma separated; empty starts a local six-node cluster")
-	blockFlag := flag.String("block", "2MiB", "block (value) size")
-	blocks := flag.Int("blocks", 16, "blocks per pass")
-	depth := flag.Int("depth", 8, "operations in flight: goroutines for raw and tier reads and raw writes, the tier's writers")
-	part := flag.String("part", "1MiB", "the tier's PartBytes")
-	rounds := flag.Int("rounds", 61, "timed rounds of every case")
-	out := flag.String("out", "benchmarks/results", "directory for remote-<machine>.json and .md")
-	commit := flag.String("commit", "", "the commit measured, for the results (empty: the one the binary records, if any)")
+	var o options
+	flag.StringVar(&o.machine, "machine", "local", "machine name for the results files")
+	flag.StringVar(&o.addrs, "addrs", "", "cluster nodes, comma separated; empty starts a local six-node cluster")
+	flag.StringVar(&o.block, "block", "2MiB", "block (value) size")
+	flag.IntVar(&o.blocks, "blocks", 16, "blocks per pass")
+	flag.IntVar(&o.depth, "depth", 8, "operations in flight: goroutines for raw and tier reads and raw writes, the tier's writers")
+	flag.StringVar(&o.part, "part", "1MiB", "the tier's PartBytes")
+	flag.IntVar(&o.rounds, "rounds", 61, "timed rounds of every case")
+	flag.StringVar(&o.out, "out", "benchmarks/results", "directory for remote-<machine>.json and .md")
+	flag.StringVar(&o.commit, "commit", "", "the commit measured, for the results (empty: the one the binary records, if any)")
 	flag.Parse()
-	if err := run(*machine, *addrs, *blockFlag, *part, *commit, *blocks, *depth, *rounds, *out); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "remote:", err)
 		os.Exit(1)
 	}
 }
 
-func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, rounds int, out string) error {
-	size, err := bytesize.Parse(blockFlag)
+// run checks the flags, opens the cluster and the caches, times every
+// case and writes the results.
+func run(o options) error {
+	size, err := bytesize.Parse(o.block)
 	if err != nil {
 		return fmt.Errorf("--block: %w", err)
 	}
-	part, err := bytesize.Parse(partFlag)
+	part, err := bytesize.Parse(o.part)
 	if err != nil {
 		return fmt.Errorf("--part: %w", err)
 	}
-	if blocks <= 0 || depth <= 0 || rounds <= 0 {
-		return fmt.Errorf("--blocks %d, --depth %d and --rounds %d must be positive", blocks, depth, rounds)
+	if o.blocks <= 0 || o.depth <= 0 || o.rounds <= 0 {
+		return fmt.Errorf("--blocks %d, --depth %d and --rounds %d must be positive", o.blocks, o.depth, o.rounds)
 	}
-	var nodes []string
+	nodes, stop, err := clusterNodes(o.addrs)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	b, err := openBench(nodes, int(size), int(part), o.blocks, o.depth)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if err := b.writeSmall(); err != nil {
+		return err
+	}
+	defer b.deleteSmall()
+	loadStart := loadAvg()
+	samples, err := b.timeRounds(o.rounds)
+	if err != nil {
+		return err
+	}
+	f := results.New("remote", o.machine, o.commit)
+	addRows(f, samples)
+	f.Notes = append(f.Notes, b.notes(o, len(nodes), loadStart)...)
+	if err := f.Markdown(os.Stdout); err != nil {
+		return err
+	}
+	return f.Write(o.out)
+}
+
+// clusterNodes are the cluster's nodes: addrList's, or, if it is empty,
+// those of a local six-node cluster started in a temporary directory,
+// which stop stops and removes.
+func clusterNodes(addrList string) (nodes []string, stop func(), err error) {
 	if addrList != "" {
-		nodes = strings.Split(addrList, ",")
-	} else {
-		dir, err := os.MkdirTemp("", "kvtier-remote-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		cl, err := redistest.Start(dir, redistest.Options{})
-		if err != nil {
-			return err
-		}
-		defer cl.Stop()
-		nodes = cl.Addrs()
+		return strings.Split(addrList, ","), func() {}, nil
 	}
+	dir, err := os.MkdirTemp("", "kvtier-remote-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := redistest.Start(dir, redistest.Options{})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return cl.Addrs(), func() {
+		cl.Stop()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// openBench opens one rueidis client on nodes and the two caches on it
+// (size-byte blocks in part-byte parts, and smallBytes ones for the
+// latency), and makes the payloads. The caller MUST close it.
+func openBench(nodes []string, size, part, blocks, depth int) (*bench, error) {
 	st, err := remote.NewRedis(remote.RedisConfig{Addrs: nodes})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer st.Close()
-	c, err := remote.New(remote.Config{Store: st, Prefix: "bench:tier:", BlockBytes: int(size), PartBytes: int(part),
+	c, err := remote.New(remote.Config{Store: st, Prefix: "bench:tier:", BlockBytes: size, PartBytes: part,
 		QueueBlocks: blocks, Writers: depth, OpTimeout: 10 * time.Second})
 	if err != nil {
-		return err
+		st.Close()
+		return nil, err
 	}
-	defer c.Close()
 	small, err := remote.New(remote.Config{Store: st, Prefix: "bench:small:", BlockBytes: smallBytes, OpTimeout: 10 * time.Second})
 	if err != nil {
-		return err
+		c.Close()
+		st.Close()
+		return nil, err
 	}
-	defer small.Close()
-	b := &bench{st: st, c: c, small: small, size: int(size), blocks: blocks, depth: depth}
+	b := &bench{st: st, c: c, small: small, size: size, blocks: blocks, depth: depth}
 	b.payloads = make([][]byte, blocks)
 	for i := range b.payloads {
 		b.payloads[i] = make([]byte, size)
@@ -121,13 +168,21 @@ func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, r
 			}
 		}
 	}
+	return b, nil
+}
 
-	if err := b.writeSmall(); err != nil {
-		return err
-	}
-	defer b.deleteSmall()
-	// Each case returns its sample: GiB/s for the rates, microseconds per
-	// call for the latencies.
+// close closes the caches and the client.
+func (b *bench) close() {
+	b.small.Close()
+	b.c.Close()
+	b.st.Close()
+}
+
+// timeRounds runs a warm-up round, not recorded, then rounds timed ones of
+// every case, raw first on even rounds and tier first on odd ones, and
+// returns each case's samples: GiB/s for the rates, microseconds per call
+// for the latencies.
+func (b *bench) timeRounds(rounds int) (map[string][]float64, error) {
 	cases := [3][2]struct {
 		name string
 		fn   func(round int) (float64, error)
@@ -136,9 +191,7 @@ func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, r
 		{{"raw GET", b.rate(b.rawGet)}, {"tier read", b.rate(b.tierRead)}},
 		{{"raw GET latency", b.rawGetSmall}, {"tier read latency", b.tierReadSmall}},
 	}
-	loadStart := loadAvg()
 	samples := map[string][]float64{}
-	// A warm-up round, not recorded.
 	for round := -1; round < rounds; round++ {
 		for _, pair := range cases {
 			order := []int{0, 1}
@@ -148,7 +201,7 @@ func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, r
 			for _, k := range order {
 				v, err := pair[k].fn(round + 1)
 				if err != nil {
-					return fmt.Errorf("%s, round %d: %w", pair[k].name, round, err)
+					return nil, fmt.Errorf("%s, round %d: %w", pair[k].name, round, err)
 				}
 				if round >= 0 {
 					samples[pair[k].name] = append(samples[pair[k].name], v)
@@ -156,10 +209,15 @@ func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, r
 			}
 		}
 		if err := b.cleanup(round + 1); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	f := results.New("remote", machine, commit)
+	return samples, nil
+}
+
+// addRows adds each case's samples to f, and the tier's ratio to raw
+// within each round.
+func addRows(f *results.File, samples map[string][]float64) {
 	f.Add("raw SET", "GiB/s", samples["raw SET"], "")
 	f.Add("tier write", "GiB/s", samples["tier write"], "raw SET")
 	f.Add("raw GET", "GiB/s", samples["raw GET"], "")
@@ -177,18 +235,19 @@ func run(machine, addrList, blockFlag, partFlag, commit string, blocks, depth, r
 	}
 	f.Add("tier write / raw SET, same round", "ratio", perRound("tier write", "raw SET"), "")
 	f.Add("tier read / raw GET, same round", "ratio", perRound("tier read", "raw GET"), "")
-	s := c.Stats()
-	f.Notes = append(f.Notes,
-		fmt.Sprintf("%d blocks of %s per pass, tier parts of %s, %d in flight, %d rounds after a warm-up round; raw and tier alternate which goes first", blocks, blockFlag, partFlag, depth, rounds),
+}
+
+// notes describe the run: its shape, the cluster, the machine and its
+// load, and the tier's counters.
+func (b *bench) notes(o options, nodes int, loadStart string) []string {
+	s := b.c.Stats()
+	return []string{
+		fmt.Sprintf("%d blocks of %s per pass, tier parts of %s, %d in flight, %d rounds after a warm-up round; raw and tier alternate which goes first", o.blocks, o.block, o.part, o.depth, o.rounds),
 		fmt.Sprintf("latency: the median of %d calls of one %d-byte value (raw GET) or block (tier read), one at a time", smallCalls, smallBytes),
-		fmt.Sprintf("one rueidis client (%d nodes given) for both; cluster: %s", len(nodes), clusterNote(addrList)),
+		fmt.Sprintf("one rueidis client (%d nodes given) for both; cluster: %s", nodes, clusterNote(o.addrs)),
 		fmt.Sprintf("machine: %d CPUs (GOMAXPROCS %d), %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, loadStart, loadAvg()),
 		fmt.Sprintf("tier stats: %d hits, %d misses, %d written, %d deduplicated, %d dropped (queue full), %d write errors", s.Hits, s.Misses, s.Written, s.Deduplicated, s.DroppedFull, s.WriteErrors),
-	)
-	if err := f.Markdown(os.Stdout); err != nil {
-		return err
 	}
-	return f.Write(out)
 }
 
 func clusterNote(addrs string) string {
