@@ -596,112 +596,171 @@ func (b *bench) runLarge(dir direction) (time.Duration, error) {
 // GEMM or attention kernel runs). Each is sized to take about half the
 // onboard, so that it runs entirely inside it.
 func (b *bench) overlap(res *results.File, rounds, fmaIters int, base transfer.Config) error {
-	compute, err := b.dev.NewStream(0)
+	k, err := b.newFMATimer()
 	if err != nil {
 		return err
 	}
-	defer compute.Destroy()
-	cl, ok := compute.(cudastream.ComputeLoader)
-	if !ok {
-		return fmt.Errorf("the device's streams (%T) cannot launch the FMA kernel", compute)
-	}
-	t0, err := b.dev.NewEvent(cudastream.EventOptions{Timing: true})
-	if err != nil {
-		return err
-	}
-	defer t0.Destroy()
-	t1, err := b.dev.NewEvent(cudastream.EventOptions{Timing: true})
-	if err != nil {
-		return err
-	}
-	defer t1.Destroy()
-	kernel := func(ctasPerSM, iters int) (time.Duration, error) {
-		if err := t0.Record(compute); err != nil {
-			return 0, err
-		}
-		if err := cl.LaunchFMA(ctasPerSM, iters); err != nil {
-			return 0, err
-		}
-		if err := t1.Record(compute); err != nil {
-			return 0, err
-		}
-		if err := t1.Synchronize(); err != nil {
-			return 0, err
-		}
-		return t1.Elapsed(t0)
-	}
-	type ocase struct {
-		what   string
-		bs     int64
-		method engineMethod
-		dir    direction
-	}
-	auto := methods(base)[0]
-	cases := []ocase{
-		{"a 1 GiB onboard of 16KiB blocks, engine-auto", 16 << 10, auto, htod},
-		{"a 1 GiB onboard of 2MiB blocks, engine-auto", 2 << 20, auto, htod},
-	}
-	for _, m := range methods(base) {
-		cases = append(cases, ocase{"1 GiB each way at once in 16KiB blocks, " + m.name, 16 << 10, m, both})
-	}
-	for _, shape := range []struct {
-		name             string
-		ctasPerSM, iters int
-	}{
+	defer k.close()
+	cases := overlapCases(base)
+	for _, shape := range []fmaShape{
 		{"1 wave, 4 CTAs/SM", 4, fmaIters},
 		{"waves, 32 CTAs/SM", 32, fmaIters / 8},
 	} {
 		aloneName := fmt.Sprintf("compute (FMA, %s) alone", shape.name)
 		for ci, c := range cases {
-			e, err := b.methodEngine(c.bs, base, c.method)
+			o, err := b.timeOverlap(k, c, shape, rounds, base)
 			if err != nil {
 				return err
 			}
-			pa, pb := b.halfPairs(0, c.bs, 99), b.halfPairs(1, c.bs, 98)
-			var alone, shared, moved []float64
-			chose := map[string]string{}
-			for r := -1; r < rounds; r++ {
-				for k := 0; k < 2; k++ {
-					withCopies := (k+max(r, 0))%2 == 1
-					var d time.Duration
-					var copyTime time.Duration
-					if withCopies {
-						copyTime, err = b.runEngine(c.dir, e, e, pa, pb, onboardFirst, chose, "overlap", func() (kerr error) {
-							d, kerr = kernel(shape.ctasPerSM, shape.iters)
-							return kerr
-						})
-					} else {
-						d, err = kernel(shape.ctasPerSM, shape.iters)
-					}
-					if err != nil {
-						e.Close()
-						return err
-					}
-					if r < 0 {
-						continue
-					}
-					if withCopies {
-						shared = append(shared, d.Seconds()*1e3)
-						bytes := float64(b.total)
-						if c.dir == both {
-							bytes *= 2
-						}
-						moved = append(moved, bytes/copyTime.Seconds()/(1<<30))
-					} else {
-						alone = append(alone, d.Seconds()*1e3)
-					}
-				}
-			}
-			e.Close()
 			if ci == 0 {
-				res.Add(aloneName, "ms", alone, "")
+				res.Add(aloneName, "ms", o.alone, "")
 			}
-			res.Add(fmt.Sprintf("compute (FMA, %s) during %s", shape.name, c.what), "ms", shared, aloneName)
-			res.Add(fmt.Sprintf("%s, during compute (FMA, %s)", c.what, shape.name), "GiB/s", moved, "")
+			res.Add(fmt.Sprintf("compute (FMA, %s) during %s", shape.name, c.what), "ms", o.shared, aloneName)
+			res.Add(fmt.Sprintf("%s, during compute (FMA, %s)", c.what, shape.name), "GiB/s", o.moved, "")
 			if shape.ctasPerSM == 4 {
-				res.Notes = append(res.Notes, fmt.Sprintf("overlap: %s moved %s", c.what, chose["overlap"]))
+				res.Notes = append(res.Notes, fmt.Sprintf("overlap: %s moved %s", c.what, o.chose))
 			}
 		}
 	}
 	return nil
+}
+
+// fmaShape is a launch of the FMA kernel: CTAs per SM and iterations per
+// thread.
+type fmaShape struct {
+	name             string
+	ctasPerSM, iters int
+}
+
+// overlapCase is the copies the kernel runs during: what they are, their
+// block size, the engine's method and their direction.
+type overlapCase struct {
+	what   string
+	bs     int64
+	method engineMethod
+	dir    direction
+}
+
+// overlapCases are onboards of 16 KiB and 2 MiB blocks by engine-auto,
+// then both ways at once in 16 KiB blocks by each method.
+func overlapCases(base transfer.Config) []overlapCase {
+	auto := methods(base)[0]
+	cases := []overlapCase{
+		{"a 1 GiB onboard of 16KiB blocks, engine-auto", 16 << 10, auto, htod},
+		{"a 1 GiB onboard of 2MiB blocks, engine-auto", 2 << 20, auto, htod},
+	}
+	for _, m := range methods(base) {
+		cases = append(cases, overlapCase{"1 GiB each way at once in 16KiB blocks, " + m.name, 16 << 10, m, both})
+	}
+	return cases
+}
+
+// overlapSamples are one case's samples: the kernel's ms alone and during
+// the copies, the copies' GiB/s, and how the engine moved them.
+type overlapSamples struct {
+	alone, shared, moved []float64
+	chose                string
+}
+
+// timeOverlap times the kernel in shape alone and during c's copies, in
+// turn (which goes first alternating by round), after one warm-up round.
+func (b *bench) timeOverlap(k *fmaTimer, c overlapCase, shape fmaShape, rounds int, base transfer.Config) (overlapSamples, error) {
+	var o overlapSamples
+	e, err := b.methodEngine(c.bs, base, c.method)
+	if err != nil {
+		return o, err
+	}
+	defer e.Close()
+	pa, pb := b.halfPairs(0, c.bs, 99), b.halfPairs(1, c.bs, 98)
+	chose := map[string]string{}
+	for r := -1; r < rounds; r++ {
+		for i := 0; i < 2; i++ {
+			withCopies := (i+max(r, 0))%2 == 1
+			var d, copyTime time.Duration
+			if withCopies {
+				copyTime, err = b.runEngine(c.dir, e, e, pa, pb, onboardFirst, chose, "overlap", func() (kerr error) {
+					d, kerr = k.time(shape)
+					return kerr
+				})
+			} else {
+				d, err = k.time(shape)
+			}
+			if err != nil {
+				return o, err
+			}
+			if r < 0 {
+				continue
+			}
+			if !withCopies {
+				o.alone = append(o.alone, d.Seconds()*1e3)
+				continue
+			}
+			o.shared = append(o.shared, d.Seconds()*1e3)
+			bytes := float64(b.total)
+			if c.dir == both {
+				bytes *= 2
+			}
+			o.moved = append(o.moved, bytes/copyTime.Seconds()/(1<<30))
+		}
+	}
+	o.chose = chose["overlap"]
+	return o, nil
+}
+
+// fmaTimer launches the FMA kernel on a compute stream of its own and
+// times it with a pair of events.
+type fmaTimer struct {
+	compute cudastream.Stream
+	cl      cudastream.ComputeLoader
+	t0, t1  cudastream.Event
+}
+
+// newFMATimer makes the compute stream and the events. The caller MUST
+// close it.
+func (b *bench) newFMATimer() (*fmaTimer, error) {
+	compute, err := b.dev.NewStream(0)
+	if err != nil {
+		return nil, err
+	}
+	k := &fmaTimer{compute: compute}
+	var ok bool
+	if k.cl, ok = compute.(cudastream.ComputeLoader); !ok {
+		compute.Destroy()
+		return nil, fmt.Errorf("the device's streams (%T) cannot launch the FMA kernel", compute)
+	}
+	if k.t0, err = b.dev.NewEvent(cudastream.EventOptions{Timing: true}); err != nil {
+		compute.Destroy()
+		return nil, err
+	}
+	if k.t1, err = b.dev.NewEvent(cudastream.EventOptions{Timing: true}); err != nil {
+		k.t0.Destroy()
+		compute.Destroy()
+		return nil, err
+	}
+	return k, nil
+}
+
+// close destroys the events and the stream.
+func (k *fmaTimer) close() {
+	k.t1.Destroy()
+	k.t0.Destroy()
+	k.compute.Destroy()
+}
+
+// time launches the kernel in shape and waits for it; it returns the
+// kernel's time between its events.
+func (k *fmaTimer) time(shape fmaShape) (time.Duration, error) {
+	if err := k.t0.Record(k.compute); err != nil {
+		return 0, err
+	}
+	if err := k.cl.LaunchFMA(shape.ctasPerSM, shape.iters); err != nil {
+		return 0, err
+	}
+	if err := k.t1.Record(k.compute); err != nil {
+		return 0, err
+	}
+	if err := k.t1.Synchronize(); err != nil {
+		return 0, err
+	}
+	return k.t1.Elapsed(k.t0)
 }

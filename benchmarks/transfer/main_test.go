@@ -111,3 +111,29 @@ func TestParseDirs(t *testing.T) {
 		t.Errorf("parseDirs(both,up) = %v, want an error naming \"up\"", err)
 	}
 }
+
+// TestOverlapNeedsFMA: on a device whose streams cannot launch the FMA
+// kernel (the simulated one), the overlap measurement says so and adds
+// nothing.
+func TestOverlapNeedsFMA(t *testing.T) {
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: cudastream.H200Link()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	b := newBench(sim, 1<<20)
+	if err := b.setup(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.teardown()
+	res := results.New("transfer", "sim", "test")
+	if err := b.overlap(res, 1, 1, transfer.Config{}); err == nil || !strings.Contains(err.Error(), "cannot launch the FMA kernel") {
+		t.Errorf("overlap on the sim: %v", err)
+	}
+	if len(res.Rows) != 0 || len(res.Notes) != 0 {
+		t.Errorf("overlap on the sim added %d rows and %d notes", len(res.Rows), len(res.Notes))
+	}
+	if cases := overlapCases(transfer.Config{}); len(cases) != 2+len(methods(transfer.Config{})) || cases[0].dir != htod || cases[len(cases)-1].dir != both {
+		t.Errorf("overlap cases %+v", cases)
+	}
+}
