@@ -80,9 +80,42 @@ func readBaseline(path string) (torchRuns, error) {
 }
 
 type bench struct {
-	m   *gpu.Model
-	c   model.Config
-	tok []int32
+	dev    cudastream.Device
+	region cudastream.DevicePtr // the KV blocks
+	m      *gpu.Model
+	c      model.Config
+	tok    []int32
+}
+
+// maxCtx is the longest context a case runs: the KV region's size.
+const maxCtx = 32768
+
+// newBench makes model c on dev, with a KV region of maxCtx tokens, and
+// the token ids the cases feed it. The caller MUST close it.
+func newBench(dev cudastream.Device, c model.Config) (*bench, error) {
+	slots := c.Blocks(maxCtx)
+	region, err := dev.Alloc(int64(slots) * c.BlockBytes())
+	if err != nil {
+		return nil, fmt.Errorf("KV region of %d blocks: %w", slots, err)
+	}
+	t0 := time.Now()
+	m, err := gpu.New(c, 1, region, slots, gpu.Options{MaxTokens: maxCtx, MaxContext: maxCtx})
+	if err != nil {
+		dev.Free(region)
+		return nil, err
+	}
+	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", c.Name, c.Params(), time.Since(t0).Round(time.Millisecond), m.Library())
+	b := &bench{dev: dev, region: region, m: m, c: c, tok: make([]int32, maxCtx)}
+	for i := range b.tok {
+		b.tok[i] = int32((i*7919 + 13) % c.Vocab)
+	}
+	return b, nil
+}
+
+// close frees the model and the KV region.
+func (b *bench) close() {
+	b.m.Close()
+	b.dev.Free(b.region)
 }
 
 func (b *bench) plan(n, from int) model.Plan {
@@ -113,75 +146,96 @@ func (b *bench) time(n, from, runs int) ([]float64, error) {
 }
 
 func run(f flags) error {
-	if f.runs < 1 || f.decodeRuns < 1 {
-		return fmt.Errorf("-runs (%d) and -decode-runs (%d) must be at least 1", f.runs, f.decodeRuns)
-	}
-	base, err := readBaseline(f.baseline)
+	base, c, err := checkFlags(f)
 	if err != nil {
 		return err
 	}
-	if base.Model != "" && base.Model != f.model {
-		return fmt.Errorf("-baseline %s measured %s, not -model %s", f.baseline, base.Model, f.model)
-	}
-	c, err := model.Lookup(f.model, f.blockTokens)
-	if err != nil {
-		return fmt.Errorf("-model: %w", err)
-	}
-	const maxCtx = 32768
 	dev, err := cudastream.Open(0)
 	if err != nil {
 		return err
 	}
 	defer dev.Close()
-	slots := c.Blocks(maxCtx)
-	region, err := dev.Alloc(int64(slots) * c.BlockBytes())
-	if err != nil {
-		return fmt.Errorf("KV region of %d blocks: %w", slots, err)
-	}
-	defer dev.Free(region)
-	t0 := time.Now()
-	m, err := gpu.New(c, 1, region, slots, gpu.Options{MaxTokens: maxCtx, MaxContext: maxCtx})
+	b, err := newBench(dev, c)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", c.Name, c.Params(), time.Since(t0).Round(time.Millisecond), m.Library())
-	b := &bench{m: m, c: c, tok: make([]int32, maxCtx)}
-	for i := range b.tok {
-		b.tok[i] = int32((i*7919 + 13) % c.Vocab)
-	}
-
+	defer b.close()
 	res := results.New("prefill", f.machine, f.commit)
-	info := dev.Info()
-	res.Notes = append(res.Notes,
+	res.Notes = append(res.Notes, notes(c, dev.Info(), b.m.Library(), base)...)
+	if err := b.measure(res, prefillCases(f), base); err != nil {
+		return err
+	}
+	if f.resultsDir == "" {
+		return res.Markdown(os.Stdout)
+	}
+	return res.Write(f.resultsDir)
+}
+
+// checkFlags checks the run counts, reads the baseline (which must have
+// measured -model) and looks the model up.
+func checkFlags(f flags) (torchRuns, model.Config, error) {
+	if f.runs < 1 || f.decodeRuns < 1 {
+		return torchRuns{}, model.Config{}, fmt.Errorf("-runs (%d) and -decode-runs (%d) must be at least 1", f.runs, f.decodeRuns)
+	}
+	base, err := readBaseline(f.baseline)
+	if err != nil {
+		return torchRuns{}, model.Config{}, err
+	}
+	if base.Model != "" && base.Model != f.model {
+		return torchRuns{}, model.Config{}, fmt.Errorf("-baseline %s measured %s, not -model %s", f.baseline, base.Model, f.model)
+	}
+	c, err := model.Lookup(f.model, f.blockTokens)
+	if err != nil {
+		return torchRuns{}, model.Config{}, fmt.Errorf("-model: %w", err)
+	}
+	return base, c, nil
+}
+
+// notes describe the model, the device and library, how to run the
+// comparison, the baseline and what a row's figures are.
+func notes(c model.Config, info cudastream.Info, library string, base torchRuns) []string {
+	n := []string{
 		fmt.Sprintf("%s shapes (%d layers, hidden %d, %d query / %d KV heads of %d, MLP %d, vocabulary %d), bf16 weights seeded at random; KV in blocks of %d tokens (%d KiB)",
 			c.Name, c.Layers, c.Hidden, c.QHeads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.BlockTokens, c.BlockBytes()>>10),
-		fmt.Sprintf("device: %s; ours: examples/server/internal/gpu from Go: cuBLAS (%s) bf16 products with fp32 accumulation for the linear layers, CUDA C kernels (PTX from clang 14) for the rest; attention reads K/V gathered from the paged blocks, prefills (64+ positions) through the fused tensor-core kernel kvm_flash_d128, the decode step through cuBLAS products + a masked-softmax kernel", info.Name, m.Library()),
+		fmt.Sprintf("device: %s; ours: examples/server/internal/gpu from Go: cuBLAS (%s) bf16 products with fp32 accumulation for the linear layers, CUDA C kernels (PTX from clang 14) for the rest; attention reads K/V gathered from the paged blocks, prefills (64+ positions) through the fused tensor-core kernel kvm_flash_d128, the decode step through cuBLAS products + a masked-softmax kernel", info.Name, library),
 		"run on the device as one command: python3 torch_prefill.py --out torch.json, then ./prefill -baseline torch.json -results DIR (the binary of examples/server/internal/prefill built at the commit below)",
 		"baseline: benchmarks/prefill/torch_prefill.py in the same run: PyTorch eager, the same shapes in bf16, F.scaled_dot_product_attention (enable_gqa; lower-right causal mask for the cached-prefix case), a static KV cache",
 		"seconds = wall time of one forward pass to the greedy next token on the host; one warm-up, then the runs; ratio = ours / PyTorch seconds (below 1: ours is faster) — the inverse of results' usual time ratio, as issue 12 asks",
-	)
+	}
 	if base.Device != "" {
-		res.Notes = append(res.Notes, fmt.Sprintf("PyTorch %s on %s", base.Torch, base.Device))
+		n = append(n, fmt.Sprintf("PyTorch %s on %s", base.Torch, base.Device))
 	}
-	type kase struct {
-		name     string
-		n, from  int
-		runs     int
-		target   float64
-		prefixed bool
-	}
-	cases := []kase{
+	return n
+}
+
+// prefillCase is one timed pass: positions from to n computed, the ones
+// before already in the blocks (prefixed: after the 8192-token prefix),
+// runs times, and its target against PyTorch (0: none).
+type prefillCase struct {
+	name     string
+	n, from  int
+	runs     int
+	target   float64
+	prefixed bool
+}
+
+func prefillCases(f flags) []prefillCase {
+	return []prefillCase{
 		{"prefill 2048", 2048, 0, f.runs, 1.5, false},
 		{"prefill 8192", 8192, 0, f.runs, 1.5, false},
 		{"prefill 32768", 32768, 0, f.runs, 2, false},
 		{"prefill 512 after 8192 cached", 8704, 8192, f.runs, 1.5, true},
 		{"decode 1 token after 8192", 8193, 8192, f.decodeRuns, 0, true},
 	}
+}
+
+// measure times every case and adds its rows; before the first case after
+// the prefix, it prefills the prefix.
+func (b *bench) measure(res *results.File, cases []prefillCase, base torchRuns) error {
 	prefixDone := false
 	for _, k := range cases {
 		if k.prefixed && !prefixDone {
-			if _, _, err := m.Forward(b.tok[:8192], b.plan(8192, 0)); err != nil {
+			if _, _, err := b.m.Forward(b.tok[:8192], b.plan(8192, 0)); err != nil {
 				return err
 			}
 			prefixDone = true
@@ -190,28 +244,31 @@ func run(f flags) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", k.name, err)
 		}
-		oursName := k.name + " kvtier model (Go, cuBLAS)"
-		torch, ok := base.Cases[k.name]
-		if !ok {
-			r := res.Add(oursName, "s", ours, "")
-			log.Printf("%s: %.4f s (no baseline)", k.name, r.Median)
-			continue
-		}
-		tname := k.name + " PyTorch SDPA"
-		tr := res.Add(tname, "s", torch, "")
-		r := res.Add(oursName, "s", ours, tname)
-		ratio := r.Median / tr.Median
-		res.Rows[len(res.Rows)-1].Ratio = ratio
-		verdict := "no target"
-		if k.target > 0 {
-			verdict = fmt.Sprintf("target <= %.1fx: %v", k.target, ratio <= k.target)
-		}
-		log.Printf("%s: ours %.4f s, PyTorch %.4f s, ours/PyTorch %.2f (%s)", k.name, r.Median, tr.Median, ratio, verdict)
+		addCase(res, k, ours, base)
 	}
-	if f.resultsDir == "" {
-		return res.Markdown(os.Stdout)
+	return nil
+}
+
+// addCase adds case k's rows, ours alone or PyTorch's and ours against it
+// (ratio ours / PyTorch), and logs them against the case's target.
+func addCase(res *results.File, k prefillCase, ours []float64, base torchRuns) {
+	oursName := k.name + " kvtier model (Go, cuBLAS)"
+	torch, ok := base.Cases[k.name]
+	if !ok {
+		r := res.Add(oursName, "s", ours, "")
+		log.Printf("%s: %.4f s (no baseline)", k.name, r.Median)
+		return
 	}
-	return res.Write(f.resultsDir)
+	tname := k.name + " PyTorch SDPA"
+	tr := res.Add(tname, "s", torch, "")
+	r := res.Add(oursName, "s", ours, tname)
+	ratio := r.Median / tr.Median
+	res.Rows[len(res.Rows)-1].Ratio = ratio
+	verdict := "no target"
+	if k.target > 0 {
+		verdict = fmt.Sprintf("target <= %.1fx: %v", k.target, ratio <= k.target)
+	}
+	log.Printf("%s: ours %.4f s, PyTorch %.4f s, ours/PyTorch %.2f (%s)", k.name, r.Median, tr.Median, ratio, verdict)
 }
 
 func main() {
