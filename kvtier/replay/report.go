@@ -363,46 +363,70 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteText writes the report as tables.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
+	r.writeHeader(&b)
+	r.writeTables(&b)
+	r.writeNotes(&b)
+	if r.RemoteSweep != nil {
+		r.RemoteSweep.writeText(&b, r.Results[0].Strategy)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeHeader writes what was replayed: the trace, the configuration and
+// the load it offers.
+func (r *Report) writeHeader(b *strings.Builder) {
 	c := &r.Config
-	fmt.Fprintf(&b, "trace %s (%s): ", r.Trace, r.Format)
+	fmt.Fprintf(b, "trace %s (%s): ", r.Trace, r.Format)
 	if len(r.Results) > 0 {
 		res := &r.Results[0]
-		fmt.Fprintf(&b, "%d requests, %d block references of %d tokens (%s each), %.0f s",
+		fmt.Fprintf(b, "%d requests, %d block references of %d tokens (%s each), %.0f s",
 			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.SpanSeconds)
 	}
 	if r.SkippedLines > 0 {
-		fmt.Fprintf(&b, ", %d bad lines skipped", r.SkippedLines)
+		fmt.Fprintf(b, ", %d bad lines skipped", r.SkippedLines)
 	}
-	fmt.Fprintf(&b, "\nmodel %s on %s (tp %d): GPU KV %s, host %s over %s, NVMe %s on %s; policy %s, %s, NVMe admission %s\n",
+	fmt.Fprintf(b, "\nmodel %s on %s (tp %d): GPU KV %s, host %s over %s, NVMe %s on %s; policy %s, %s, NVMe admission %s\n",
 		c.Model, c.GPU, c.TP, c.GPUBytes, c.HostBytes, c.HostLink, c.NVMeBytes, c.NVMeLink, c.Policy,
 		writeMode(c.WriteThrough), c.NVMeAdmission)
-	fmt.Fprintf(&b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
-	fmt.Fprintf(&b, "copies: %s\n", moverNote(c.Mover))
-	fmt.Fprintf(&b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
+	fmt.Fprintf(b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
+	fmt.Fprintf(b, "copies: %s\n", moverNote(c.Mover))
+	fmt.Fprintf(b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
-		load := r.Results[0].OfferedPrefillLoad
-		per := "of the GPU's prefill capacity"
-		if c.PrefillSlots == 0 {
-			per = "of one GPU's prefill capacity"
-		} else if c.PrefillSlots > 1 {
-			per = fmt.Sprintf("of the %d prefill slots' capacity", c.PrefillSlots)
-		}
-		fmt.Fprintf(&b, "offered prefill load %.0f%% %s (every prompt prefilled whole)", 100*load, per)
-		gpuLoad := r.Results[0].OfferedGPULoad
-		if c.DecodeOnGPU {
-			fmt.Fprintf(&b, "; with decode, %.0f%% of the GPU's time", 100*gpuLoad)
-		}
-		if load > 1 && c.PrefillSlots > 0 {
-			b.WriteString(": MORE THAN THE GPU CAN PREFILL without a prefix cache; requests queue and TTFT grows with the trace")
-		} else if gpuLoad > 1 {
-			fmt.Fprintf(&b, ": MORE THAN THE GPU CAN SERVE without a prefix cache (decode alone %.0f%%); requests queue and TTFT grows with the trace",
-				100*(gpuLoad-load))
-		}
-		b.WriteString("\n")
+		r.writeLoad(b)
 	}
 	b.WriteString("\n")
+}
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+// writeLoad says what share of the GPU the trace offers, and warns when it
+// is more than the GPU can serve.
+func (r *Report) writeLoad(b *strings.Builder) {
+	c := &r.Config
+	load := r.Results[0].OfferedPrefillLoad
+	per := "of the GPU's prefill capacity"
+	if c.PrefillSlots == 0 {
+		per = "of one GPU's prefill capacity"
+	} else if c.PrefillSlots > 1 {
+		per = fmt.Sprintf("of the %d prefill slots' capacity", c.PrefillSlots)
+	}
+	fmt.Fprintf(b, "offered prefill load %.0f%% %s (every prompt prefilled whole)", 100*load, per)
+	gpuLoad := r.Results[0].OfferedGPULoad
+	if c.DecodeOnGPU {
+		fmt.Fprintf(b, "; with decode, %.0f%% of the GPU's time", 100*gpuLoad)
+	}
+	if load > 1 && c.PrefillSlots > 0 {
+		b.WriteString(": MORE THAN THE GPU CAN PREFILL without a prefix cache; requests queue and TTFT grows with the trace")
+	} else if gpuLoad > 1 {
+		fmt.Fprintf(b, ": MORE THAN THE GPU CAN SERVE without a prefix cache (decode alone %.0f%%); requests queue and TTFT grows with the trace",
+			100*(gpuLoad-load))
+	}
+	b.WriteString("\n")
+}
+
+// writeTables writes the two tables of the strategies' figures: latency
+// and hits, then loads, recomputes and bytes moved.
+func (r *Report) writeTables(b *strings.Builder) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tTTFT p50\tp90\tp99\tmean\thit gpu\thost\tnvme\tall\ttokens reused\tloads\trecomputes\tprefill busy\t")
 	for i := range r.Results {
 		s := &r.Results[i]
@@ -414,7 +438,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw.Flush()
 
 	b.WriteString("\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw = tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tloads host\tnvme\tprefill saved\trecomputed cached\tforced\tlink saved\tmissed\tnot kept\tmoved gpu<-host\tgpu<-nvme\tgpu->host\t->nvme\t")
 	for i := range r.Results {
 		s := &r.Results[i]
@@ -425,6 +449,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
 	}
 	tw.Flush()
+}
+
+// writeNotes writes what follows the tables: the links, decode, holes,
+// the cost model's estimates and the host sweep.
+func (r *Report) writeNotes(b *strings.Builder) {
+	c := &r.Config
 	if len(r.Results) > 0 {
 		b.WriteString(linksNote(&r.Results[0], c.TP))
 	}
@@ -435,7 +465,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			if i > 0 {
 				b.WriteString(";")
 			}
-			fmt.Fprintf(&b, " %s %s, %d, %d", s.Strategy, fmtSeconds(s.DecodeBusySeconds), s.DecodeSteps, s.MaxDecoding)
+			fmt.Fprintf(b, " %s %s, %d, %d", s.Strategy, fmtSeconds(s.DecodeBusySeconds), s.DecodeSteps, s.MaxDecoding)
 		}
 		b.WriteString("\n")
 	}
@@ -443,20 +473,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("\nholes (lookups went on past up to " + strconv.Itoa(c.MaxHoleBlocks) + " missing blocks; recomputed, the cached blocks after them served):")
 		for i := range r.Results {
 			if s := &r.Results[i]; s.Manager != nil {
-				fmt.Fprintf(&b, " %s %d", s.Strategy, s.Manager.HoleBlocks)
+				fmt.Fprintf(b, " %s %d", s.Strategy, s.Manager.HoleBlocks)
 			}
 		}
 		b.WriteString("\n")
 	}
 	for i := range r.Results {
 		if p := r.Results[i].Plan; p != nil {
-			fmt.Fprintf(&b, "\ncost model, per request alone on an idle GPU and link (mean): plan %s, load all %s, recompute all %s\n",
+			fmt.Fprintf(b, "\ncost model, per request alone on an idle GPU and link (mean): plan %s, load all %s, recompute all %s\n",
 				fmtSeconds(p.MeanPlannedSeconds), fmtSeconds(p.MeanLoadAllSeconds), fmtSeconds(p.MeanRecomputeAllSeconds))
 		}
 	}
 	if len(r.HostSweep) > 0 {
 		b.WriteString("\nhit ratio against host capacity (" + r.Results[0].Strategy + "):\n")
-		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "host\thit gpu\thost\tnvme\tall\tTTFT p50\tmean\t")
 		for _, p := range r.HostSweep {
 			fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%s\t%s\t\n", p.HostBytes, p.HitRatio.GPU, p.HitRatio.Host,
@@ -464,11 +494,6 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
-	if r.RemoteSweep != nil {
-		r.RemoteSweep.writeText(&b, r.Results[0].Strategy)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // linksNote says what each link of s carried and how long it was busy, and
