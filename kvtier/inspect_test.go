@@ -161,7 +161,7 @@ func TestPlanSeesTheWholeRequest(t *testing.T) {
 	if err := m.LookupKeys(0, []Key{1, 2, 3}, &l); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []int{8, 13, 0, -1} {
+	for _, n := range []int{8, 0, -1, 1 << 32} {
 		if err := l.SetTokens(n); !errors.Is(err, ErrBadInput) {
 			t.Errorf("SetTokens(%d) for 3 keys of 4 tokens: %v, want ErrBadInput", n, err)
 		}
@@ -174,6 +174,15 @@ func TestPlanSeesTheWholeRequest(t *testing.T) {
 	}
 	if g := rp.got; len(g.Blocks) != 3 || g.LastTokens != 1 {
 		t.Errorf("LookupKeys of 3 keys, 9 tokens: planned %+v, want 3 blocks, 1 token in the last", g)
+	}
+	if err := l.SetTokens(18); err != nil { // a tail past the keys, computed
+		t.Fatal(err)
+	}
+	if err := m.Plan(&l); err != nil {
+		t.Fatal(err)
+	}
+	if g := rp.got; len(g.Blocks) != 5 || g.Blocks[4].Cached || g.LastTokens != 2 {
+		t.Errorf("LookupKeys of 3 keys, 18 tokens: planned %+v, want 5 blocks, 2 tokens in the last", g)
 	}
 	m.Release(&l)
 	if err := l.SetTokens(9); !errors.Is(err, ErrBadInput) {

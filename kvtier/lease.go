@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"fmt"
+	"math"
 )
 
 // Block is one block of a Lease.
@@ -68,17 +69,18 @@ type Lease struct {
 // Len is the number of leased blocks.
 func (l *Lease) Len() int { return len(l.Blocks) }
 
-// SetTokens tells Plan how many tokens the looked-up request has, for a
-// LookupKeys whose last key is of a partial block: Plan then prices that
-// block by its tokens. n MUST be in ((len(keys)-1)*BlockTokens,
-// len(keys)*BlockTokens]; otherwise SetTokens changes nothing and returns an
-// error.
+// SetTokens tells Plan how many tokens the looked-up request has, when the
+// lookup did not see them all: a LookupKeys whose last key is of a partial
+// block, or a prompt whose tail past the looked-up blocks is always
+// computed. Plan then covers every block of the n tokens, the last by its
+// tokens. n MUST be more than (len(keys)-1)*BlockTokens and at most 2^31;
+// otherwise SetTokens changes nothing and returns an error.
 func (l *Lease) SetTokens(n int) error {
 	if !l.leased || !l.lookup || l.m == nil {
 		return fmt.Errorf("%w: SetTokens: the lease holds no lookup", ErrBadInput)
 	}
 	bt := l.m.blockTokens
-	if k := len(l.keys); n <= (k-1)*bt || n > k*bt {
+	if k := len(l.keys); n <= (k-1)*bt || n > math.MaxInt32 {
 		return fmt.Errorf("%w: SetTokens: %d tokens for %d keys of %d-token blocks", ErrBadInput, n, k, bt)
 	}
 	l.tokens = n

@@ -84,15 +84,27 @@ func (e *Engine) prefillCached(s *seq) ([]float32, int32, error) {
 // was committed or sent, the leases are still held (the caller releases
 // them), and lost marks the blocks that were loading.
 func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
-	m, c, bt := e.cfg.Cache, e.cfg.Model, e.bt
-	prompt := s.req.Tokens
 	// The cache serves the full blocks before the one holding the last
 	// position: that block is always computed (its logits are the first
 	// token), in scratch, so that no pass writes into a block the cache
 	// holds.
-	n, full := len(prompt), (len(prompt)-1)/bt
-	if err := m.Lookup(s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+	full := (len(s.req.Tokens) - 1) / e.bt
+	lc, err := e.lookupAndLoad(s, full)
+	if err != nil {
 		return nil, 0, err
+	}
+	p := e.place(s, full, &lc)
+	return e.forward(s, p, &lc, lost)
+}
+
+// lookupAndLoad looks up the prompt's first full blocks (fetching from the
+// remote tier first), plans the whole prompt, starts the loads and
+// reserves the blocks to compute.
+func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
+	m, prompt := e.cfg.Cache, s.req.Tokens
+	cached := prompt[:full*e.bt]
+	if err := m.Lookup(s.req.Salt, cached, &s.look); err != nil {
+		return loadClock{}, err
 	}
 	s.leased = true
 	if r := e.cfg.Remote; r != nil {
@@ -101,59 +113,73 @@ func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 		// again), and the host blocks of this prompt are offered to it
 		// (write-behind; the admitter sends those seen twice). Neither
 		// fails the request.
-		if _, err := r.Fetch(s.ctx, s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+		if _, err := r.Fetch(s.ctx, s.req.Salt, cached, &s.look); err != nil {
 			e.log.Debug("engine: remote fetch", "request", s.req.ID, "err", err)
 		}
-		if _, err := r.Publish(s.req.Salt, prompt[:full*bt], &s.look); err != nil {
+		if _, err := r.Publish(s.req.Salt, cached, &s.look); err != nil {
 			e.log.Debug("engine: remote publish", "request", s.req.ID, "err", err)
 		}
+	}
+	// The plan covers the whole prompt: the block of the last position,
+	// always computed, by its tokens.
+	if err := s.look.SetTokens(len(prompt)); err != nil {
+		return loadClock{}, err
 	}
 	if err := m.Plan(&s.look); err != nil {
 		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
 	}
 	lc := loadClock{onboard: time.Now()}
 	if err := m.Onboard(&s.look); err != nil {
-		return nil, 0, err
+		return lc, err
 	}
-	if err := m.Insert(s.req.Salt, prompt[:full*bt], kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		return nil, 0, err
+	if err := m.Insert(s.req.Salt, cached, kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
+		return lc, err
 	}
+	return lc, nil
+}
 
-	// The slot of each full block, and which of them to compute: Insert's
-	// answer where it reached (a reserved slot to write, or the block
-	// ready or loading in the GPU), else the lookup's (used or loading),
-	// else a scratch slot.
-	byPos := make([]*kvtier.Block, full)
+// placement is where a prefill's blocks are and which it computes.
+type placement struct {
+	full      int             // the full blocks before the last position's
+	byPos     []*kvtier.Block // the lookup's block at each position, or nil
+	compute   []bool          // per full block: computed by this pass
+	fromCache []int32         // the slots of the blocks it reads, not computes
+}
+
+// place sets s.slots: the slot of each full block, and which of them to
+// compute: Insert's answer where it reached (a reserved slot to write, or
+// the block ready or loading in the GPU), else the lookup's (used or
+// loading), else a scratch slot; then the scratch slots of the rest.
+func (e *Engine) place(s *seq, full int, lc *loadClock) placement {
+	p := placement{full: full, byPos: make([]*kvtier.Block, full), compute: make([]bool, full)}
 	for i := range s.look.Blocks {
 		if b := &s.look.Blocks[i]; b.Position < full {
-			byPos[b.Position] = b
+			p.byPos[b.Position] = b
 			if b.Loading {
 				lc.add(b.Tier, e.block)
 			}
 		}
 	}
 	s.slots = s.slots[:0]
-	compute := make([]bool, full)
-	var fromCache []int32
-	need := c.Blocks(s.positions()) - full
+	need := e.cfg.Model.Blocks(s.positions()) - full
 	for b := range full {
-		lb := byPos[b]
+		lb := p.byPos[b]
 		switch {
 		case b < len(s.ins.Blocks):
 			ib := &s.ins.Blocks[b]
 			s.slots = append(s.slots, int32(ib.Slot))
-			compute[b] = ib.Write
+			p.compute[b] = ib.Write
 		case lb != nil && lb.Loading:
 			s.slots = append(s.slots, int32(lb.GPUSlot))
 		case lb != nil && lb.Action == kvtier.Use:
 			s.slots = append(s.slots, int32(lb.Slot))
 		default:
 			s.slots = append(s.slots, -1) // a scratch slot, below
-			compute[b] = true
+			p.compute[b] = true
 			need++
 		}
-		if !compute[b] {
-			fromCache = append(fromCache, s.slots[b])
+		if !p.compute[b] {
+			p.fromCache = append(p.fromCache, s.slots[b])
 		}
 	}
 	s.scratch = e.scratch.take(s.scratch[:0], need)
@@ -165,23 +191,30 @@ func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 		}
 	}
 	s.slots = append(s.slots, s.scratch[k:]...)
+	return p
+}
 
-	pos := model.AppendBlockPositions(nil, bt, n, compute)
-	pos = appendRange(pos, full*bt, n) // the block of the last position
+// forward runs the forward pass, waiting layer by layer for the loads, then
+// commits the computed blocks (or, if a load failed, marks its blocks lost
+// and returns the failure).
+func (e *Engine) forward(s *seq, p placement, lc *loadClock, lost []bool) ([]float32, int32, error) {
+	m, c, bt, n := e.cfg.Cache, e.cfg.Model, e.bt, len(s.req.Tokens)
+	pos := model.AppendBlockPositions(nil, bt, n, p.compute)
+	pos = appendRange(pos, p.full*bt, n) // the block of the last position
 	ready := func(l int) error {
 		if l == c.Layers-1 && lc.bytes > 0 {
 			return lc.wait(func() error { return s.look.WaitLayer(s.ctx, l) })
 		}
 		return s.look.WaitLayer(s.ctx, l)
 	}
-	p := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: ready}
+	plan := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: ready}
 	t0 := time.Now()
-	logits, next, ferr := e.cfg.Runner.Forward(s.tokens, p, fromCache)
+	logits, next, ferr := e.cfg.Runner.Forward(s.tokens, plan, p.fromCache)
 	passTime := time.Since(t0)
 	s.forward += passTime
 	if werr := m.Wait(s.ctx, &s.look); werr != nil {
-		for b := range full {
-			if lb := byPos[b]; lb != nil && lb.Loading {
+		for b, lb := range p.byPos {
+			if lb != nil && lb.Loading {
 				lost[b] = true
 			}
 		}
@@ -198,10 +231,10 @@ func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 	if err := m.Commit(&s.ins, nil); err != nil {
 		return nil, 0, err
 	}
-	e.account(s, byPos, compute, lost)
+	e.account(s, p.byPos, p.compute, lost)
 	if o := e.cfg.Observer; o != nil {
 		lc.report(o)
-		if k, ok := suffixStart(compute); ok && lc.bytes == 0 {
+		if k, ok := suffixStart(p.compute); ok && lc.bytes == 0 {
 			o.Pass(k*bt, len(pos), passTime)
 		}
 	}
