@@ -2,41 +2,20 @@ package kvprom
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/stacktest"
 	"kvtier.dev/kvtier"
-	"kvtier.dev/kvtier/stack"
-	"kvtier.dev/kvtier/transfer"
 )
 
 // TestMoverAndStoreCollectors: a cache on the simulated device writes one
 // block through to the host tier and on to NVMe, and the mover's and the
 // store's collectors report those copies.
 func TestMoverAndStoreCollectors(t *testing.T) {
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	region, err := sim.Alloc(4 << 12)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpu, err := transfer.BlockFirstLayout(region, 2, 2, 4, 1<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := stack.Open(context.Background(), stack.Options{Device: sim, GPU: gpu, BlockTokens: 2, HostBytes: 4 << 12,
-		NVMeDirs: []string{t.TempDir()}, NVMeBytes: 4 << 12, WriteThrough: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := stacktest.Open(t, stacktest.Options{GPUBlocks: 4, HostBlocks: 4, NVMeBlocks: 4, BlockTokens: 2, WriteThrough: true})
 	var w kvtier.Lease
 	if err := c.Insert(1, []int32{1, 2}, kvtier.GPU, &w); err != nil {
 		t.Fatal(err)

@@ -4,40 +4,34 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/redistest"
+	"kvtier.dev/internal/stacktest"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
-	"kvtier.dev/kvtier/stack"
-	"kvtier.dev/kvtier/transfer"
 )
 
 // TestMain stops the Redis Cluster redistest.Shared may start.
 func TestMain(m *testing.M) { os.Exit(redistest.RunMain(m)) }
 
-// The fixture's blocks: 2 layers, K and V, 1 KiB each, of 4 tokens.
+// The fixture's blocks (internal/stacktest's shape).
 const (
 	blockTokens = 4
-	partBytes   = 1 << 10
-	blockBytes  = 2 * 2 * partBytes
+	blockBytes  = stacktest.BlockBytes
 )
 
-// server is one server of the shared tier: a cache opened by stack.Open
-// over a simulated GPU (8 blocks, a host tier of 8 slots, write-through),
-// the KV it wrote, and its remote tier on the shared test cluster.
+// server is one server of the shared tier: a cache over a simulated GPU
+// (8 blocks, a host tier of 8 slots, write-through), the KV it wrote, and
+// its remote tier on the shared test cluster.
 type server struct {
-	*stack.Cache
-	st     cudastream.Stream // the test's own stream, to write and read KV
-	region cudastream.DevicePtr
-	gpu    transfer.GPULayout
+	*stacktest.Stack
 	want   map[kvtier.Key][]byte // each block's KV
 	rng    *rand.Rand
 	tokens int32 // next token id
@@ -47,35 +41,14 @@ type server struct {
 
 func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key]) *server {
 	t.Helper()
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20, Link: cudastream.H200Link()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	region, err := sim.Alloc(8 * blockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &server{region: region, want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
-	if f.gpu, err = transfer.BlockFirstLayout(region, 2, 2, 8, partBytes); err != nil {
-		t.Fatal(err)
-	}
-	if f.st, err = sim.NewStream(0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.st.Destroy() })
-	f.Cache, err = stack.Open(context.Background(), stack.Options{Device: sim, GPU: f.gpu, BlockTokens: blockTokens,
-		HostBytes: 8 * blockBytes, WriteThrough: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Cache.Close() })
+	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true}),
+		want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
 	st, err := remote.NewRedis(remote.RedisConfig{Addrs: addrs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: partBytes, OpTimeout: 10 * time.Second}); err != nil {
+	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: stacktest.PartBytes, OpTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.cache.Close() })
@@ -101,21 +74,7 @@ func (f *server) request(n int) []int32 {
 	return tok
 }
 
-func (f *server) gpuAddr(s kvtier.Slot) cudastream.DevicePtr {
-	return f.region + cudastream.DevicePtr(int64(s)*blockBytes)
-}
-
-func (f *server) readGPU(t *testing.T, s kvtier.Slot) []byte {
-	t.Helper()
-	b := make([]byte, blockBytes)
-	if err := f.st.CopyDtoH(b, f.gpuAddr(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.st.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func (f *server) readGPU(t *testing.T, s kvtier.Slot) []byte { return f.ReadGPU(t, s) }
 
 // serve runs a request's prefill: it inserts tokens into the GPU, writes
 // the new blocks' KV (random, remembered), commits, and drains the
@@ -135,12 +94,7 @@ func (f *server) serve(t *testing.T, tokens []int32) {
 			kv[i] = byte(f.rng.Uint32())
 		}
 		f.want[b.Key] = kv
-		if err := f.st.CopyHtoD(f.gpuAddr(b.Slot), kv); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.st.Synchronize(); err != nil {
-		t.Fatal(err)
+		f.WriteGPU(t, b.Slot, kv)
 	}
 	if err := f.Commit(&w, nil); err != nil {
 		t.Fatal(err)
@@ -235,7 +189,7 @@ func TestRemoteTierSharesAPrefix(t *testing.T) {
 	a := newServer(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{})
 	b := newServer(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{})
 	tokens := a.request(4)
-	if other := b.request(4); !slicesEqual(tokens, other) {
+	if other := b.request(4); !slices.Equal(tokens, other) {
 		t.Fatal("the fixtures' requests differ")
 	}
 	a.serve(t, tokens)
@@ -271,18 +225,6 @@ func TestRemoteTierSharesAPrefix(t *testing.T) {
 	if s := b.rt.Stats(); s.Fetched != 4 || s.FetchMisses != 0 {
 		t.Fatalf("b: %+v", s)
 	}
-}
-
-func slicesEqual(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRemoteTierSeenTwiceAndPartialFetch: with the default admission a
