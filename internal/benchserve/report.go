@@ -16,13 +16,13 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"kvtier.dev/internal/openai"
-	"kvtier.dev/kvtier/replay"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/trace"
 )
 
-// Report is a run's outcome. Latencies use replay's Percentiles
-// (seconds), so that a replay's prediction and a measurement of the same
-// trace read side by side.
+// Report is a run's outcome. Latencies are results.Percentiles
+// (seconds), as kvtier replay reports them, so that a replay's prediction
+// and a measurement of the same trace read side by side.
 type Report struct {
 	URL          string `json:"url"`
 	Trace        string `json:"trace"`
@@ -51,9 +51,9 @@ type Report struct {
 	PromptTokens          int64   `json:"prompt_tokens"`
 	CompletionTokens      int64   `json:"completion_tokens"`
 
-	TTFT       replay.Percentiles `json:"ttft"`
-	InterToken replay.Percentiles `json:"inter_token"`
-	Latency    replay.Percentiles `json:"latency"`
+	TTFT       results.Percentiles `json:"ttft"`
+	InterToken results.Percentiles `json:"inter_token"`
+	Latency    results.Percentiles `json:"latency"`
 
 	Cache CacheReport `json:"cache"`
 	// Server is the server's own account of the TTFTs, from the requests
@@ -75,11 +75,11 @@ type Report struct {
 // Handling, each TTFT less its queue and forward passes: HTTP, parsing and
 // the cache's bookkeeping (kvtier replay --handling-time models it).
 type ServerTimingReport struct {
-	Requests int                `json:"requests"`
-	Queue    replay.Percentiles `json:"queue"`
-	Prefill  replay.Percentiles `json:"prefill"`
-	Forward  replay.Percentiles `json:"forward"`
-	Handling replay.Percentiles `json:"handling"`
+	Requests int                 `json:"requests"`
+	Queue    results.Percentiles `json:"queue"`
+	Prefill  results.Percentiles `json:"prefill"`
+	Forward  results.Percentiles `json:"forward"`
+	Handling results.Percentiles `json:"handling"`
 }
 
 // PromptSettings are the Config fields that decide the requests sent.
@@ -190,7 +190,7 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 	r.Latency, _ = percentiles(c.e2e)
 	if len(c.server[0]) > 0 {
 		st := &ServerTimingReport{Requests: len(c.server[0])}
-		for i, p := range []*replay.Percentiles{&st.Queue, &st.Prefill, &st.Forward, &st.Handling} {
+		for i, p := range []*results.Percentiles{&st.Queue, &st.Prefill, &st.Forward, &st.Handling} {
 			slices.Sort(c.server[i])
 			*p, _ = percentiles(c.server[i])
 		}
@@ -206,24 +206,15 @@ func (c *collector) report(a *Config, rd *trace.Reader, wall time.Duration) *Rep
 
 // percentiles returns the nearest-rank percentiles of sorted ds, and its
 // 0th to 100th percentiles for the plots.
-func percentiles(ds []time.Duration) (replay.Percentiles, []float64) {
+func percentiles(ds []time.Duration) (results.Percentiles, []float64) {
 	if len(ds) == 0 {
-		return replay.Percentiles{}, nil
-	}
-	at := func(p float64) float64 {
-		i := int(p*float64(len(ds))+0.999999999) - 1
-		return ds[max(0, min(i, len(ds)-1))].Seconds()
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
+		return results.Percentiles{}, nil
 	}
 	q := make([]float64, 101)
 	for i := range q {
-		q[i] = at(float64(i) / 100)
+		q[i] = results.Quantile(ds, float64(i)/100)
 	}
-	return replay.Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99),
-		Mean: (sum / time.Duration(len(ds))).Seconds(), Max: ds[len(ds)-1].Seconds()}, q
+	return results.PercentilesOf(ds), q
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -262,7 +253,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, "\tp50\tp90\tp99\tmean\tmax\t")
 	type row struct {
 		name string
-		p    replay.Percentiles
+		p    results.Percentiles
 	}
 	rows := []row{{"TTFT", r.TTFT}, {"inter-token", r.InterToken}, {"latency", r.Latency}}
 	if st := r.Server; st != nil {

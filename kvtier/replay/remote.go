@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"kvtier.dev/internal/invariants"
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/costplan"
@@ -236,9 +237,9 @@ type RemotePoint struct {
 	RemoteBytes Bytes `json:"remote_bytes"`
 	// FetchedRatio is the block references fetched from the remote tier;
 	// HitRatio counts them in the host tier, where they landed.
-	FetchedRatio float64     `json:"fetched_ratio"`
-	HitRatio     TierRatios  `json:"hit_ratio"`
-	TTFT         Percentiles `json:"ttft"`
+	FetchedRatio float64             `json:"fetched_ratio"`
+	HitRatio     TierRatios          `json:"hit_ratio"`
+	TTFT         results.Percentiles `json:"ttft"`
 	// Fetches and FetchedBlocks are the remote reads; NotWorth the fetches
 	// not made because recomputing was faster; Published the blocks
 	// written to it. MeanFetchSeconds is a fetch's mean time, queueing on

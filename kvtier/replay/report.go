@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/costplan"
 )
@@ -105,10 +106,10 @@ type StrategyResult struct {
 	// its MaxBlocks); they loaded every cached block.
 	PlanErrors int64 `json:"plan_errors"`
 	// QueueSeconds is the mean wait for a prefill slot, in TTFT.
-	QueueSeconds float64      `json:"mean_queue_s"`
-	Moves        []MoveResult `json:"moves"`
-	Links        []LinkResult `json:"links"`
-	TTFT         Percentiles  `json:"ttft"`
+	QueueSeconds float64             `json:"mean_queue_s"`
+	Moves        []MoveResult        `json:"moves"`
+	Links        []LinkResult        `json:"links"`
+	TTFT         results.Percentiles `json:"ttft"`
 	// PrefillBusySeconds is the GPU time spent prefilling; over SpanSeconds
 	// (first arrival to last request done) it is the prefill load.
 	PrefillBusySeconds float64 `json:"prefill_busy_s"`
@@ -198,15 +199,6 @@ type LinkResult struct {
 	BusySeconds float64 `json:"busy_s"`
 }
 
-// Percentiles of a time, in seconds.
-type Percentiles struct {
-	P50  float64 `json:"p50_s"`
-	P90  float64 `json:"p90_s"`
-	P99  float64 `json:"p99_s"`
-	Mean float64 `json:"mean_s"`
-	Max  float64 `json:"max_s"`
-}
-
 // PlanTotals are the cost model's own estimates, summed over requests, each
 // for its request alone on an idle link and GPU: the plan chosen, loading
 // every cached block, recomputing every one.
@@ -230,9 +222,9 @@ type ManagerCounts struct {
 
 // SweepPoint is one host capacity of a --sweep-host run.
 type SweepPoint struct {
-	HostBytes Bytes       `json:"host_bytes"`
-	HitRatio  TierRatios  `json:"hit_ratio"`
-	TTFT      Percentiles `json:"ttft"`
+	HostBytes Bytes               `json:"host_bytes"`
+	HitRatio  TierRatios          `json:"hit_ratio"`
+	TTFT      results.Percentiles `json:"ttft"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
@@ -242,24 +234,6 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
-}
-
-// percentiles returns the nearest-rank percentiles of ds, which MUST be
-// sorted (result sorts the TTFTs once for this and the plots' quantiles).
-func percentiles(ds []time.Duration) Percentiles {
-	if len(ds) == 0 {
-		return Percentiles{}
-	}
-	at := func(p float64) float64 {
-		i := int(p*float64(len(ds))+0.999999999) - 1
-		return seconds(ds[max(0, min(i, len(ds)-1))])
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99),
-		Mean: seconds(sum / time.Duration(len(ds))), Max: seconds(ds[len(ds)-1])}
 }
 
 // quantiles returns the 0th to 100th percentiles of sorted ds, in seconds.
@@ -303,7 +277,7 @@ func (e *engine) result() StrategyResult {
 			PrefillSavedSeconds: seconds(t.LoadSavedCompute)},
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
 			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
-		TTFT:               percentiles(e.ttfts),
+		TTFT:               results.PercentilesOf(e.ttfts),
 		TTFTQuantiles:      quantiles(e.ttfts),
 		PrefillBusySeconds: seconds(t.PrefillBusy),
 		SpanSeconds:        seconds(t.End),

@@ -28,9 +28,9 @@ import (
 type replayReport struct {
 	Trace   string `json:"trace"`
 	Results []struct {
-		Strategy string             `json:"strategy"`
-		TTFT     replay.Percentiles `json:"ttft"`
-		HitRatio map[string]float64 `json:"hit_ratio"`
+		Strategy string              `json:"strategy"`
+		TTFT     results.Percentiles `json:"ttft"`
+		HitRatio map[string]float64  `json:"hit_ratio"`
 	} `json:"results"`
 }
 
