@@ -31,11 +31,20 @@ func Quantile(sorted []time.Duration, p float64) float64 {
 }
 
 // meanSeconds returns the mean of sorted (ascending, not empty) in
-// seconds.
+// seconds. The sum is a float64 of nanoseconds, where a time.Duration sum
+// wrapped negative past 292 years. It is exact below 2^53 ns (104 days),
+// and there the mean, cut to whole nanoseconds as time.Duration's division
+// cut it, reads as it did to the last bit.
 func meanSeconds(sorted []time.Duration) float64 {
-	var sum time.Duration
+	var sum float64
 	for _, d := range sorted {
-		sum += d
+		sum += float64(d)
 	}
-	return (sum / time.Duration(len(sorted))).Seconds()
+	mean, largest := sum/float64(len(sorted)), sorted[len(sorted)-1]
+	if mean >= float64(largest) {
+		// Rounding only; and 2^63, the float64 of math.MaxInt64, does
+		// not convert back to a time.Duration.
+		return largest.Seconds()
+	}
+	return time.Duration(mean).Seconds()
 }
