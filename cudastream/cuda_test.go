@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -86,121 +85,6 @@ func TestCuOpenBadOrdinal(t *testing.T) {
 	}
 	if !errors.Is(err, ErrNoDriver) && !errors.Is(err, ErrInvalidValue) {
 		t.Fatalf("Open(-1) = %v, want ErrNoDriver or ErrInvalidValue", err)
-	}
-}
-
-func TestDrvParseLinkSpeed(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		gen  int
-		fail bool
-	}{
-		{"32.0 GT/s PCIe\n", 5, false},
-		{"16.0 GT/s PCIe", 4, false},
-		{"8.0 GT/s PCIe", 3, false},
-		{"8 GT/s", 3, false},
-		{"5.0 GT/s PCIe", 2, false},
-		{"2.5 GT/s PCIe", 1, false},
-		{"64.0 GT/s PCIe", 6, false},
-		{"  16 gt/s  ", 4, false},
-		{"Unknown", 0, true},
-		{"Unknown speed", 0, true},
-		{"", 0, true},
-		{"12.0 GT/s PCIe", 0, true},
-		{"fast GT/s", 0, true},
-		{"32.0 Gb/s", 0, true},
-	} {
-		gen, err := drvParseLinkSpeed(c.in)
-		if (err != nil) != c.fail || gen != c.gen {
-			t.Errorf("drvParseLinkSpeed(%q) = %d, %v; want %d, fail=%v", c.in, gen, err, c.gen, c.fail)
-		}
-	}
-}
-
-func TestDrvParseLinkWidth(t *testing.T) {
-	for _, c := range []struct {
-		in    string
-		width int
-		fail  bool
-	}{
-		{"16\n", 16, false},
-		{"x8", 8, false},
-		{"1", 1, false},
-		{"0", 0, true},
-		{"255", 0, true},
-		{"", 0, true},
-		{"sixteen", 0, true},
-	} {
-		w, err := drvParseLinkWidth(c.in)
-		if (err != nil) != c.fail || w != c.width {
-			t.Errorf("drvParseLinkWidth(%q) = %d, %v; want %d, fail=%v", c.in, w, err, c.width, c.fail)
-		}
-	}
-}
-
-func TestDrvNormalizeBusID(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"0000:3B:00.0", "0000:3b:00.0"},
-		{"00000000:3b:00.0", "0000:3b:00.0"},
-		{"0001:c1:1f.7\x00", ""},
-		{"0001:c1:1f.7", "0001:c1:1f.7"},
-		{"3b:00.0", ""},
-		{"0000:3b:00", ""},
-		{"0000:3g:00.0", ""},
-		{"0000:100:00.0", ""},
-		{"0000:3b:20.0", ""},
-		{"0000::00.0", ""},
-	} {
-		got, err := drvNormalizeBusID(c.in)
-		if c.want == "" {
-			if err == nil {
-				t.Errorf("drvNormalizeBusID(%q) = %q, want an error", c.in, got)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("drvNormalizeBusID(%q) = %q, %v; want %q", c.in, got, err, c.want)
-		}
-	}
-}
-
-func TestDrvReadPCIFacts(t *testing.T) {
-	root := t.TempDir()
-	dev := filepath.Join(root, "0000:3b:00.0")
-	cuMust(t, "mkdir", os.MkdirAll(dev, 0o755))
-	write := func(name, s string) { cuMust(t, name, os.WriteFile(filepath.Join(dev, name), []byte(s), 0o644)) }
-	write("numa_node", "1\n")
-	write("current_link_speed", "32.0 GT/s PCIe\n")
-	write("current_link_width", "16\n")
-	if got, want := drvReadPCIFacts(root, "0000:3b:00.0"), (drvPCIFacts{numaNode: 1, linkGen: 5, linkWidth: 16}); got != want {
-		t.Errorf("full sysfs: %+v, want %+v", got, want)
-	}
-	write("numa_node", "-1\n")
-	write("current_link_speed", "Unknown\n")
-	cuMust(t, "remove", os.Remove(filepath.Join(dev, "current_link_width")))
-	if got, want := drvReadPCIFacts(root, "0000:3b:00.0"), (drvPCIFacts{numaNode: -1}); got != want {
-		t.Errorf("VM-like sysfs: %+v, want %+v", got, want)
-	}
-	if got, want := drvReadPCIFacts(root, "0000:99:00.0"), (drvPCIFacts{numaNode: -1}); got != want {
-		t.Errorf("missing device: %+v, want %+v", got, want)
-	}
-}
-
-func TestDrvCheckRegisterLen(t *testing.T) {
-	if err := drvCheckRegisterLen(1 << 30); err != nil {
-		t.Errorf("1 GiB refused: %v", err)
-	}
-	if err := drvCheckRegisterLen(512<<30 - 4096); err != nil {
-		t.Errorf("512 GiB - 4 KiB refused: %v", err)
-	}
-	for _, n := range []int{0, 512 << 30, 600 << 30} {
-		err := drvCheckRegisterLen(n)
-		if !errors.Is(err, ErrInvalidValue) {
-			t.Errorf("drvCheckRegisterLen(%d) = %v, want ErrInvalidValue", n, err)
-		}
-	}
-	if err := drvCheckRegisterLen(512 << 30); !strings.Contains(err.Error(), "512 GiB") {
-		t.Errorf("message %q does not name the limit", err)
 	}
 }
 
