@@ -1,6 +1,6 @@
 //go:build cgo
 
-package cudastream
+package cudastream_test
 
 import (
 	"bytes"
@@ -16,6 +16,9 @@ import (
 
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/internal/results"
+
+	// The GPU tests are outside the package: export_test.go says why.
+	. "kvtier.dev/cudastream"
 )
 
 // TestCuCopyVariants records the measurements behind the copy kernel's
@@ -51,8 +54,8 @@ func TestCuCopyVariants(t *testing.T) {
 		"each case: one warm-up round, then 5 rounds with the order of the methods rotated",
 		"kernel rows: <variant> <CTAs>x<threads per CTA>; embedded = cudastream/kernels/copy.ptx (clang 14, sm_80 PTX JIT-compiled); bulk-* = kernels/variants.cu KV_VARIANT=1 (nvcc 13.0, sm_90), stages x bytes of shared memory per CTA",
 		"overlap rows: kvtier_fma in one wave (4 CTAs of 256 threads per SM, 2^19 iterations) timed by events on its own stream, alone and while a 1 GiB onboard of 16 KiB blocks runs; copy placed first: CopyKernel then the launch; compute placed first: the launch then CopyKernel (each variant's module has its own build of kvtier_fma, so each has its own 'alone' row)")
-	orig := copyPTX
-	defer func() { copyPTX = orig }()
+	orig := *CopyPTX
+	defer func() { *CopyPTX = orig }()
 	type variant struct{ name, ptx string }
 	vs := []variant{{"embedded", orig}}
 	for _, f := range files {
@@ -61,7 +64,7 @@ func TestCuCopyVariants(t *testing.T) {
 		vs = append(vs, variant{strings.TrimSuffix(filepath.Base(f), ".ptx"), string(b)})
 	}
 	for i, v := range vs {
-		copyPTX = v.ptx
+		*CopyPTX = v.ptx
 		cuCopyVariant(t, res, v.name, i == 0)
 	}
 	var md strings.Builder
@@ -72,7 +75,7 @@ func TestCuCopyVariants(t *testing.T) {
 	}
 }
 
-// cuCopyVariant measures the copy kernel currently in copyPTX under name;
+// cuCopyVariant measures the copy kernel currently in CopyPTX under name;
 // with baselines, also one large copy and batched copies.
 func cuCopyVariant(t *testing.T, res *results.File, name string, baselines bool) {
 	const total = 1 << 30
@@ -89,7 +92,7 @@ func cuCopyVariant(t *testing.T, res *results.File, name string, baselines bool)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
 	kc := cuKernelCopier(t, s)
-	defer setBatchChunk(d, 0)
+	defer SetBatchChunk(d, 0)
 
 	// Data first: random pieces host -> GPU -> another host range, with
 	// unaligned sizes among them.
@@ -172,8 +175,8 @@ func cuCopyVariant(t *testing.T, res *results.File, name string, baselines bool)
 				ms = append(ms, method{large, func() error { return s.CopyBatch(kind, one) }})
 				for _, chunk := range []uint{4096, 256} {
 					ms = append(ms, method{fmt.Sprintf("%s %s cuMemcpyBatchAsync, calls of %d", kind, bytesize.Format(int64(bs)), chunk), func() error {
-						setBatchChunk(d, chunk)
-						defer setBatchChunk(d, 0)
+						SetBatchChunk(d, chunk)
+						defer SetBatchChunk(d, 0)
 						return s.CopyBatch(kind, ops)
 					}})
 				}

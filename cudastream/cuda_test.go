@@ -1,4 +1,4 @@
-package cudastream
+package cudastream_test
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	// The GPU tests are outside the package: export_test.go says why.
+	. "kvtier.dev/cudastream"
 )
 
 // The tests named TestCu* that open a device run on a real GPU. Without a
@@ -749,7 +752,7 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
 	kc := cuKernelCopier(t, s)
-	defer setBatchTuning(d, 0, 0, true, true)
+	defer SetBatchTuning(d, 0, 0, true, true)
 	for _, bs := range []int{16 << 10, 64 << 10} {
 		n := total / bs
 		perm := rand.New(rand.NewPCG(1, uint64(bs))).Perm(4 * n)[:n]
@@ -765,13 +768,13 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 		}
 		batch := func(order int, flags uint, hints, check bool) func(CopyKind, []Copy) error {
 			return func(kind CopyKind, ops []Copy) error {
-				setBatchTuning(d, order, flags, hints, check)
+				SetBatchTuning(d, order, flags, hints, check)
 				return s.CopyBatch(kind, ops)
 			}
 		}
 		methods := []method{
 			{"loop of single copies", func(kind CopyKind, ops []Copy) error {
-				setBatchTuning(d, 0, 0, true, true)
+				SetBatchTuning(d, 0, 0, true, true)
 				for i := range ops {
 					if err := s.CopyBatch(kind, ops[i:i+1]); err != nil {
 						return err

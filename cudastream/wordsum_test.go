@@ -1,4 +1,4 @@
-package cudastream
+package cudastream_test
 
 import (
 	"encoding/binary"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"kvtier.dev/internal/checksum"
+
+	// The GPU tests are outside the package: export_test.go says why.
+	. "kvtier.dev/cudastream"
 )
 
 // wordSumsAgree lays out blocks of pieces in device memory with a gap
