@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kvtier.dev/internal/gputest"
+
 	// The GPU tests are outside the package: export_test.go says why.
 	. "kvtier.dev/cudastream"
 )
@@ -23,26 +25,6 @@ import (
 //
 //	go test -c -o .gpu/cudastream.test ./cudastream
 //	KVTIER_REQUIRE_GPU=1 ./.gpu/cudastream.test -test.v
-
-func cuOpenOrSkip(t testing.TB) Device {
-	t.Helper()
-	d, err := Open(0)
-	if errors.Is(err, ErrNoDriver) {
-		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
-			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("Open(0): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return d
-}
 
 // cuRandom fills b from a seeded generator, 8 bytes at a time.
 func cuRandom(r *rand.Rand, b []byte) {
@@ -120,7 +102,7 @@ func TestCuErrorFormatAndIs(t *testing.T) {
 // ---- on a GPU ----
 
 func TestCuInfo(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	in := d.Info()
 	t.Logf("device: %+v", in)
 	if in.Name == "" || in.SMCount <= 0 || in.TotalMemBytes <= 0 || in.CCMajor <= 0 || in.DriverVersion < 12000 {
@@ -171,22 +153,18 @@ func cuRoundTrip(t *testing.T, d Device, src, dst []byte, dev DevicePtr) {
 }
 
 func TestCuRoundTripPinned(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	const n = 256<<20 + 64
 	dev, err := d.Alloc(n)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
-	src, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(src)
-	dst, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(dst)
+	src := gputest.HostAlloc(t, d, n)
+	dst := gputest.HostAlloc(t, d, n)
 	cuRoundTrip(t, d, src, dst, dev)
 }
 
 func TestCuRoundTripPageable(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	const n = 256<<20 + 64
 	dev, err := d.Alloc(n)
 	cuMust(t, "Alloc", err)
@@ -243,21 +221,17 @@ func cuBatch(t *testing.T, d Device, src, dst []byte) {
 }
 
 func TestCuBatch10000(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	t.Logf("BatchCopy (cuMemcpyBatchAsync) = %v, driver %d", d.Info().BatchCopy, d.Info().DriverVersion)
 	const n = 64 << 20
-	src, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(src)
-	dst, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(dst)
+	src := gputest.HostAlloc(t, d, n)
+	dst := gputest.HostAlloc(t, d, n)
 	t.Run("pinned", func(t *testing.T) { cuBatch(t, d, src, dst) })
 	t.Run("pageable", func(t *testing.T) { cuBatch(t, d, make([]byte, n), make([]byte, n)) })
 }
 
 func TestCuBatchZeroAndBadInput(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
@@ -274,14 +248,10 @@ func TestCuBatchZeroAndBadInput(t *testing.T) {
 }
 
 func TestCuStreamsOrderedByEvent(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	const n = 256 << 20
-	src, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(src)
-	out, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(out)
+	src := gputest.HostAlloc(t, d, n)
+	out := gputest.HostAlloc(t, d, n)
 	a, err := d.Alloc(n)
 	cuMust(t, "Alloc", err)
 	defer d.Free(a)
@@ -323,14 +293,12 @@ func TestCuStreamsOrderedByEvent(t *testing.T) {
 }
 
 func TestCuElapsed(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
 	const n = 64 << 20
-	host, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(host)
+	host := gputest.HostAlloc(t, d, n)
 	dev, err := d.Alloc(n)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
@@ -365,7 +333,7 @@ func TestCuElapsed(t *testing.T) {
 }
 
 func TestCuRegisterMmap(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	const n = 64<<20 + 4096
 	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	cuMust(t, "mmap", err)
@@ -397,7 +365,7 @@ func TestCuRegisterMmap(t *testing.T) {
 }
 
 func TestCuRegisterTooLarge(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	// Address space only: PROT_NONE and NORESERVE, never touched.
 	m, err := unix.Mmap(-1, 0, 512<<30, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
@@ -415,7 +383,7 @@ func TestCuRegisterTooLarge(t *testing.T) {
 }
 
 func TestCuHostAllocVMM(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	if !d.Info().HostNUMAAlloc {
 		t.Skip("the driver refused cuMemCreate with a HOST_NUMA location at Open")
 	}
@@ -454,7 +422,7 @@ func TestCuHostAllocVMM(t *testing.T) {
 }
 
 func TestCuBadInput(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	if _, err := d.Alloc(0); !errors.Is(err, ErrInvalidValue) {
 		t.Errorf("Alloc(0) = %v", err)
 	}
@@ -488,7 +456,7 @@ func TestCuBadInput(t *testing.T) {
 // driver that faulted asynchronously would poison the shared primary context.
 
 func TestCuBatchBadPointer(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
@@ -520,7 +488,7 @@ func TestCuBatchBadPointer(t *testing.T) {
 }
 
 func TestCuInvalidPointer(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
@@ -637,18 +605,12 @@ func cuKernelRoundTrip(t *testing.T, d Device, src, dst []byte, count, maxPiece 
 }
 
 func TestCuCopyKernel(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	const n = 160 << 20
-	src, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(src)
+	src := gputest.HostAlloc(t, d, n)
 	// The destination is registered mmap memory: the other kind of pinned
 	// memory the engine uses.
-	dst, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	cuMust(t, "mmap", err)
-	defer unix.Munmap(dst)
-	cuMust(t, "HostRegister", d.HostRegister(dst))
-	defer d.HostUnregister(dst)
+	dst := gputest.HostRegistered(t, d, n)
 	for _, c := range []struct {
 		name          string
 		count, maxLen int
@@ -665,7 +627,7 @@ func TestCuCopyKernel(t *testing.T) {
 }
 
 func TestCuCopyKernelBadInput(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
@@ -674,9 +636,7 @@ func TestCuCopyKernelBadInput(t *testing.T) {
 	dev, err := d.Alloc(n)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
-	pinned, err := d.HostAlloc(n)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(pinned)
+	pinned := gputest.HostAlloc(t, d, n)
 	for i := range pinned {
 		pinned[i] = 0xAA
 	}
@@ -737,14 +697,12 @@ func TestCuCopyKernelBadInput(t *testing.T) {
 // and thread counts. It logs a table (run with -test.v); it fails only if
 // a method fails.
 func TestCuCopyMethodsPerf(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	if os.Getenv("KVTIER_GPU_PERF") != "1" {
 		t.Skip("set KVTIER_GPU_PERF=1 to measure")
 	}
 	const total = 256 << 20
-	host, err := d.HostAlloc(total)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(host)
+	host := gputest.HostAlloc(t, d, total)
 	dev, err := d.Alloc(4 * total)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
@@ -834,7 +792,7 @@ func TestCuCopyMethodsPerf(t *testing.T) {
 // the gaps between host rows alone, and is refused, enqueuing nothing,
 // when its device side runs past the allocation or its pitch is short.
 func TestCuCopy2D(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	s, err := d.NewStream(0)
 	cuMust(t, "NewStream", err)
 	defer s.Destroy()
@@ -843,12 +801,8 @@ func TestCuCopy2D(t *testing.T) {
 	dev, err := d.Alloc(rows * width)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
-	host, err := d.HostAlloc(rows * pitch)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(host)
-	back, err := d.HostAlloc(rows * pitch)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(back)
+	host := gputest.HostAlloc(t, d, rows*pitch)
+	back := gputest.HostAlloc(t, d, rows*pitch)
 	rng := rand.New(rand.NewPCG(7, 7))
 	for i := range host {
 		host[i] = byte(rng.Uint32())
@@ -888,7 +842,7 @@ func TestCuCopy2D(t *testing.T) {
 // long FMA kernel, so that nothing waits for completion. It fails only if
 // a call fails.
 func TestCuIssueCosts(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	ft := newCuFMATimer(t, d)
 	defer ft.close()
 	s, err := d.NewStream(0)
@@ -898,9 +852,7 @@ func TestCuIssueCosts(t *testing.T) {
 	cuMust(t, "NewEvent", err)
 	defer gate.Destroy()
 	const chunk, pieces = 16 << 20, 1024
-	host, err := d.HostAlloc(chunk)
-	cuMust(t, "HostAlloc", err)
-	defer d.HostFree(host)
+	host := gputest.HostAlloc(t, d, chunk)
 	dev, err := d.Alloc(4 * chunk)
 	cuMust(t, "Alloc", err)
 	defer d.Free(dev)
@@ -943,7 +895,7 @@ func TestCuIssueCosts(t *testing.T) {
 // 32 launches queue at once; with the default 4, the fifth waits on the
 // host for the FMA kernel. The bytes of every queued launch land.
 func TestCuKernelLaunchesQueue(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	ft := newCuFMATimer(t, d)
 	defer ft.close()
 	gate, err := d.NewEvent(EventOptions{})
@@ -1003,7 +955,7 @@ func TestCuKernelLaunchesQueue(t *testing.T) {
 }
 
 func TestCuLaunchFMA(t *testing.T) {
-	d := cuOpenOrSkip(t)
+	d := gputest.Device(t)
 	ft := newCuFMATimer(t, d)
 	defer ft.close()
 	for _, bad := range [][2]int{{4, -1}, {0, 1}, {65, 1}} {

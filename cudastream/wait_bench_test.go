@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"kvtier.dev/internal/gputest"
+
 	// The GPU tests are outside the package: export_test.go says why.
 	. "kvtier.dev/cudastream"
 )
@@ -22,7 +24,7 @@ import (
 //	go test -c -o .gpu/cudastream.test ./cudastream
 //	cd cudastream && ../.gpu/cudastream.test -test.run X -test.bench CuWaitCPU -test.benchtime 16384x
 func BenchmarkCuWaitCPU(b *testing.B) {
-	d := cuOpenOrSkip(b)
+	d := gputest.Device(b)
 	const bs, workers = 1 << 20, 32
 	for _, batch := range []int{1, 8} {
 		b.Run(map[int]string{1: "wait-per-block", 8: "wait-per-8-blocks"}[batch], func(b *testing.B) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"kvtier.dev/internal/checksum"
+	"kvtier.dev/internal/gputest"
 
 	// The GPU tests are outside the package: export_test.go says why.
 	. "kvtier.dev/cudastream"
@@ -86,7 +87,7 @@ func TestSimWordSums(t *testing.T) {
 	testWordSums(t, d)
 }
 
-func TestCuWordSums(t *testing.T) { testWordSums(t, cuOpenOrSkip(t)) }
+func TestCuWordSums(t *testing.T) { testWordSums(t, gputest.Device(t)) }
 
 // TestWordSumsBadInput: a bad layout, block or output names what was wrong
 // and enqueues nothing; a TimingOnly simulator cannot sum.
