@@ -3,14 +3,13 @@ package transfer
 import (
 	"bytes"
 	"context"
-	"errors"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/checksum"
+	"kvtier.dev/internal/gputest"
 )
 
 // The GPU tests' shape: 512 blocks of 8 layers of K and V, 16 KiB each
@@ -26,27 +25,13 @@ const (
 // KVTIER_REQUIRE_GPU=1 says a GPU must be there.
 func openGPU(t *testing.T) (cudastream.Device, cudastream.DevicePtr, HostLayout) {
 	t.Helper()
-	dev, err := cudastream.Open(0)
-	if errors.Is(err, cudastream.ErrNoDriver) {
-		if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
-			t.Fatalf("KVTIER_REQUIRE_GPU=1 but Open(0): %v", err)
-		}
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("Open(0): %v", err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	dev := gputest.Device(t)
 	region, err := dev.Alloc(gpuBlocks * gpuBlockBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Free(region) })
-	pool, err := dev.HostAlloc(gpuSlots * gpuBlockBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.HostFree(pool) })
+	pool := gputest.HostAlloc(t, dev, gpuSlots*gpuBlockBytes)
 	return dev, region, HostLayout{Pool: pool, SlotBytes: gpuBlockBytes}
 }
 
