@@ -3,34 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
-	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/gputest"
 	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/pinned"
 )
-
-// openGPU opens device 0, skipping the test without a driver unless
-// KVTIER_REQUIRE_GPU=1 says a GPU must be there.
-func openGPU(t *testing.T) cudastream.Device {
-	t.Helper()
-	dev, err := cudastream.Open(0)
-	if errors.Is(err, cudastream.ErrNoDriver) && os.Getenv("KVTIER_REQUIRE_GPU") != "1" {
-		t.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
 
 // TestGPUCopiesAtPinnedSpeed: the copy engine reads and writes a region made
 // by pinned.Alloc (data intact both ways), and device-to-host copies into it
 // run within 10% of copies into cuMemHostAlloc memory.
 func TestGPUCopiesAtPinnedSpeed(t *testing.T) {
-	dev := openGPU(t)
+	dev := gputest.Device(t)
 	for _, pages := range []pinned.PageMode{pinned.Pages4K, pinned.PagesTHP} {
 		res, err := copyCheck(context.Background(), dev, 2<<30, 3, pages)
 		if err != nil {
@@ -48,7 +32,7 @@ func TestGPUCopiesAtPinnedSpeed(t *testing.T) {
 // TestGPUAllocCancelAndReuse: a cancellation midway returns the error for
 // the right chunk and leaves the driver able to pin again.
 func TestGPUAllocCancelAndReuse(t *testing.T) {
-	dev := openGPU(t)
+	dev := gputest.Device(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
 	_, err := pinned.Alloc(ctx, 4<<30, pinned.Options{Registrar: dev, ChunkBytes: 512 << 20,
