@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"kvtier.dev/internal/results"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/replay"
 )
@@ -18,7 +19,7 @@ func testReport() *replay.Report {
 	for i := range q {
 		q[i] = 0.01 * float64(i*i) // from 0 (drawn at the floor) to 100 s
 	}
-	pct := replay.Percentiles{P50: 25, P90: 81, P99: 98, Mean: 33, Max: 100}
+	pct := results.Percentiles{P50: 25, P90: 81, P99: 98, Mean: 33, Max: 100}
 	return &replay.Report{
 		Trace: "hand-made",
 		Results: []replay.StrategyResult{
@@ -33,7 +34,7 @@ func testReport() *replay.Report {
 			Link: cost.Link{Name: "test-remote", BandwidthBytesPerS: 10e9, Latency: 200 * time.Microsecond},
 			Points: []replay.RemotePoint{
 				{RemoteBytes: 16 << 30, TTFT: pct},
-				{RemoteBytes: 0, TTFT: replay.Percentiles{P50: 30, P90: 90, Mean: 40}},
+				{RemoteBytes: 0, TTFT: results.Percentiles{P50: 30, P90: 90, Mean: 40}},
 			},
 		},
 	}
