@@ -15,6 +15,7 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/checksum"
+	"kvtier.dev/internal/gputest"
 	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/transfer"
@@ -66,22 +67,7 @@ type devOpts struct {
 func openDevice(t *testing.T, o devOpts) cudastream.Device {
 	t.Helper()
 	if o.real {
-		dev, err := cudastream.Open(0)
-		if errors.Is(err, cudastream.ErrNoDriver) {
-			if os.Getenv("KVTIER_REQUIRE_GPU") == "1" {
-				t.Fatalf("KVTIER_REQUIRE_GPU=1 but %v", err)
-			}
-			t.Skip(err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := dev.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		return dev
+		return gputest.Device(t)
 	}
 	if o.simCfg.MemoryBytes == 0 {
 		o.simCfg.MemoryBytes = 16 << 20
@@ -98,20 +84,7 @@ func openDevice(t *testing.T, o devOpts) cudastream.Device {
 // and registers it with the device.
 func pinnedBytes(t *testing.T, dev cudastream.Device, n int) []byte {
 	t.Helper()
-	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dev.HostRegister(b); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := dev.HostUnregister(b); err != nil {
-			t.Error(err)
-		}
-		unix.Munmap(b)
-	})
-	return b
+	return gputest.HostRegistered(t, dev, int64(n))
 }
 
 func newDevFixture(t *testing.T, o devOpts) *devFixture {
