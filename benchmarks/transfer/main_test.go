@@ -19,16 +19,7 @@ import (
 // choices, which the notes report.
 func TestBothWaysOnSim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sim.Close()
-		b := newBench(sim, 1<<20)
-		if err := b.setup(); err != nil {
-			t.Fatal(err)
-		}
-		defer b.teardown()
+		b := simBench(t)
 		res := results.New("transfer", "sim", "test")
 		for _, bs := range []int64{16 << 10, 64 << 10, 256 << 10} {
 			if err := b.size(res, bs, 1, transfer.Config{}, []direction{both}); err != nil {
@@ -116,16 +107,7 @@ func TestParseDirs(t *testing.T) {
 // kernel (the simulated one), the overlap measurement says so and adds
 // nothing.
 func TestOverlapNeedsFMA(t *testing.T) {
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: cudastream.H200Link()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	b := newBench(sim, 1<<20)
-	if err := b.setup(); err != nil {
-		t.Fatal(err)
-	}
-	defer b.teardown()
+	b := simBench(t)
 	res := results.New("transfer", "sim", "test")
 	if err := b.overlap(res, 1, 1, transfer.Config{}); err == nil || !strings.Contains(err.Error(), "cannot launch the FMA kernel") {
 		t.Errorf("overlap on the sim: %v", err)
@@ -136,4 +118,21 @@ func TestOverlapNeedsFMA(t *testing.T) {
 	if cases := overlapCases(transfer.Config{}); len(cases) != 2+len(methods(transfer.Config{})) || cases[0].dir != htod || cases[len(cases)-1].dir != both {
 		t.Errorf("overlap cases %+v", cases)
 	}
+}
+
+// simBench is a bench of 1 MiB on a simulated H200 (wall clock),
+// set up, and torn down and closed when t ends.
+func simBench(t *testing.T) *bench {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 64 << 20, Link: cudastream.H200Link()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	b := newBench(sim, 1<<20)
+	if err := b.setup(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.teardown)
+	return b
 }
