@@ -163,34 +163,32 @@ func TestPausedNodeOpensBreakerAndNothingHangs(t *testing.T) {
 			victim.Resume()
 		}
 	}()
-	// Each read returns by its deadline (with slack for a loaded machine),
-	// as a miss; two failures open the breaker, after which reads miss at
-	// once and Puts are dropped without blocking.
+	// Each read returns, as a miss, by its deadline: the watchdog only
+	// catches a read that ignores it (30 s, far past any loaded machine's
+	// delay). Two failures open the breaker, after which reads miss at once
+	// and Puts are dropped without blocking.
 	for i := range 4 {
 		start := time.Now()
 		if h := readAll(t, c, []BlockMeta{m}, [][]byte{p}); h != 0 {
 			t.Fatalf("read %d hit a paused node", i)
 		}
-		if d := time.Since(start); d > op+2*time.Second {
-			t.Fatalf("read %d took %v with a %v deadline", i, d, op)
+		if d := time.Since(start); d > op+30*time.Second {
+			t.Fatalf("read %d took %v with a %v deadline: it did not honour it", i, d, op)
 		}
 	}
 	s := c.Stats()
 	if !s.BreakerOpen || s.BreakerOpens == 0 || s.Refused == 0 || s.Failed < 2 {
 		t.Fatalf("while paused: %+v, want the breaker open and reads refused", s)
 	}
-	start := time.Now()
+	dropped := c.Stats().DroppedOpen
 	for i := range 100 {
 		m2, p2 := block(100+i, size, 13)
 		if _, err := c.Put(m2, p2); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("100 Puts with the breaker open took %v", d)
-	}
-	if c.Stats().DroppedOpen == 0 {
-		t.Fatalf("Puts while open were not dropped: %+v", c.Stats())
+	if got := c.Stats().DroppedOpen - dropped; got != 100 {
+		t.Fatalf("%d of 100 Puts while open were dropped, want all: %+v", got, c.Stats())
 	}
 	if err := victim.Resume(); err != nil {
 		t.Fatal(err)

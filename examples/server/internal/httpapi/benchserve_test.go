@@ -310,13 +310,11 @@ func TestBenchServeBounds(t *testing.T) {
 	b.hold = true
 	c = benchConfig(serve(t, b), path)
 	c.Concurrency, c.Duration = 3, 100*time.Millisecond
-	start := time.Now()
+	// The run ends by its Duration: the held requests are cancelled (a
+	// run that ignored it would hang and hit the test's timeout).
 	rep := runBench(t, c)
 	if rep.Sent != 3 || rep.Cancelled != 3 || rep.Completed != 0 || len(rep.Errors) != 0 {
 		t.Fatalf("Duration: %+v", rep)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("a 100 ms run took %v", d)
 	}
 }
 
