@@ -26,8 +26,12 @@ type TierConfig struct {
 	// The manager OWNS it after New: one per tier and manager.
 	Policy policy.Policy[BlockRef]
 	// Admitter, when set, filters the copies the manager makes into this
-	// tier (not Insert). Nil admits everything.
+	// tier (not Insert) by how often requests use the block (one record
+	// per block per request). Nil admits everything.
 	Admitter policy.Admitter[Key]
+	// Gate, when set, then decides whether such a copy is worth its write
+	// and within the tier's budget (costplan.Gate). Nil allows it.
+	Gate WriteGate
 }
 
 // Config configures a Manager.
@@ -84,8 +88,8 @@ func (c *Config) validate() ([NumTiers]uint32, error) {
 			return slots, configErr(name("CapacityBytes"), "%d is negative", tc.CapacityBytes)
 		}
 		if tc.CapacityBytes == 0 {
-			if tc.Policy != nil || tc.Admitter != nil || tc.SlotBytes != 0 {
-				return slots, configErr(name("CapacityBytes"), "is 0 (tier absent) but SlotBytes, Policy or Admitter is set")
+			if tc.Policy != nil || tc.Admitter != nil || tc.Gate != nil || tc.SlotBytes != 0 {
+				return slots, configErr(name("CapacityBytes"), "is 0 (tier absent) but SlotBytes, Policy, Admitter or Gate is set")
 			}
 			continue
 		}

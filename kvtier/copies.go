@@ -26,7 +26,7 @@ func (m *Manager) propagateIn(b *Batch, ref BlockRef, t Tier) {
 	}
 	next := m.tiers[t].below
 	r := m.recs.at(ref)
-	if next == NumTiers || r.state[next] != stateNone || r.flags&flagInvalid != 0 || !m.admit(next, r.key) {
+	if next == NumTiers || r.state[next] != stateNone || r.flags&flagInvalid != 0 || !m.admitWrite(next, r) {
 		return
 	}
 	slot, ok := m.alloc(next, 1)

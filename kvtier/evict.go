@@ -234,7 +234,7 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 		}
 		m.metrics.tier(t).evicted()
 		next := ts.below
-		if next < NumTiers && r.state[next] == stateNone && !m.writeThrough && m.admit(next, r.key) {
+		if next < NumTiers && r.state[next] == stateNone && !m.writeThrough && m.admitWrite(next, r) {
 			if ns, ok := m.alloc(next, 1); ok {
 				r = m.recs.at(v)
 				m.setState(v, t, stateEvicting)
@@ -249,11 +249,6 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 		m.maybeFree(v)
 		return slot, true
 	}
-}
-
-func (m *Manager) admit(t Tier, k Key) bool {
-	a := m.tiers[t].admitter
-	return a == nil || a.Admit(k)
 }
 
 // freeSlot takes ref out of tier t and returns its slot to the free list.

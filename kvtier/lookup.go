@@ -173,11 +173,6 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 	var err error
 	m.lock()
 	l.leased = true
-	if m.admitters {
-		for _, k := range keys {
-			m.recordAccess(k)
-		}
-	}
 	parent := Key(0)
 	for i, k := range keys {
 		var tok []int32

@@ -81,6 +81,7 @@ type tierState struct {
 	policy    policy.Policy[BlockRef]
 	window    uint32 // lookups skip touching blocks stamped within it
 	admitter  policy.Admitter[Key]
+	gate      WriteGate
 	evictable func(BlockRef) bool
 	below     Tier // next present tier, or NumTiers
 }
@@ -126,7 +127,7 @@ func New(cfg Config) (*Manager, error) {
 		ts.usable = slots[t]
 		ts.window = slots[t] >> 8
 		ts.policy = tc.Policy
-		ts.admitter = tc.Admitter
+		ts.admitter, ts.gate = tc.Admitter, tc.Gate
 		m.admitters = m.admitters || tc.Admitter != nil
 		ts.evictable = func(v BlockRef) bool { return m.recs.at(v).evictableIn(t) }
 		below = t
@@ -411,7 +412,6 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 	m.lock()
 	m.settle(l)
 	var t *Batch
-	ts := &m.tiers[to]
 	for i := range l.Blocks {
 		want := len(l.Blocks) - i
 		b := &l.Blocks[i]
@@ -420,7 +420,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 		if from >= to || r.state[to] != stateNone {
 			continue
 		}
-		if ts.admitter != nil && !ts.admitter.Admit(b.Key) {
+		if !m.admitWrite(to, r) {
 			continue
 		}
 		slot, ok := m.alloc(to, want)

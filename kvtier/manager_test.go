@@ -395,27 +395,32 @@ func TestOffloadAndAdmission(t *testing.T) {
 	cfg.Tiers[NVMe].Admitter = adm
 	m := mustNew(t, cfg)
 	a := toks(2, 2, 0)
+	// A request's lookup records its blocks once; its insert and its
+	// retries record nothing more (one record per block per request).
+	lookupLen(t, m, 0, a)
 	var l Lease
-	if err := m.Insert(0, a, Host, &l); err != nil {
-		t.Fatal(err)
+	for range 3 {
+		if err := m.Insert(0, a, Host, &l); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Commit(&l, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Offload(&l, NVMe); err != nil { // seen once: refused
+			t.Fatal(err)
+		}
+		if l.Len() != 2 || adm.seen[l.Blocks[0].Key] != 1 {
+			t.Fatalf("after an insert: %d blocks, seen %d times", l.Len(), adm.seen[l.Blocks[0].Key])
+		}
+		m.Release(&l)
 	}
-	if err := m.Commit(&l, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Offload(&l, NVMe); err != nil { // seen once: refused
-		t.Fatal(err)
-	}
-	if err := m.Wait(context.Background(), &l); err != nil {
-		t.Fatal(err)
-	}
-	m.Release(&l)
-	if got := m.Metrics().Tiers[NVMe].ResidentBlocks; got != 0 {
-		t.Fatalf("%d blocks admitted after one sighting", got)
+	if got := m.Metrics().Tiers[NVMe].Refused[NotAdmitted]; got != 6 {
+		t.Errorf("%d refusals counted, want 6 (2 blocks, 3 offloads)", got)
 	}
 	if err := m.Lookup(0, a, &l); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Offload(&l, NVMe); err != nil {
+	if err := m.Offload(&l, NVMe); err != nil { // the lookup's own record comes first: admitted
 		t.Fatal(err)
 	}
 	if err := m.Wait(context.Background(), &l); err != nil {

@@ -12,6 +12,9 @@ type TierMetrics struct {
 	ResidentBlocks int64  // slots in use
 	InUseBlocks    int64  // resident blocks referenced by a lease or a copy
 	CapacitySlots  int64  // the tier's slots
+	// Refused counts the copies into the tier the manager did not make, by
+	// Refusal (its Admitter's and Gate's answers).
+	Refused [NumRefusals]uint64
 }
 
 // Metrics is a snapshot of the manager's counters.
@@ -32,6 +35,7 @@ type Metrics struct {
 
 type tierCounters struct {
 	hits, misses, bytesIn, bytesOut, evictions, demotions atomic.Uint64
+	refusals                                              [NumRefusals]atomic.Uint64
 }
 
 // counters are the live counters. A nil *counters counts nothing.
@@ -112,6 +116,11 @@ func (t *tierCounters) evicted() {
 		t.evictions.Add(1)
 	}
 }
+func (t *tierCounters) refused(why Refusal) {
+	if t != nil {
+		t.refusals[why].Add(1)
+	}
+}
 func (t *tierCounters) demoted() {
 	if t != nil {
 		t.demotions.Add(1)
@@ -138,6 +147,9 @@ func (m *Manager) snapshot(resident, inUse [NumTiers]int64, records int) Metrics
 			d.BytesOut += s.bytesOut.Load()
 			d.Evictions += s.evictions.Load()
 			d.Demotions += s.demotions.Load()
+			for r := range NumRefusals {
+				d.Refused[r] += s.refusals[r].Load()
+			}
 		}
 		mt.Lookups += c.lookups.Load()
 		mt.LookupBlocks += c.lookupBlocks.Load()

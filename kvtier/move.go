@@ -84,6 +84,7 @@ type Batch struct {
 type Relay interface {
 	Complete(i int, err error)
 	AddLayers(ly Layers)
+	Wanted(i int) bool // Batch.Wanted of the relayed op
 }
 
 // NewRelayBatch returns a Batch of ops whose Complete and AddLayers calls

@@ -41,6 +41,7 @@ func (r *observedBatch) Complete(i int, err error) {
 }
 
 func (r *observedBatch) AddLayers(ly Layers) { r.parent.AddLayers(ly) }
+func (r *observedBatch) Wanted(i int) bool   { return r.parent.Wanted(i) }
 
 // TestRelayBatchPassesCompletionsOn: a Mover that wraps another through
 // NewRelayBatch sees every completion, in place of the manager, and what it

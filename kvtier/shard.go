@@ -107,6 +107,7 @@ type shardRelay struct {
 
 func (r *shardRelay) Complete(i int, err error) { r.f.complete(r.shard, i, err) }
 func (r *shardRelay) AddLayers(ly Layers)       { r.f.addLayers(r.shard, ly) }
+func (r *shardRelay) Wanted(i int) bool         { return r.f.parent.Wanted(i) }
 
 // complete records shard j's completion of op i.
 func (f *fanout) complete(j, i int, err error) {

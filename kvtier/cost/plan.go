@@ -133,8 +133,22 @@ type plannerCosts struct {
 // Backlog is how long work queued ahead of a plan keeps the GPU's ingress
 // (Link) and the GPU busy.
 type Backlog struct {
-	Link time.Duration // with copies: Planner.LinkBusy of their bytes
-	GPU  time.Duration // with prefill
+	Link  time.Duration // with copies: Planner.LinkBusy of their bytes
+	GPU   time.Duration // with prefill
+	Drive time.Duration // the NVMe drive, with reads and writes: an NVMe load's read starts after it
+}
+
+// queuedLatency is each tier's first-load latency behind q: a load starts
+// no sooner than the ingress is free, and an NVMe load's read only once
+// the drive's queue ahead of it is done.
+func (c *plannerCosts) queuedLatency(q Backlog) [NumTiers]float64 {
+	var lat [NumTiers]float64
+	link := q.Link.Seconds()
+	for t := range NumTiers {
+		lat[t] = max(c.latS[t], link)
+	}
+	lat[TierNVMe] = max(c.latS[TierNVMe]+q.Drive.Seconds(), link)
+	return lat
 }
 
 // NewPlanner validates the configuration and prices blocks and loads.
@@ -265,6 +279,17 @@ func (p *Planner) BlockRecomputeCost(i int) time.Duration {
 // presets').
 func (p *Planner) Prefill() PrefillCost { return p.costs.Load().prefill }
 
+// BlockLoadCost is a full block's load from tier t alone on an idle path:
+// its latency and its time on the path, under the costs the last plan took
+// (0 for a tier with no path). Safe beside Plan.
+func (p *Planner) BlockLoadCost(t Tier) time.Duration {
+	c := p.costs.Load()
+	if t >= NumTiers || !c.configured[t] {
+		return 0
+	}
+	return seconds(c.latS[t] + c.loadS[t])
+}
+
 // PassFloor is Scenario.PassFloor: no plan takes less.
 func (p *Planner) PassFloor() time.Duration { return seconds(p.costs.Load().prefill.FloorSeconds) }
 
@@ -311,11 +336,11 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 	if err != nil {
 		return PlanResult{}, err
 	}
-	linkQ, gpuQ := q.Link.Seconds(), q.GPU.Seconds()
-	best := p.search(cs, blocks, linkQ, gpuQ)
-	res := p.result(cs, blocks, out, best, linkQ, gpuQ)
+	latQ, gpuQ := cs.queuedLatency(q), q.GPU.Seconds()
+	best := p.search(cs, blocks, &latQ, gpuQ)
+	res := p.result(cs, blocks, out, best, &latQ, gpuQ)
 	if invariants.Enabled {
-		p.checkClosedForm(cs, blocks, best, linkQ, gpuQ)
+		p.checkClosedForm(cs, blocks, best, &latQ, gpuQ)
 	}
 	return res, nil
 }
@@ -328,7 +353,7 @@ func (p *Planner) prepare(blocks []BlockSource, out []Action, q Backlog) (*plann
 	if len(out) < B {
 		return nil, fmt.Errorf("planner: out has %d elements for %d blocks", len(out), B)
 	}
-	if q.Link < 0 || q.GPU < 0 {
+	if q.Link < 0 || q.GPU < 0 || q.Drive < 0 {
 		return nil, fmt.Errorf("planner: negative backlog %+v", q)
 	}
 	cs := p.refresh()
@@ -346,10 +371,10 @@ func (p *Planner) prepare(blocks []BlockSource, out []Action, q Backlog) (*plann
 // is uncertain); each plan's time is reported as it runs: nominal costs,
 // every pair at the rate of its kind, and the pass's read of the tokens
 // present (exactTimes).
-func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, best cut, linkQ, gpuQ float64) PlanResult {
+func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, best cut, latQ *[NumTiers]float64, gpuQ float64) PlanResult {
 	res := PlanResult{}
 	if len(blocks) > 0 {
-		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, best, linkQ, gpuQ)
+		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, best, latQ, gpuQ)
 	}
 	for i, b := range blocks {
 		a := cs.action(i, b, best)
@@ -367,8 +392,8 @@ func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, b
 // checkClosedForm fails when the search's time for best disagrees with a
 // simulation of its plan. The closed form counts the GPU's backlog as a
 // path even when nothing is recomputed; finish waits for it either way.
-func (p *Planner) checkClosedForm(cs *plannerCosts, blocks []BlockSource, best cut, linkQ, gpuQ float64) {
-	got := max(p.simulateCut(cs, blocks, best, linkQ, gpuQ, true), gpuQ)
+func (p *Planner) checkClosedForm(cs *plannerCosts, blocks []BlockSource, best cut, latQ *[NumTiers]float64, gpuQ float64) {
+	got := max(p.simulateCut(cs, blocks, best, latQ, gpuQ, true), gpuQ)
 	if planT := max(best.t, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
 		invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
 	}

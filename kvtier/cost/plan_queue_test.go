@@ -210,3 +210,43 @@ func TestPlanBehindABusyGPU(t *testing.T) {
 		t.Errorf("negative backlog: %v", err)
 	}
 }
+
+// TestPlanBehindTheDrive: a prefix on NVMe behind a busy drive starts its
+// loads only once the drive's queue is done, so the plan recomputes more
+// of it and takes at least the drive's backlog; a host prefix does not
+// care. BlockLoadCost prices one block alone on its path.
+func TestPlanBehindTheDrive(t *testing.T) {
+	p := longPlanner(t)
+	nvme := make([]BlockSource, 64)
+	host := make([]BlockSource, 64)
+	for i := range nvme {
+		nvme[i].Tier, host[i].Tier = TierNVMe, TierHost
+	}
+	out := make([]Action, 64)
+	idle, err := p.PlanQueued(nvme, out, Backlog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const drive = 20 * time.Millisecond
+	busy, err := p.PlanQueued(nvme, out, Backlog{Drive: drive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if busy.RecomputeBlocks <= idle.RecomputeBlocks || busy.Time <= idle.Time {
+		t.Errorf("behind a %v drive: %+v; idle: %+v; want more recomputed and later", drive, busy, idle)
+	}
+	if busy.LoadBlocks > 0 && busy.Time < drive {
+		t.Errorf("a plan that loads from a drive busy for %v ends at %v", drive, busy.Time)
+	}
+	h0, _ := p.PlanQueued(host, out, Backlog{})
+	h1, _ := p.PlanQueued(host, out, Backlog{Drive: drive})
+	if h0 != h1 {
+		t.Errorf("a host prefix behind a busy drive: %+v, idle %+v", h1, h0)
+	}
+	if _, err := p.PlanQueued(nvme, out, Backlog{Drive: -1}); err == nil {
+		t.Error("a negative drive backlog was accepted")
+	}
+	if l, h := p.BlockLoadCost(TierNVMe), p.BlockLoadCost(TierHost); l <= h || h <= 0 || p.BlockLoadCost(TierGPU) != 0 {
+		t.Errorf("BlockLoadCost: nvme %v, host %v, gpu %v", l, h, p.BlockLoadCost(TierGPU))
+	}
+}

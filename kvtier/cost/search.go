@@ -27,9 +27,9 @@ func (c *plannerCosts) action(i int, b BlockSource, k cut) Action {
 // search finds the best cut for blocks behind the queues, in passes over
 // the scratch space: forward, backward, the single cut, and the nested
 // cuts when the blocks present load at different costs.
-func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, linkQ, gpuQ float64) cut {
-	latQ, fastS := p.forwardPass(cs, blocks, linkQ)
-	slow := p.backwardPass(cs, blocks, &latQ, fastS)
+func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, latQ *[NumTiers]float64, gpuQ float64) cut {
+	fastS := p.forwardPass(cs, blocks, latQ)
+	slow := p.backwardPass(cs, blocks, latQ, fastS)
 	best := p.singleCut(len(blocks), fastS, gpuQ)
 	if slow {
 		best = p.nestedCut(cs, blocks, best, gpuQ)
@@ -42,12 +42,9 @@ func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, linkQ, gpuQ flo
 // are the charged ones (equal to nominal when the fit is exact). It
 // returns each tier's load latency behind the queued copies and the
 // cheapest per-block load present.
-func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource, linkQ float64) (latQ [NumTiers]float64, fastS float64) {
+func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource, latQ *[NumTiers]float64) (fastS float64) {
 	p.loadPre[0], p.recPre[0] = 0, 0
 	fastS = math.Inf(1)
-	for t := range NumTiers {
-		latQ[t] = max(cs.latS[t], linkQ)
-	}
 	for i, b := range blocks {
 		t := b.Tier
 		s := cs.chargedS[t]
@@ -62,7 +59,7 @@ func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource, linkQ floa
 		}
 		p.recPre[i+1] = p.recPre[i] + c
 	}
-	return latQ, fastS
+	return fastS
 }
 
 // backwardPass (pass 2) fills the suffix arrays. F(x) = S[x] +
@@ -192,7 +189,7 @@ func (p *Planner) descend(blocks []BlockSource, single int, thr, gpuQ float64, b
 // simulateCut runs the cut k through the recurrences, at charged or
 // nominal costs, behind the queues, and returns the longest path (no pass
 // cost, no floor).
-func (p *Planner) simulateCut(c *plannerCosts, blocks []BlockSource, k cut, linkQ, gpuQ float64, charged bool) float64 {
+func (p *Planner) simulateCut(c *plannerCosts, blocks []BlockSource, k cut, latQ *[NumTiers]float64, gpuQ float64, charged bool) float64 {
 	loadDone, computeDone, end := 0.0, gpuQ, 0.0
 	for i, b := range blocks {
 		switch c.action(i, b, k) {
@@ -201,7 +198,7 @@ func (p *Planner) simulateCut(c *plannerCosts, blocks []BlockSource, k cut, link
 			if charged {
 				s = c.chargedS[b.Tier]
 			}
-			loadDone = max(loadDone, c.latS[b.Tier], linkQ) + s
+			loadDone = max(loadDone, latQ[b.Tier]) + s
 			end = math.Max(end, loadDone)
 		case ActionRecompute:
 			cost := c.blockCost(i, b.Tokens, p.cfg.BlockTokens)

@@ -30,10 +30,10 @@ func (r *planRun) recompute(pc *PrefillCost, tokens int) {
 	r.computed += tokens
 }
 
-func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int, linkQ float64) {
+func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int, latQ *[NumTiers]float64) {
 	switch a {
 	case ActionLoad:
-		r.load(max(c.latS[b.Tier], linkQ), c.loadS[b.Tier], tokens)
+		r.load(latQ[b.Tier], c.loadS[b.Tier], tokens)
 	case ActionRecompute:
 		r.recompute(&c.prefill, tokens)
 	default:
@@ -48,7 +48,7 @@ func (r *planRun) time(c *plannerCosts, gpuQ float64) time.Duration {
 // exactTimes runs, in one pass over the blocks, the plan of the cut k, the
 // plan that loads every cached block and the one that recomputes every
 // block not on the GPU (planRun), and returns their times from now.
-func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, linkQ, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
+func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, latQ *[NumTiers]float64, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
 	bt := p.cfg.BlockTokens
 	pl, la, ra := planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}
 	for i, b := range blocks {
@@ -56,7 +56,7 @@ func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, linkQ
 		if tokens == 0 {
 			tokens = bt
 		}
-		pl.step(c, c.action(i, b, k), b, tokens, linkQ)
+		pl.step(c, c.action(i, b, k), b, tokens, latQ)
 		switch {
 		case b.Tier == TierGPU:
 			la.present += tokens
@@ -65,7 +65,7 @@ func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, linkQ
 			la.recompute(&c.prefill, tokens)
 			ra.recompute(&c.prefill, tokens)
 		default:
-			la.load(max(c.latS[b.Tier], linkQ), c.loadS[b.Tier], tokens)
+			la.load(latQ[b.Tier], c.loadS[b.Tier], tokens)
 			ra.recompute(&c.prefill, tokens)
 		}
 	}
@@ -100,13 +100,13 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	if len(blocks) == 0 {
 		return 0, nil
 	}
-	r := planRun{}
+	r, idle := planRun{}, c.queuedLatency(Backlog{})
 	for i, b := range blocks {
 		tokens := b.Tokens
 		if tokens == 0 {
 			tokens = p.cfg.BlockTokens
 		}
-		r.step(c, actions[i], b, tokens, 0)
+		r.step(c, actions[i], b, tokens, &idle)
 	}
 	return r.time(c, 0), nil
 }

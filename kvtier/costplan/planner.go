@@ -56,7 +56,7 @@ func (c *Planner) Plan(req *kvtier.PlanRequest, actions []kvtier.Action) (kvtier
 	if len(c.actions) < len(blocks) {
 		c.actions = make([]cost.Action, len(blocks))
 	}
-	res, err := c.p.PlanQueued(c.sources, c.actions[:len(blocks)], cost.Backlog{Link: req.Backlog.Ingress, GPU: req.Backlog.GPU})
+	res, err := c.p.PlanQueued(c.sources, c.actions[:len(blocks)], cost.Backlog{Link: req.Backlog.Ingress, GPU: req.Backlog.GPU, Drive: req.Backlog.Drive})
 	if err != nil {
 		return kvtier.Estimate{}, err
 	}

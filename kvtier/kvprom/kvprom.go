@@ -29,6 +29,7 @@ type Collector struct {
 	lookups, lookupBlocks, hitBlocks                      *prometheus.Desc
 	mismatches, noSpace, moveFailures, records            *prometheus.Desc
 	droppedTouches, invalidations, holeBlocks, recomputes *prometheus.Desc
+	refused                                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -65,6 +66,8 @@ func New(src Source, namespace string, constLabels prometheus.Labels) *Collector
 		holeBlocks:    d("hole_blocks_total", "Missing blocks lookups skipped to return cached blocks after them.", nil),
 		recomputes: d("onboard_recomputes_total",
 			"Blocks the plan said to load that Onboard recomputed, by reason (no_gpu_slot, gpu_busy, source_lost).", []string{"reason"}),
+		refused: d("writes_refused_total",
+			"Copies into the tier the manager did not make, by reason (not_admitted, not_worth, over_rate, over_endurance, queue_full).", []string{"tier", "reason"}),
 	}
 }
 
@@ -74,7 +77,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.hits, c.misses, c.bytesIn, c.bytesOut, c.evictions, c.demotions,
 		c.resident, c.inUse, c.capacity,
 		c.lookups, c.lookupBlocks, c.hitBlocks, c.mismatches, c.noSpace, c.moveFailures, c.records,
-		c.droppedTouches, c.invalidations, c.holeBlocks, c.recomputes,
+		c.droppedTouches, c.invalidations, c.holeBlocks, c.recomputes, c.refused,
 	} {
 		ch <- d
 	}
@@ -104,6 +107,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.resident, tm.ResidentBlocks, name)
 		gauge(c.inUse, tm.InUseBlocks, name)
 		gauge(c.capacity, tm.CapacitySlots, name)
+		for r := kvtier.NotAdmitted; r < kvtier.NumRefusals; r++ {
+			counter(c.refused, tm.Refused[r], name, r.String())
+		}
 	}
 	counter(c.lookups, m.Lookups)
 	counter(c.lookupBlocks, m.LookupBlocks)

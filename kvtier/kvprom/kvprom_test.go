@@ -81,10 +81,10 @@ kvtier_resident_blocks{model="test",tier="host"} 2
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	// 9 series for the one tier present, 10 manager-wide and 3 recompute
-	// reasons; none for gpu or nvme.
-	if n := testutil.CollectAndCount(c); n != 22 {
-		t.Fatalf("%d series, want 22", n)
+	// 9 series and 5 refusal reasons for the one tier present, 10
+	// manager-wide and 3 recompute reasons; none for gpu or nvme.
+	if n := testutil.CollectAndCount(c); n != 27 {
+		t.Fatalf("%d series, want 27", n)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

@@ -220,6 +220,9 @@ const noStaging = ^kvtier.Slot(0)
 
 func (r *relay) add(i int, req *request) { r.addOp(i, r.parent.Ops[i], req, noStaging) }
 
+// Wanted implements kvtier.Relay: relayed op k is the parent's op idx[k].
+func (r *relay) Wanted(k int) bool { return r.parent.Wanted(r.idx[k]) }
+
 // addOp adds op as the parent's op i, copying from staging slot st
 // (noStaging: none).
 func (r *relay) addOp(i int, op kvtier.MoveOp, req *request, st kvtier.Slot) {
