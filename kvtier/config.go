@@ -65,6 +65,10 @@ var (
 	// ErrSourceLost, wrapped in a Mover's op error, says the op's NVMe
 	// source is gone: the manager forgets that copy.
 	ErrSourceLost = errors.New("kvtier: source copy lost")
+	// ErrNotWanted, wrapped in a Mover's op error, says the mover dropped
+	// the op because Batch.Wanted said so: the destination is freed, and
+	// it is not counted as a failure.
+	ErrNotWanted = errors.New("kvtier: copy no longer wanted")
 )
 
 func configErr(field, format string, args ...any) error {

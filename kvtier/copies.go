@@ -158,7 +158,10 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 		}
 		m.propagate(op.Ref, op.To)
 	} else {
-		m.metrics.moveFailure()
+		dropped := errors.Is(err, ErrNotWanted)
+		if !dropped {
+			m.metrics.moveFailure()
+		}
 		m.freeSlot(op.Ref, op.To)
 		if demotion { // the source is intact: keep it
 			m.setState(op.Ref, op.From, stateReady)
@@ -169,7 +172,7 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 			// the slot's only reader.
 			m.freeSlot(op.Ref, NVMe)
 		}
-		if l := t.lease; l != nil && l.err == nil {
+		if l := t.lease; l != nil && l.err == nil && !dropped {
 			l.err = fmt.Errorf("%w: block %#x from %v slot %d to %v slot %d: %w", ErrMove, uint64(op.Key), op.From, op.FromSlot, op.To, op.ToSlot, err)
 		}
 	}

@@ -39,22 +39,21 @@ func (d *Mover) runBounce(j *job) {
 			}
 			ws = append(ws, write{i: b.i, to: b.to, op: w})
 		}
-		if err == nil {
-			d.writeAll(ws)
+		errs := make([]error, k)
+		for c := range ws {
+			if err != nil {
+				errs[c] = fmt.Errorf("gpu to nvme through bounce slot %d: %w", pairs[c].HostSlot, err)
+				d.stats.failed(1, errs[c])
+				continue
+			}
+			ws[c].ticket = d.drive.ticket()
+			errs[c] = d.writeInTurn(j.b, ws[c:c+1], fmt.Sprintf("bounce slot %d", pairs[c].HostSlot))
 		}
 		for _, p := range pairs { // the writes have returned: reuse is safe
 			d.bounceSlots <- p.HostSlot
 		}
 		for c, w := range ws {
-			e := err
-			if e == nil {
-				e = w.op.Err
-			}
-			if e != nil {
-				e = fmt.Errorf("gpu to nvme through bounce slot %d: %w", pairs[c].HostSlot, e)
-				d.stats.failed(1, e)
-			}
-			j.b.Complete(w.i, e)
+			j.b.Complete(w.i, errs[c])
 		}
 		next += k
 	}

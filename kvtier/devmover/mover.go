@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/nvme"
@@ -51,6 +52,9 @@ type Mover struct {
 	sumMu            sync.Mutex
 	hostSums         []hostSum
 
+	// drive schedules and measures the store's I/O (drive.go).
+	drive *drive
+
 	wg    sync.WaitGroup
 	stats counters
 
@@ -96,6 +100,10 @@ type Config struct {
 	// a few pinned bounce slots. Nil fails such ops with ErrNoPath.
 	Bounce     *transfer.Engine
 	BounceHost transfer.HostLayout
+	// OnDriveIO, if set, is told of every NVMe read and write the mover
+	// measured (a server's calibration learns the drive's links from it).
+	// It is called on the mover's goroutines and MUST NOT block.
+	OnDriveIO func(write bool, bytes int64, d time.Duration)
 }
 
 // ErrNoPath marks an op whose tiers the Mover was not configured to connect
@@ -110,14 +118,17 @@ var ErrNVMeMismatch = errors.New("devmover: nvme slot holds another block")
 type Stats struct {
 	Onboards, Offloads, NVMeWrites, NVMeReads, StagedLoads, BounceWrites uint64
 	Failures                                                             uint64
+	// Dropped counts NVMe writes not made because their block was no
+	// longer wanted when their turn came (kvtier.Batch.Wanted).
+	Dropped uint64
 	// Reclaims counts NVMe writes that first emptied a stale copy of their
 	// block, left in a slot the manager had evicted it from.
 	Reclaims uint64
 }
 
 type counters struct {
-	onboards, offloads, nvmeWrites, nvmeReads, staged, bounce, failures, reclaims atomic.Uint64
-	lastErr                                                                       atomic.Pointer[error]
+	onboards, offloads, nvmeWrites, nvmeReads, staged, bounce, failures, reclaims, dropped atomic.Uint64
+	lastErr                                                                                atomic.Pointer[error]
 }
 
 // failed counts n failed ops and keeps err as the last failure.
@@ -139,6 +150,7 @@ func New(cfg Config) (*Mover, error) {
 		eng: cfg.Engine, host: cfg.Host, blockBytes: cfg.BlockBytes,
 		store: cfg.Store, tokens: cfg.StoreTokens,
 		bounce: cfg.Bounce, bounceHost: cfg.BounceHost,
+		drive: newDrive(cfg.OnDriveIO),
 	}
 	d.cond.L = &d.mu
 	if cfg.Store != nil && cfg.Engine.Sums() && !cfg.Store.Info().Keyed {
@@ -195,7 +207,7 @@ func (d *Mover) Stats() Stats {
 		Onboards: c.onboards.Load(), Offloads: c.offloads.Load(),
 		NVMeWrites: c.nvmeWrites.Load(), NVMeReads: c.nvmeReads.Load(),
 		StagedLoads: c.staged.Load(), BounceWrites: c.bounce.Load(),
-		Failures: c.failures.Load(), Reclaims: c.reclaims.Load(),
+		Failures: c.failures.Load(), Reclaims: c.reclaims.Load(), Dropped: c.dropped.Load(),
 	}
 }
 

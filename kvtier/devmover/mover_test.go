@@ -56,6 +56,8 @@ type devOpts struct {
 	// sets Config.KeepBlocks.
 	nvmeDir string
 	keep    bool
+	// wrap wraps the store's slab files (nvme.Config.WrapFile).
+	wrap func(path string, f nvme.File) nvme.File
 	// real runs on GPU 0 instead of the sim: the test skips without a
 	// driver, and fails then if KVTIER_REQUIRE_GPU=1.
 	real bool
@@ -146,7 +148,7 @@ func newDevShard(t *testing.T, o devOpts) (*devFixture, kvtier.Config) {
 		if dir == "" {
 			dir = t.TempDir()
 		}
-		f.store, err = nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: o.nvme, BlockBytes: dmBlockBytes, MaxTokens: dmTokens})
+		f.store, err = nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: o.nvme, BlockBytes: dmBlockBytes, MaxTokens: dmTokens, WrapFile: o.wrap})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,18 +69,33 @@ func (d *Mover) takeStore(want int, keep bool) error {
 	}
 }
 
-// runWrites writes host slots to the store, then completes the ops.
+// runWrites writes host slots to the store, each in its turn on the drive,
+// and completes each op as its write returns; an op whose block is no
+// longer wanted when its turn comes is dropped unwritten.
 func (d *Mover) runWrites(j *job) {
 	defer d.wg.Done()
-	d.writeAll(j.writes)
-	for _, w := range j.writes {
-		err := w.op.Err
-		if err != nil {
-			err = fmt.Errorf("nvme write of store slot %d: %w", w.op.Slot, err)
-			d.stats.failed(1, err)
-		}
-		j.b.Complete(w.i, err)
+	for k := range j.writes {
+		w := j.writes[k : k+1]
+		j.b.Complete(w[0].i, d.writeInTurn(j.b, w, fmt.Sprintf("store slot %d", w[0].op.Slot)))
 	}
+}
+
+// writeInTurn writes w (one write) in its ticket's turn on the drive,
+// unless b no longer wants it, and returns the op's error (what names
+// where it came from).
+func (d *Mover) writeInTurn(b *kvtier.Batch, w []write, what string) error {
+	if !b.Wanted(w[0].i) {
+		d.drive.skip(w[0].ticket)
+		d.stats.dropped.Add(1)
+		return fmt.Errorf("nvme write of %s: %w", what, kvtier.ErrNotWanted)
+	}
+	d.drive.write(w[0].ticket, int64(len(w[0].op.Payload)), func() { d.writeAll(w) })
+	if err := w[0].op.Err; err != nil {
+		err = fmt.Errorf("nvme write of %s: %w", what, err)
+		d.stats.failed(1, err)
+		return err
+	}
+	return nil
 }
 
 // writeAll writes ws, marking their slots busy meanwhile, then rewrites
@@ -165,7 +180,8 @@ func (d *Mover) runReads(j *job) {
 	for k := range j.reads {
 		ops[k] = j.reads[k].op
 	}
-	err := d.store.ReadBatch(context.Background(), ops)
+	var err error
+	d.drive.read(int64(len(ops))*d.blockBytes, func() { err = d.store.ReadBatch(context.Background(), ops) })
 	for k := range j.reads {
 		r, op := &j.reads[k], &ops[k]
 		e := err
@@ -240,8 +256,10 @@ type storeSource struct {
 func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 	slot := s.d.nvmeSlot[s.blocks[i].from]
 	s.rd[0] = nvme.ReadOp{Slot: slot, Dst: dst, Meta: nvme.BlockMeta{Tokens: s.rd[0].Meta.Tokens[:0]}, DeferWordSum: s.d.sums}
-	if err := s.d.store.ReadBatch(ctx, s.rd[:]); err != nil {
-		return err
+	var rerr error
+	s.d.drive.read(int64(len(dst)), func() { rerr = s.d.store.ReadBatch(ctx, s.rd[:]) })
+	if rerr != nil {
+		return rerr
 	}
 	err := s.rd[0].Err
 	if err == nil && s.checks != nil && s.rd[0].Deferred {

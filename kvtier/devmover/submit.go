@@ -38,11 +38,13 @@ func (e *engineOps) add(i int, p transfer.Pair) {
 	e.idx = append(e.idx, i)
 }
 
-// write is a host slot written to the manager's NVMe slot to.
+// write is a host slot written to the manager's NVMe slot to, in its
+// ticket's turn on the drive.
 type write struct {
-	i  int
-	to kvtier.Slot
-	op nvme.WriteOp
+	i      int
+	to     kvtier.Slot
+	op     nvme.WriteOp
+	ticket uint64
 }
 
 // read is an NVMe slot read into host slot to, which must name want.
@@ -188,6 +190,9 @@ func (d *Mover) start(j *job) {
 		started(&ops, tr, err, "staged onboard from nvme", src, src.checkSum)
 	}
 	if n := len(j.writes); n > 0 {
+		for k := range j.writes {
+			j.writes[k].ticket = d.drive.ticket()
+		}
 		d.stats.nvmeWrites.Add(uint64(n))
 		d.wg.Add(1)
 		go d.runWrites(j)
