@@ -3,11 +3,11 @@ package kvtier
 import (
 	"context"
 	"fmt"
-	"kvtier.dev/internal/invariants"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/policy"
 )
 

@@ -1,9 +1,10 @@
 package kvtier
 
 import (
-	"kvtier.dev/internal/invariants"
 	"slices"
 	"sync/atomic"
+
+	"kvtier.dev/internal/invariants"
 )
 
 func (m *Manager) ref(ref BlockRef) {

@@ -14,11 +14,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"kvtier.dev/internal/invariants"
 	"os"
 	"sort"
 
 	"golang.org/x/term"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's

@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"kvtier.dev/kvtier/costplan"
-	"kvtier.dev/kvtier/policy"
 	"log/slog"
 	"slices"
 	"strings"
@@ -15,6 +13,8 @@ import (
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/policy"
 )
 
 // config is the server's command line.

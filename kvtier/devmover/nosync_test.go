@@ -3,12 +3,12 @@ package devmover
 import (
 	"bytes"
 	"context"
-	"kvtier.dev/kvtier"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier"
 )
 
 // requestPath is a fixture on a wall-clock sim inside synctest.Test, whose

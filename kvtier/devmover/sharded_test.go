@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"kvtier.dev/kvtier"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/nvme"
 )
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"kvtier.dev/kvtier/costplan"
 	"math"
 	"reflect"
 	"sort"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"kvtier.dev/internal/bytesize"
+	"kvtier.dev/kvtier/costplan"
 )
 
 // Config is what a replay models: the model and GPU (kvtier/cost presets),

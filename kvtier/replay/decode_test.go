@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"kvtier.dev/kvtier/costplan"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"kvtier.dev/kvtier/costplan"
 )
 
 // passFloor is the shortest prefill on cfg: one forward pass, which reads

@@ -3,12 +3,12 @@ package replay
 import (
 	"errors"
 	"io"
-	"kvtier.dev/kvtier/costplan"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 

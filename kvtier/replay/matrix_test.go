@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"kvtier.dev/kvtier/costplan"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 

@@ -5,10 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"kvtier.dev/kvtier/costplan"
 	"math"
 	"testing"
 	"time"
+
+	"kvtier.dev/kvtier/costplan"
 )
 
 // collect replays src under cfg and returns the report and the records.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"kvtier.dev/kvtier/costplan"
 	"math"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 

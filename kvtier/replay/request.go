@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"kvtier.dev/internal/invariants"
 	"math"
 	"time"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/costplan"
 )

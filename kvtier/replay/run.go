@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"kvtier.dev/kvtier/costplan"
 	"strings"
 
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 

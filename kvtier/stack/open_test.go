@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"kvtier.dev/kvtier"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/transfer"
 )
 

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	_ "embed"
 	"io"
+
 	"kvtier.dev/internal/invariants"
 )
 

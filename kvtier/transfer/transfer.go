@@ -3,11 +3,11 @@ package transfer
 import (
 	"context"
 	"fmt"
-	"kvtier.dev/internal/invariants"
 	"sync"
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/invariants"
 )
 
 // Transfer is the handle of one submitted onboard or offload.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"kvtier.dev/kvtier/costplan"
-	"kvtier.dev/kvtier/remotetier"
-	"kvtier.dev/kvtier/stack"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,6 +12,9 @@ import (
 
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/remotetier"
+	"kvtier.dev/kvtier/stack"
 )
 
 // Runner is the model's forward pass over the KV region (model.CPU and

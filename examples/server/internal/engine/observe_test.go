@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"kvtier.dev/kvtier/costplan"
-	"kvtier.dev/kvtier/stack"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +10,8 @@ import (
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/stack"
 	"kvtier.dev/kvtier/transfer"
 )
 

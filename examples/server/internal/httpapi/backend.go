@@ -3,9 +3,9 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"kvtier.dev/internal/invariants"
 	"time"
 
+	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
 )
 
