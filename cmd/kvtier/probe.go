@@ -42,6 +42,8 @@ type probeConfig struct {
 	remote *probeRemoteConfig
 	// methods measures the copy engine's switch points instead.
 	methods bool
+	// nvme, when set, measures a drive instead of the GPU.
+	nvme *probeNVMeConfig
 }
 
 // probeResult is the JSON that --json writes. "measured" is what the cost
@@ -88,6 +90,22 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
 		return 2
+	}
+	if cfg.nvme != nil {
+		f, err := probeNVMe(context.Background(), *cfg.nvme, cfg, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvtier probe: --nvme: %v\n", err)
+			return 1
+		}
+		probePrintRows(stdout, f.Rows)
+		if cfg.jsonPath != "" {
+			if err := probeWriteJSON(cfg.jsonPath, f); err != nil {
+				fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "wrote %s (kvtier replay --nvme-link and the server's -nvme-link read it)\n", cfg.jsonPath)
+		}
+		return 0
 	}
 	if cfg.remote != nil {
 		f, err := probeRemote(context.Background(), *cfg.remote, cfg, stdout)
@@ -163,6 +181,9 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 	remoteBlock := fs.String("remote-block", "2MiB", "with --remote: the block size")
 	remoteBlocks := fs.Int("remote-blocks", 16, "with --remote: blocks per pass")
 	remoteDepth := fs.Int("remote-depth", 8, "with --remote: fetches in flight")
+	nvmeDir := fs.String("nvme", "", "measure the drive under this directory instead of the GPU, as the NVMe tier uses it (a scratch file, removed after)")
+	nvmeBlock := fs.String("nvme-block", "2MiB", "with --nvme: the tier's block, one I/O")
+	nvmeBytes := fs.String("nvme-bytes", "256MiB", "with --nvme: bytes written and read back per round")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -186,6 +207,9 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 		cfg.remote = &probeRemoteConfig{addrs: strings.Split(*remoteAddrs, ","), blockBytes: rb, blocks: *remoteBlocks, depth: *remoteDepth}
 	case set["remote-block"] || set["remote-blocks"] || set["remote-depth"]:
 		return cfg, errors.New("--remote-block, --remote-blocks and --remote-depth need --remote")
+	}
+	if err := probeNVMeFlags(&cfg, set, *nvmeDir, *nvmeBlock, *nvmeBytes); err != nil {
+		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -222,6 +246,35 @@ func probeParseFlags(args []string, stderr io.Writer) (probeConfig, error) {
 		cfg.command += " " + a
 	}
 	return cfg, nil
+}
+
+// probeNVMeFlags parses --nvme and its sizes into cfg.nvme.
+func probeNVMeFlags(cfg *probeConfig, set map[string]bool, dir, block, bytes string) error {
+	if dir == "" {
+		if set["nvme-block"] || set["nvme-bytes"] {
+			return errors.New("--nvme-block and --nvme-bytes need --nvme")
+		}
+		return nil
+	}
+	if cfg.remote != nil || set["device"] || set["size"] || cfg.methods {
+		return errors.New("--nvme measures a drive, not a GPU or the remote tier: --remote, --device, --size and --methods do not apply")
+	}
+	bb, err := bytesize.Parse(block)
+	if err != nil {
+		return fmt.Errorf("--nvme-block: %w", err)
+	}
+	if bb < 4096 || bb%4096 != 0 || bb > 1<<30 {
+		return fmt.Errorf("--nvme-block: %d bytes, want a multiple of 4 KiB up to 1 GiB", bb)
+	}
+	nb, err := bytesize.Parse(bytes)
+	if err != nil {
+		return fmt.Errorf("--nvme-bytes: %w", err)
+	}
+	if nb < bb {
+		return fmt.Errorf("--nvme-bytes: %d bytes holds no --nvme-block of %d", nb, bb)
+	}
+	cfg.nvme = &probeNVMeConfig{dir: dir, blockBytes: bb, bytes: nb}
+	return nil
 }
 
 func probeDeviceFacts(in cudastream.Info) probeDevice {
