@@ -211,10 +211,14 @@ func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.Fla
 	fs.Var(&c.HostBytes, "host", "host tier capacity, e.g. 256GiB (0: none)")
 	fs.Var(&c.NVMeBytes, "nvme", "NVMe tier capacity, e.g. 2TiB (0: none)")
 	fs.StringVar(&c.HostLink, "host-link", def.HostLink, "host-GPU link preset: "+strings.Join(cost.LinkNames(), ", "))
-	fs.StringVar(&c.NVMeLink, "nvme-link", def.NVMeLink, "NVMe link preset (NAME-xN for N striped drives)")
+	fs.StringVar(&c.NVMeLink, "nvme-link", def.NVMeLink, "the NVMe drive: a link preset (NAME-xN for N striped drives; writes at its read rate) or a file kvtier probe --nvme DIR --json FILE wrote (its measured read and write rates)")
 	fs.StringVar(&c.Policy, "policy", def.Policy, "eviction policy: lru, s3fifo, 2q or cost-aware")
 	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
+	fs.StringVar(&c.NVMeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load would be worth, within the drive's write budget, as a server writes them) or all (every admitted block)")
+	fs.Float64Var(&c.NVMeWriteShare, "nvme-write-share", 0.5, "with --nvme-writes gated: the share of the drive's write rate the writes may use")
+	fs.Float64Var(&c.NVMeDWPD, "nvme-dwpd", 0, "with --nvme-writes gated: drive writes per day of --nvme the writes may use (0: no endurance limit)")
+	fs.BoolVar(&c.NVMePersist, "nvme-persist", false, "with --nvme-writes gated: also write blocks a load would not be worth (a tier kept across restarts)")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
 	fs.Var(&c.HandlingTime, "handling-time", "each request's time outside the GPU and its copies (HTTP, parsing, the cache's bookkeeping), added to its TTFT beside the GPU, e.g. 1.9ms (benchmarks/serve/report -handling fits it from a served run)")
 	fs.Var(&c.HandlingTokenTime, "handling-token-time", "the same per prompt token, e.g. 410ns")
@@ -408,6 +412,10 @@ var replayOverrides = []struct {
 	{"policy", func(d, s *replay.Config) { d.Policy = s.Policy }},
 	{"write-through", func(d, s *replay.Config) { d.WriteThrough = s.WriteThrough }},
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
+	{"nvme-writes", func(d, s *replay.Config) { d.NVMeWrites = s.NVMeWrites }},
+	{"nvme-write-share", func(d, s *replay.Config) { d.NVMeWriteShare = s.NVMeWriteShare }},
+	{"nvme-dwpd", func(d, s *replay.Config) { d.NVMeDWPD = s.NVMeDWPD }},
+	{"nvme-persist", func(d, s *replay.Config) { d.NVMePersist = s.NVMePersist }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
 	{"handling-time", func(d, s *replay.Config) { d.HandlingTime = s.HandlingTime }},
 	{"handling-token-time", func(d, s *replay.Config) { d.HandlingTokenTime = s.HandlingTokenTime }},

@@ -46,9 +46,26 @@ type Config struct {
 	// HostLink is the kvtier/cost link between host memory and the GPU,
 	// e.g. "pcie5-pinned" (50 GB/s, 3 us).
 	HostLink string `json:"host_link"`
-	// NVMeLink is the drive's, e.g. "nvme-gen5" or "nvme-gen4-x4" (four
-	// drives striped). Reads and writes share it.
+	// NVMeLink is the drive: a link preset, e.g. "nvme-gen5" or
+	// "nvme-gen4-x4" (four drives striped), whose writes go at its read
+	// rate; or a file `kvtier probe --nvme DIR --json FILE` wrote (a path:
+	// it holds a "/" or ends in ".json"), with the drive's measured read
+	// and write rates. Reads and writes share the drive, reads first.
 	NVMeLink string `json:"nvme_link"`
+	// NVMeWrites is "gated" (the default: a block is written to NVMe only
+	// when a load of it would beat recomputing it, within the drive's
+	// write budget: costplan.Gate, as a server runs it) or "all" (every
+	// admitted block, the drive's queue bounded by bytes alone).
+	NVMeWrites string `json:"nvme_writes,omitempty"`
+	// NVMeWriteShare is the share of the drive's write rate the gated
+	// writes may use (costplan.GateConfig.WriteShare); 0 means 0.5.
+	NVMeWriteShare float64 `json:"nvme_write_share,omitempty"`
+	// NVMeDWPD bounds the gated writes to this many drive writes a day of
+	// NVMeBytes (0: no endurance limit).
+	NVMeDWPD float64 `json:"nvme_dwpd,omitempty"`
+	// NVMePersist makes the gate write blocks a load would not be worth,
+	// within the budgets (a tier kept across restarts).
+	NVMePersist bool `json:"nvme_persist,omitempty"`
 
 	// Policy is every tier's eviction policy: "lru", "s3fifo", "2q" or
 	// "cost-aware".
@@ -303,6 +320,14 @@ func (c *Config) Validate() error {
 	case "all", "seen-twice":
 	default:
 		return cfgErr("nvme_admission", "%q is not all or seen-twice", c.NVMeAdmission)
+	}
+	switch {
+	case c.NVMeWrites != "" && c.NVMeWrites != "gated" && c.NVMeWrites != "all":
+		return cfgErr("nvme_writes", "%q is not gated or all", c.NVMeWrites)
+	case c.NVMeWriteShare < 0 || c.NVMeWriteShare > 1:
+		return cfgErr("nvme_write_share", "%g is not in [0, 1]", c.NVMeWriteShare)
+	case c.NVMeDWPD < 0:
+		return cfgErr("nvme_dwpd", "%g is negative", c.NVMeDWPD)
 	}
 	switch c.Mover {
 	case MoverDevice, MoverModel:

@@ -31,7 +31,7 @@ type engine struct {
 	cal        *cost.Calibration // nil: the presets
 	prefill    cost.PrefillCost  // how long prefill takes: the calibration's, or the presets'
 	hostLink   cost.Link
-	nvmeLink   cost.Link
+	drive      cost.Drive // the NVMe drive's read and write links
 	nvmePath   cost.Path
 	blockBytes int64         // one block's KV on one GPU rank
 	bt         int           // tokens per block
@@ -120,7 +120,7 @@ func newEngine(cfg Config, strategy costplan.Strategy) (*engine, error) {
 	if e.hostLink, err = cost.LookupLink(cfg.HostLink); err != nil {
 		return nil, cfgErr("host_link", "%v", err)
 	}
-	if e.nvmeLink, err = cost.LookupLink(cfg.NVMeLink); err != nil {
+	if e.drive, err = loadDrive(cfg.NVMeLink); err != nil {
 		return nil, cfgErr("nvme_link", "%v", err)
 	}
 	var fit *cost.Fit
@@ -130,9 +130,10 @@ func newEngine(cfg Config, strategy costplan.Strategy) (*engine, error) {
 		}
 		fit = e.cal.Current()
 		e.hostLink, _ = fit.Link(e.hostLink)
-		e.nvmeLink, _ = fit.Link(e.nvmeLink)
+		e.drive.Read, _ = fit.Link(e.drive.Read)
+		e.drive.Write, _ = fit.Link(e.drive.Write)
 	}
-	e.nvmePath = cost.Path{Source: e.nvmeLink, Ingress: e.hostLink, Pipelined: true}
+	e.nvmePath = cost.Path{Source: e.drive.Read, Ingress: e.hostLink, Pipelined: true}
 	e.scen = cost.Scenario{Model: e.model, GPU: e.gpu, TP: cfg.TP, Path: cost.DirectPath(e.hostLink), Fit: fit}
 	if err := e.scen.Validate(); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -152,15 +153,17 @@ func (e *engine) start(blockTokens int) error {
 	}
 	e.bt = blockTokens
 	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
-	hostPath, drive := cost.DirectPath(e.hostLink), cost.DirectPath(e.nvmeLink)
+	hostPath, read, write := cost.DirectPath(e.hostLink), cost.DirectPath(e.drive.Read), cost.DirectPath(e.drive.Write)
 	for from := range kvtier.NumTiers {
 		for to := range kvtier.NumTiers {
 			p := &hostPath // GPU <-> host
 			switch {
 			case from == kvtier.NVMe && to == kvtier.GPU:
 				p = &e.nvmePath // the drive, then the GPU's ingress
-			case from == kvtier.NVMe || to == kvtier.NVMe:
-				p = &drive
+			case from == kvtier.NVMe:
+				p = &read
+			case to == kvtier.NVMe:
+				p = &write
 			}
 			e.copyLatency[from][to], e.copyStream[from][to] = p.Latency(), p.StreamTime(e.blockBytes)
 		}
@@ -217,6 +220,11 @@ func (e *engine) start(blockTokens int) error {
 			return cfgErr("policy", "%v", err)
 		}
 		tc := kvtier.TierConfig{CapacityBytes: int64(capacity[t]), SlotBytes: e.blockBytes, Policy: p}
+		if t == kvtier.NVMe {
+			if tc.Gate, err = e.nvmeGate(); err != nil {
+				return err
+			}
+		}
 		if t == kvtier.NVMe && cfg.NVMeAdmission == "seen-twice" {
 			counters := max(1<<16, 4*int(min(slots, 1<<24)))
 			a, err := policy.NewSeenTwice(counters, counters, func(k kvtier.Key) uint64 { return uint64(k) })

@@ -64,6 +64,8 @@ type copyJob struct {
 	// GPU: when the drive has read it, the device copies it to the GPU
 	// from a staging slot (devicePath.stage).
 	staged bool
+	// write marks a copy into NVMe.
+	write bool
 }
 
 // server is one channel's queue and what it is serving.
@@ -78,6 +80,8 @@ type server struct {
 	// same formula's estimate of the device's queue.
 	onboardTail time.Duration
 	busy        bool
+	servingEnd  time.Duration // when the copy in service ends
+
 	// busyTime is the total time spent copying.
 	busyTime time.Duration
 }
@@ -106,6 +110,15 @@ func (q *jobQueue) pop() (copyJob, bool) {
 }
 
 func (q *jobQueue) len() int { return len(q.jobs) - q.head }
+
+// streamSum is the queued copies' time on the channel.
+func (q *jobQueue) streamSum() time.Duration {
+	var d time.Duration
+	for _, j := range q.jobs[q.head:] {
+		d += j.stream
+	}
+	return d
+}
 
 // route is the channel and priority of a copy between two tiers.
 func route(from, to kvtier.Tier) (channel, priority) {

@@ -28,7 +28,7 @@ var errOffloadDropped = errors.New("replay: offload dropped: the link's queue is
 // backlog is always 0: a prefilling request has its GPU's compute to
 // itself (Config.PrefillSlots).
 func (e *engine) Backlog() kvtier.Backlog {
-	return kvtier.Backlog{Ingress: max(0, e.servers[chanHostToGPU].onboardTail-e.now)}
+	return kvtier.Backlog{Ingress: max(0, e.servers[chanHostToGPU].onboardTail-e.now), Drive: e.driveBacklog()}
 }
 
 // Submit implements kvtier.Mover: it queues each copy on its channel, where
@@ -76,7 +76,8 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
 	op := &t.Ops[i]
 	ch, prio := route(op.From, op.To)
-	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To]}
+	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To],
+		write: op.To == kvtier.NVMe}
 	if prio == prioOffload && e.servers[ch].queuedOffloadBytes+e.blockBytes > maxQueuedOffloadBytes {
 		// Backpressure: the link cannot keep up with the offloads, so
 		// this one is dropped, as an offload engine does when its
@@ -108,7 +109,8 @@ func (e *engine) kick(ch channel) {
 			s.busy = true
 			s.busyTime += j.stream
 			e.serving[ch] = j
-			e.schedule(event{at: max(e.now, j.ready) + j.stream, kind: evCopyDone, ch: ch})
+			s.servingEnd = max(e.now, j.ready) + j.stream
+			e.schedule(event{at: s.servingEnd, kind: evCopyDone, ch: ch})
 			return
 		}
 	}

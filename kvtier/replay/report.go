@@ -139,6 +139,10 @@ type StrategyResult struct {
 	Demotions   TierCounts     `json:"demotions"`
 	Plan        *PlanTotals    `json:"plan,omitempty"`
 	Manager     *ManagerCounts `json:"manager,omitempty"`
+	// NVMeWrites is what became of the copies the manager would have made
+	// into NVMe on its own (write-through, demotions), when there is an
+	// NVMe tier.
+	NVMeWrites *WriteCounts `json:"nvme_writes,omitempty"`
 	// TTFTQuantiles are the 0th to 100th percentiles of TTFT in seconds,
 	// 101 of them (none without requests), for plotting its distribution.
 	// They are not in the JSON.
@@ -151,6 +155,17 @@ type TierRatios struct {
 	Host    float64 `json:"host"`
 	NVMe    float64 `json:"nvme"`
 	Overall float64 `json:"overall"`
+}
+
+// WriteCounts are a tier's writes: made (its copies in), and refused by
+// reason (kvtier.Refusal).
+type WriteCounts struct {
+	Written       int64 `json:"written"`
+	NotAdmitted   int64 `json:"not_admitted"`
+	NotWorth      int64 `json:"not_worth"`
+	OverRate      int64 `json:"over_rate"`
+	OverEndurance int64 `json:"over_endurance"`
+	QueueFull     int64 `json:"queue_full"`
 }
 
 // TierCounts is a count per tier.
@@ -323,6 +338,11 @@ func (e *engine) result() StrategyResult {
 		r.Demotions = TierCounts{int64(mt.Tiers[kvtier.GPU].Demotions), int64(mt.Tiers[kvtier.Host].Demotions), int64(mt.Tiers[kvtier.NVMe].Demotions)}
 		r.Manager = &ManagerCounts{Lookups: mt.Lookups, LookupBlocks: mt.LookupBlocks, HitBlocks: mt.HitBlocks,
 			HoleBlocks: mt.HoleBlocks, NoSpace: mt.NoSpace, Records: mt.Records}
+		if n := mt.Tiers[kvtier.NVMe]; n.CapacitySlots > 0 {
+			f := func(why kvtier.Refusal) int64 { return int64(n.Refused[why]) }
+			r.NVMeWrites = &WriteCounts{Written: int64(n.BytesIn) / e.blockBytes, NotAdmitted: f(kvtier.NotAdmitted),
+				NotWorth: f(kvtier.NotWorth), OverRate: f(kvtier.OverRate), OverEndurance: f(kvtier.OverEndurance), QueueFull: f(kvtier.QueueFull)}
+		}
 	}
 	return r
 }
@@ -431,6 +451,10 @@ func (r *Report) writeNotes(b *strings.Builder) {
 	c := &r.Config
 	if len(r.Results) > 0 {
 		b.WriteString(linksNote(&r.Results[0], c.TP))
+		if w := r.Results[0].NVMeWrites; w != nil {
+			fmt.Fprintf(b, "nvme writes (%s, %s): %d written; refused: %d not admitted, %d not worth a load, %d over the rate budget, %d over endurance, %d behind a full queue\n",
+				r.Results[0].Strategy, nvmeWritesNote(c), w.Written, w.NotAdmitted, w.NotWorth, w.OverRate, w.OverEndurance, w.QueueFull)
+		}
 	}
 	if c.DecodeOnGPU {
 		b.WriteString("\ndecode on the GPU, between prefills (GPU time, steps, most requests decoding at once):")
@@ -491,6 +515,13 @@ func linksNote(s *StrategyResult, tp int) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+func nvmeWritesNote(c *Config) string {
+	if c.NVMeWrites == "all" {
+		return "every admitted block"
+	}
+	return "gated by their worth and the drive's budget"
 }
 
 func writeMode(through bool) string {
