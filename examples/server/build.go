@@ -32,6 +32,8 @@ type parts struct {
 	cache   *stack.Cache
 	remote  *remotetier.Tier // nil without -remote
 	cal     *calibration     // nil: the model has no cost preset, or neither -cost-learn nor -cost-calibration
+	nvme    *gateHandle      // the NVMe tier's gate, if any
+	nvmeDir string           // the NVMe tier's directory, "" without one
 	onGPU   bool
 	closers []func() error // in the order to call them
 }
@@ -158,7 +160,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
 		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy)}
 	var model *cost.Planner
-	if c.strategy == costplan.Cost {
+	if c.strategy == costplan.Cost || c.strategy.LowerTiers() {
 		if model, err = costModel(c, s, p.cal); err != nil {
 			return nil, err
 		}
@@ -171,7 +173,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 	if c.strategy == costplan.GPUOnly {
 		// The copy engine needs a host tier: one slot, never read.
 		o.HostBytes = (m.BlockBytes() + 4095) &^ 4095
-	} else {
+	} else if s.nvmeBytes > 0 {
 		dir := c.nvmeDir
 		if dir == "" {
 			if dir, err = os.MkdirTemp("", "kvtier-server-"); err != nil {
@@ -182,6 +184,14 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 			return nil, fmt.Errorf("-nvme-dir: %w", err)
 		}
 		o.NVMeDirs, o.NVMeBytes, o.KeepNVMe = []string{dir}, s.nvmeBytes, c.nvmeDir != ""
+		drive, err := driveLinks(c)
+		if err != nil {
+			return nil, err
+		}
+		if p.nvme, err = nvmeWrites(c, &o, model, drive, p.cal, s.nvmeBytes/s.blockBytes); err != nil {
+			return nil, err
+		}
+		p.nvmeDir = dir
 	}
 	return stack.Open(ctx, o)
 }
@@ -214,6 +224,13 @@ func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 	pc, err := cost.NewPlannerConfig(cost.Presets{Model: s.model.Name, GPU: c.costGPU, HostLink: c.costLink, NVMe: c.costNVMe, BlockTokens: s.model.BlockTokens, MaxBlocks: s.model.Blocks(s.context)})
 	if err != nil {
 		return pc, fmt.Errorf("cost model: %w", err)
+	}
+	if c.nvmeLink != "" { // the measured drive in place of the preset
+		drive, err := driveLinks(c)
+		if err != nil {
+			return pc, err
+		}
+		pc.Paths[cost.TierNVMe].Source = drive.Read
 	}
 	return pc, nil
 }

@@ -74,6 +74,14 @@ func (k *calibration) Load(tier kvtier.Tier, bytes int64, d time.Duration) {
 	}
 }
 
+// addDriveIO takes one measured NVMe read or write (its link l) as a copy
+// sample: the drive's links are learned and kept with the rest.
+func (k *calibration) addDriveIO(l cost.Link, bytes int64, d time.Duration) {
+	if err := k.cal.AddCopy(l, bytes, d); err != nil {
+		k.log.Debug("server: calibration: drive sample refused", "link", l.Name, "err", err)
+	}
+}
+
 // close writes the calibration to -cost-calibration-out, and says in the
 // log what it learned.
 func (k *calibration) close(path string) error {

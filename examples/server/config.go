@@ -30,10 +30,19 @@ type config struct {
 	scratchBytes int64 // 0: the longest sequence
 	hostBytes    int64
 	nvmeBytes    int64
+	nvmeOff      bool   // -nvme 0 given: no NVMe tier
 	nvmeDir      string // "": a temporary directory, removed at exit
-	strategy     costplan.Strategy
-	policy       string
-	maxHoles     int // kvtier.Options.MaxHoleBlocks
+	// The NVMe tier's writes: -nvme-admission, -nvme-writes and their
+	// budgets, and the drive (-nvme-link: a probe's file; "": the
+	// -cost-nvme preset, and a probe in the background).
+	nvmeAdmission, nvmeWrites string
+	nvmeWriteShare, nvmeDWPD  float64
+	nvmePersist               bool
+	nvmeLink                  string
+	nvmeProbe                 bool
+	strategy                  costplan.Strategy
+	policy                    string
+	maxHoles                  int // kvtier.Options.MaxHoleBlocks
 	// gatherStaging is kvtier.Options.GatherStaging; gatherStagingSet says
 	// whether the flag was given (the CPU backend then uses it too).
 	gatherStaging    int64
@@ -98,7 +107,14 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.Var(byteFlag{&c.scratchBytes}, "scratch", "GPU memory for what the cache does not hold (partial blocks, generated tokens, blocks with no GPU slot), at least the longest sequence's (0: twice that)")
 	c.hostBytes, c.nvmeBytes = 0, 0
 	fs.Var(byteFlag{&c.hostBytes}, "host", "pinned host tier, e.g. 32GiB (0: 4 times the GPU tier)")
-	fs.Var(byteFlag{&c.nvmeBytes}, "nvme", "NVMe tier, e.g. 256GiB (0: 16 times the GPU tier)")
+	fs.Var(byteFlag{&c.nvmeBytes}, "nvme", "NVMe tier, e.g. 256GiB (0: no NVMe tier; unset: 16 times the GPU tier)")
+	fs.StringVar(&c.nvmeAdmission, "nvme-admission", "seen-twice", "which blocks the NVMe tier takes: seen-twice (blocks two requests used) or all")
+	fs.StringVar(&c.nvmeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load from the drive would beat recomputing, within -nvme-write-share and -nvme-dwpd, never queued behind more than 2) or all (every admitted block)")
+	fs.Float64Var(&c.nvmeWriteShare, "nvme-write-share", 0.5, "with -nvme-writes gated: the share of the drive's measured write rate the tier's writes may use")
+	fs.Float64Var(&c.nvmeDWPD, "nvme-dwpd", 0, "with -nvme-writes gated: drive writes per day of -nvme the tier may make (e.g. 1; 0: no endurance limit)")
+	fs.BoolVar(&c.nvmePersist, "nvme-persist", false, "with -nvme-writes gated: also write blocks a load would not be worth now, within the budgets, for a restart over -nvme-dir")
+	fs.StringVar(&c.nvmeLink, "nvme-link", "", "the drive under -nvme-dir as kvtier probe --nvme DIR --json FILE measured it (its read and write rates for the cost model and the write budget); default: the -cost-nvme preset, then a short probe of the drive in the background")
+	fs.BoolVar(&c.nvmeProbe, "nvme-probe", true, "without -nvme-link: probe the drive in the background at start (64 MiB written and read back) and use its rates until the tier's own I/O measures them")
 	fs.StringVar(&c.nvmeDir, "nvme-dir", "", "keep the NVMe tier in this directory (this user's only, created 0700) so that a restart adopts its blocks (default: a temporary directory, removed at exit)")
 	strategy := fs.String("strategy", "cost", "how the cache is used: cost (load or recompute, per the cost model), reload, recompute, gpu-only or none (the server as its own baseline)")
 	fs.StringVar(&c.policy, "policy", "lru", "eviction policy of every tier: "+strings.Join(policy.Names, ", "))
@@ -126,7 +142,10 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
 	}
-	fs.Visit(func(f *flag.Flag) { c.gatherStagingSet = c.gatherStagingSet || f.Name == "gather-staging" })
+	fs.Visit(func(f *flag.Flag) {
+		c.gatherStagingSet = c.gatherStagingSet || f.Name == "gather-staging"
+		c.nvmeOff = c.nvmeOff || (f.Name == "nvme" && c.nvmeBytes == 0)
+	})
 	var err error
 	if c.strategy, err = costplan.ParseStrategy(*strategy); err != nil {
 		return c, fmt.Errorf("-strategy: %w", err)
@@ -163,6 +182,16 @@ func (c *config) validate() error {
 		return fmt.Errorf("-default-max-tokens %d: want at least 1", c.defaultMaxTokens)
 	case c.drainTimeout <= 0:
 		return errors.New("-drain-timeout must be positive")
+	case c.nvmeAdmission != "seen-twice" && c.nvmeAdmission != "all":
+		return fmt.Errorf("-nvme-admission %q: want seen-twice or all", c.nvmeAdmission)
+	case c.nvmeWrites != "gated" && c.nvmeWrites != "all":
+		return fmt.Errorf("-nvme-writes %q: want gated or all", c.nvmeWrites)
+	case c.nvmeWriteShare <= 0 || c.nvmeWriteShare > 1:
+		return fmt.Errorf("-nvme-write-share %g: want a share in (0, 1]", c.nvmeWriteShare)
+	case c.nvmeDWPD < 0:
+		return fmt.Errorf("-nvme-dwpd %g is negative", c.nvmeDWPD)
+	case c.nvmeOff && c.nvmeDir != "":
+		return errors.New("-nvme 0 turns the NVMe tier off: -nvme-dir has nothing to keep")
 	}
 	m, err := c.modelConfig()
 	if err != nil {
@@ -234,7 +263,7 @@ func (c *config) shape() (shape, error) {
 	if s.hostBytes == 0 {
 		s.hostBytes = 4 * gpuBytes
 	}
-	if s.nvmeBytes == 0 {
+	if s.nvmeBytes == 0 && !c.nvmeOff {
 		s.nvmeBytes = 16 * gpuBytes
 	}
 	return s, nil

@@ -77,6 +77,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if err != nil {
 		return err
 	}
+	p.startDrive(ctx, c, s)
 	if p.cache != nil && !c.serveWhilePinning {
 		start := time.Now()
 		switch err := p.cache.WaitHostPinned(ctx); {
@@ -98,6 +99,10 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 		reg.MustRegister(kvprom.Mover(p.cache.Mover, "kvserve", nil)...)
 		if p.cache.Store != nil {
 			reg.MustRegister(kvprom.Store(p.cache.Store, "kvserve", nil)...)
+			blocks := s.model.Blocks(s.context)
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_nvme_break_even_block",
+				Help: "The first block of the context from which a load from NVMe beats recomputing it at the drive's current rates (-1: none, the tier writes nothing worth it)."},
+				func() float64 { return float64(p.nvme.breakEven(blocks)) }))
 		}
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,

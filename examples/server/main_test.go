@@ -440,10 +440,29 @@ func TestArgs(t *testing.T) {
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
 		{[]string{"-cost-calibration-out", "cal.json"}, `-cost-calibration-out: the cost model has no preset of tiny`},
 		{[]string{"-model", "llama-3.1-8b", "-cost-learn=false", "-cost-calibration-out", "cal.json"}, `-cost-calibration-out with -cost-learn=false`},
+		{[]string{"-nvme-admission", "often"}, `-nvme-admission "often"`},
+		{[]string{"-nvme-writes", "some"}, `-nvme-writes "some"`},
+		{[]string{"-nvme-write-share", "0"}, `-nvme-write-share 0`},
+		{[]string{"-nvme-write-share", "2"}, `-nvme-write-share 2`},
+		{[]string{"-nvme-dwpd", "-1"}, `-nvme-dwpd -1`},
+		{[]string{"-nvme", "0", "-nvme-dir", "/tmp/kv"}, `-nvme 0 turns the NVMe tier off`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	// tiny: 256 GPU blocks of 4 KiB, so an NVMe tier of 16 times that by default.
+	for _, nv := range []struct {
+		args []string
+		want int64
+	}{{nil, 16 << 20}, {[]string{"-nvme", "0"}, 0}, {[]string{"-nvme", "8MiB"}, 8 << 20}} {
+		c, err := parseArgs(nv.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh, err := c.shape(); err != nil || sh.nvmeBytes != nv.want {
+			t.Errorf("%v: NVMe tier of %d bytes (%v), want %d", nv.args, sh.nvmeBytes, err, nv.want)
 		}
 	}
 	c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB"}, io.Discard)

@@ -200,6 +200,9 @@ func (cfg *Config) validate() error {
 // manager does not adopt stays on the drive until its slot is written again.
 func (d *Mover) Recovered() []kvtier.Resident { return d.recovered }
 
+// BlockBytes is one block's KV size: what the NVMe tier stores of a slot.
+func (d *Mover) BlockBytes() int64 { return d.blockBytes }
+
 // Stats returns the mover's counters.
 func (d *Mover) Stats() Stats {
 	c := &d.stats

@@ -37,8 +37,35 @@ func Mover(mv *devmover.Mover, namespace string, constLabels prometheus.Labels) 
 			Help: "Block copies the mover started, by path.", ConstLabels: with(constLabels, "path", p.name)}, stat(p.f)))
 	}
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prometheus.BuildFQName(namespace, "mover", "failures_total"),
-		Help: "Block copies the mover completed with an error.", ConstLabels: constLabels}, stat(func(s devmover.Stats) uint64 { return s.Failures })))
-	return cs
+		Help: "Block copies the mover completed with an error.", ConstLabels: constLabels}, stat(func(s devmover.Stats) uint64 { return s.Failures })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: prometheus.BuildFQName(namespace, "mover", "dropped_writes_total"),
+			Help: "NVMe writes not made because their block was no longer wanted when their turn came.", ConstLabels: constLabels},
+			stat(func(s devmover.Stats) uint64 { return s.Dropped })))
+	return append(cs, driveCollectors(mv, namespace, constLabels)...)
+}
+
+// driveCollectors are the NVMe drive's gauges as the mover measures it:
+// its write queue and its read and write rates.
+func driveCollectors(mv *devmover.Mover, namespace string, constLabels prometheus.Labels) []prometheus.Collector {
+	rate := func(write bool) func() float64 {
+		return func() float64 {
+			r := mv.DriveRates()
+			if write {
+				return r.WriteBytesPerS
+			}
+			return r.ReadBytesPerS
+		}
+	}
+	name := prometheus.BuildFQName(namespace, "drive", "bytes_per_second")
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: prometheus.BuildFQName(namespace, "drive", "queued_writes"),
+			Help: "NVMe writes waiting for their turn on the drive or in flight.", ConstLabels: constLabels},
+			func() float64 { return float64(mv.QueuedWrites()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name,
+			Help: "The NVMe drive's rate as the mover measures it (a moving average of its I/Os), by direction.", ConstLabels: with(constLabels, "dir", "read")}, rate(false)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name,
+			Help: "The NVMe drive's rate as the mover measures it (a moving average of its I/Os), by direction.", ConstLabels: with(constLabels, "dir", "write")}, rate(true)),
+	}
 }
 
 // Store returns the collectors of s's checksum counters:

@@ -33,8 +33,8 @@ func TestMoverAndStoreCollectors(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(mover...)
 	reg.MustRegister(store...)
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 10 {
-		t.Fatalf("%d series, %v; want 6 paths, failures, 2 checked, corrupt", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 14 {
+		t.Fatalf("%d series, %v; want 6 paths, failures, dropped, the drive's queue and 2 rates, 2 checked, corrupt", n, err)
 	}
 	want := map[int]float64{1: 1, 2: 1} // offload, nvme_write (Mover's order)
 	for i, col := range mover[:6] {
@@ -44,6 +44,9 @@ func TestMoverAndStoreCollectors(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(mover[6]); got != 0 {
 		t.Errorf("failures: %v", got)
+	}
+	if q, w := testutil.ToFloat64(mover[8]), testutil.ToFloat64(mover[10]); q != 0 || w <= 0 {
+		t.Errorf("the drive: %v writes queued, %v bytes/s written; want 0 and a measured rate", q, w)
 	}
 	for i, col := range store {
 		if got := testutil.ToFloat64(col); got != 0 {

@@ -143,5 +143,16 @@ func (c *Cache) managerConfig(o *Options, s *sizes) (kvtier.Config, error) {
 		}
 		cfg.Tiers[t] = kvtier.TierConfig{CapacityBytes: ts.slots * ts.slotBytes, SlotBytes: ts.slotBytes, Policy: p}
 	}
+	if s.nvmeSlots > 0 {
+		nt := &cfg.Tiers[kvtier.NVMe]
+		nt.Admitter = o.NVMeAdmitter
+		if o.NVMeGate != nil {
+			g, err := o.NVMeGate(c.Mover)
+			if err != nil {
+				return cfg, fmt.Errorf("Options.NVMeGate: %w", err)
+			}
+			nt.Gate = g
+		}
+	}
 	return cfg, nil
 }

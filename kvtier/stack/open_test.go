@@ -13,6 +13,7 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/transfer"
 )
 
@@ -47,6 +48,11 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
 		{func(o *Options) { o.MaxHoleBlocks = -1 }, "Options.MaxHoleBlocks"},
 		{func(o *Options) { o.GatherStaging = -1 }, "Options.GatherStaging"},
+		{func(o *Options) { o.NVMeGate = refuseAll }, "Options.NVMeGate"},
+		{func(o *Options) {
+			o.NVMeDirs, o.NVMeBytes = []string{t.TempDir()}, 1<<20
+			o.NVMeGate = func(*devmover.Mover) (kvtier.WriteGate, error) { return nil, errors.New("no model") }
+		}, "no model"},
 		{func(o *Options) { o.GatherStaging = 4096 }, "Options.GatherStaging"},
 		{func(o *Options) { o.GatherStaging = 64 << 20 }, "GatherStaging 67108864"}, // more than the device has
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
@@ -354,5 +360,45 @@ func TestOpenChecksumsOnTheCPUWithoutDeviceSums(t *testing.T) {
 	defer c.Close()
 	if c.Engine.Sums() || c.Bounce.Sums() {
 		t.Error("the engines of a device that cannot sum say they sum")
+	}
+}
+
+// refuseAll is an NVMeGate whose gate refuses every write as not worth it.
+func refuseAll(*devmover.Mover) (kvtier.WriteGate, error) { return refusing{}, nil }
+
+type refusing struct{}
+
+func (refusing) AllowWrite(int, int64) kvtier.Refusal { return kvtier.NotWorth }
+
+// TestOpenNVMeGate: the NVMe tier's gate and admitter decide the manager's
+// writes into it, and the gate is built over the mover's drive.
+func TestOpenNVMeGate(t *testing.T) {
+	sh, _ := simShard(t, 8)
+	var built *devmover.Mover
+	o := Options{Device: sh.Device, GPU: sh.GPU, BlockTokens: 4, HostBytes: 8 << 12, WriteThrough: true,
+		NVMeDirs: []string{t.TempDir()}, NVMeBytes: 8 << 12, Logger: slog.New(slog.DiscardHandler),
+		NVMeGate: func(d *devmover.Mover) (kvtier.WriteGate, error) { built = d; return refusing{}, nil }}
+	c, err := Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if built != c.Mover {
+		t.Error("the gate was not built over the cache's mover")
+	}
+	var w kvtier.Lease
+	if err := c.Insert(1, make([]int32, 8), kvtier.GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Release(&w)
+	if err := c.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mt := c.Metrics()
+	if n := mt.Tiers[kvtier.NVMe]; n.ResidentBlocks != 0 || n.Refused[kvtier.NotWorth] != 2 || mt.Tiers[kvtier.Host].ResidentBlocks != 2 {
+		t.Errorf("after a write-through of 2 blocks: host %d, nvme %d, refused %v", mt.Tiers[kvtier.Host].ResidentBlocks, n.ResidentBlocks, n.Refused)
 	}
 }

@@ -3,9 +3,11 @@ package stack
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/transfer"
 )
@@ -44,6 +46,17 @@ type Options struct {
 	// Both or neither.
 	NVMeDirs  []string
 	NVMeBytes int64
+	// NVMeAdmitter filters the copies the manager makes into the NVMe tier
+	// by how often requests use a block (kvtier.TierConfig.Admitter), for
+	// example policy.SeenTwice. Nil admits every block.
+	NVMeAdmitter policy.Admitter[kvtier.Key]
+	// NVMeGate, when set, builds the NVMe tier's WriteGate
+	// (kvtier.TierConfig.Gate) over the drive the mover measures (rank 0's
+	// with Shards): a costplan.Gate makes a write only when a load of the
+	// block would be worth it, within the drive's budget.
+	NVMeGate func(drive *devmover.Mover) (kvtier.WriteGate, error)
+	// OnDriveIO: see devmover.Config.OnDriveIO (every rank's drive).
+	OnDriveIO func(write bool, bytes int64, d time.Duration)
 	// KeepNVMe keeps the blocks a previous run left in NVMeDirs and adopts
 	// them (see devmover.Config.KeepBlocks); otherwise they are freed.
 	// Not with Shards yet: adopting a block needs every rank's part of it
@@ -148,6 +161,8 @@ func (o *Options) check() error {
 		return optionErr("MaxHoleBlocks", "%d is negative", o.MaxHoleBlocks)
 	case o.GatherStaging < 0:
 		return optionErr("GatherStaging", "%d is negative", o.GatherStaging)
+	case o.NVMeBytes == 0 && (o.NVMeAdmitter != nil || o.NVMeGate != nil):
+		return optionErr("NVMeGate", "NVMeAdmitter or NVMeGate without an NVMe tier (NVMeBytes 0)")
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, dirs []strin
 		return err
 	}
 	mc := devmover.Config{Engine: p.Engine, Host: p.Host, BlockBytes: blockBytes, Bounce: p.Bounce, BounceHost: bounceHost,
-		StoreTokens: true, KeepBlocks: o.KeepNVMe}
+		StoreTokens: true, KeepBlocks: o.KeepNVMe, OnDriveIO: o.OnDriveIO}
 	if nvmeSlots > 0 {
 		perFile := (nvmeSlots + len(dirs) - 1) / len(dirs)
 		p.Store, err = nvme.Open(nvme.Config{Dirs: dirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens})
