@@ -34,10 +34,13 @@ type GateConfig struct {
 	// WriteShare is the share of the drive's write rate the tier's writes
 	// may use on average: 0.5 leaves half of it to reads. 0 means 0.5.
 	WriteShare float64
-	// MaxQueued refuses a write while this many are queued or in flight
-	// (QueueFull), so that writes never pile up in front of reads or hold
-	// host slots for long. 0 means 2.
-	MaxQueued int
+	// MaxQueueDelay refuses a write (QueueFull) when the writes queued or
+	// in flight, it included, would keep the drive busy longer than this
+	// at its write rate: a prefill's burst of writes is taken, a backlog
+	// that would hold host slots for long is not (reads pass the queued
+	// writes anyway: see devmover). A write to an idle drive is always
+	// taken; with no rate known, only that one. 0 means 100 ms.
+	MaxQueueDelay time.Duration
 	// DriveWritesPerDay and DriveBytes bound the bytes written to
 	// DriveWritesPerDay × DriveBytes a day, on average (a 7.68 TB drive
 	// rated at 1 DWPD: 7.68 TB a day, 89 MB/s). 0: no endurance limit.
@@ -103,8 +106,8 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		return nil, bad("WriteBytesPerS", "%g is negative", cfg.WriteBytesPerS)
 	case cfg.WriteShare < 0 || cfg.WriteShare > 1:
 		return nil, bad("WriteShare", "%g is not in [0, 1]", cfg.WriteShare)
-	case cfg.MaxQueued < 0:
-		return nil, bad("MaxQueued", "%d is negative", cfg.MaxQueued)
+	case cfg.MaxQueueDelay < 0:
+		return nil, bad("MaxQueueDelay", "%v is negative", cfg.MaxQueueDelay)
 	case cfg.DriveWritesPerDay < 0:
 		return nil, bad("DriveWritesPerDay", "%g is negative", cfg.DriveWritesPerDay)
 	case cfg.DriveWritesPerDay > 0 && cfg.DriveBytes <= 0:
@@ -113,8 +116,8 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if cfg.WriteShare == 0 {
 		cfg.WriteShare = 0.5
 	}
-	if cfg.MaxQueued == 0 {
-		cfg.MaxQueued = 2
+	if cfg.MaxQueueDelay == 0 {
+		cfg.MaxQueueDelay = 100 * time.Millisecond
 	}
 	g := &Gate{cfg: cfg, start: time.Now()}
 	g.rate.tokens = g.rateBytesPerS() * rateDepth
@@ -129,15 +132,29 @@ func (g *Gate) now() time.Duration {
 	return time.Since(g.start)
 }
 
-// rateBytesPerS is the tier's share of the drive's write rate (0: unknown).
-func (g *Gate) rateBytesPerS() float64 {
+// writeBytesPerS is the drive's write rate, measured or configured (0:
+// unknown).
+func (g *Gate) writeBytesPerS() float64 {
 	r := g.cfg.WriteBytesPerS
 	if d := g.cfg.Drive; d != nil {
 		if m := d.WriteBytesPerS(); m > 0 {
 			r = m
 		}
 	}
-	return g.cfg.WriteShare * r
+	return r
+}
+
+// rateBytesPerS is the tier's share of the drive's write rate (0: unknown).
+func (g *Gate) rateBytesPerS() float64 { return g.cfg.WriteShare * g.writeBytesPerS() }
+
+// queueFull reports whether a write of bytes, behind queued writes of
+// the same size, would keep the drive busy past MaxQueueDelay.
+func (g *Gate) queueFull(queued int, bytes int64) bool {
+	if queued == 0 {
+		return false
+	}
+	r := g.writeBytesPerS()
+	return r == 0 || float64(queued+1)*float64(bytes)/r > g.cfg.MaxQueueDelay.Seconds()
 }
 
 func (g *Gate) enduranceBytesPerS() float64 {
@@ -175,7 +192,7 @@ func (g *Gate) AllowWrite(position int, bytes int64) kvtier.Refusal {
 		return kvtier.NotWorth
 	}
 	d := g.cfg.Drive
-	if d != nil && d.QueuedWrites() >= g.cfg.MaxQueued {
+	if d != nil && g.queueFull(d.QueuedWrites(), bytes) {
 		return kvtier.QueueFull
 	}
 	now, n := g.now(), float64(bytes)

@@ -99,9 +99,14 @@ func TestGateBudgetHoldsOverARun(t *testing.T) {
 	if refused == 0 {
 		t.Error("nothing refused")
 	}
-	d.queued = 2
-	if got := g.AllowWrite(10, block); got != kvtier.QueueFull {
-		t.Errorf("with 2 writes queued: %v, want queue full", got)
+	// 100 ms of the drive's 100 MB/s is 10 MB: 4 queued writes of 2 MiB
+	// and this one take more.
+	for queued, want := range map[int]kvtier.Refusal{3: kvtier.Allowed, 4: kvtier.QueueFull} {
+		now += time.Hour // the rate budget full again
+		d.queued = queued
+		if got := g.AllowWrite(10, block); got != want {
+			t.Errorf("with %d writes queued: %v, want %v", queued, got, want)
+		}
 	}
 }
 
@@ -110,7 +115,7 @@ func TestGateBudgetHoldsOverARun(t *testing.T) {
 func TestGateEndurance(t *testing.T) {
 	var now time.Duration
 	g, err := NewGate(GateConfig{Model: modelOn(t, 50e9, 20*time.Microsecond), Tier: cost.TierNVMe, Drive: &fakeDrive{bps: 10e9},
-		WriteShare: 1, MaxQueued: 1000, DriveWritesPerDay: 0.864, DriveBytes: 1e12, Persist: true, Now: func() time.Duration { return now }})
+		WriteShare: 1, MaxQueueDelay: time.Hour, DriveWritesPerDay: 0.864, DriveBytes: 1e12, Persist: true, Now: func() time.Duration { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +141,7 @@ func TestGateConfigErrors(t *testing.T) {
 		"Tier":              {Model: m, Tier: cost.TierGPU},
 		"WriteBytesPerS":    {Model: m, Tier: cost.TierNVMe, WriteBytesPerS: -1},
 		"WriteShare":        {Model: m, Tier: cost.TierNVMe, WriteShare: 1.5},
-		"MaxQueued":         {Model: m, Tier: cost.TierNVMe, MaxQueued: -1},
+		"MaxQueueDelay":     {Model: m, Tier: cost.TierNVMe, MaxQueueDelay: -1},
 		"DriveWritesPerDay": {Model: m, Tier: cost.TierNVMe, DriveWritesPerDay: -1},
 		"DriveBytes":        {Model: m, Tier: cost.TierNVMe, DriveWritesPerDay: 1},
 	} {
