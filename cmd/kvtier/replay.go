@@ -219,6 +219,7 @@ func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.Fla
 	fs.Float64Var(&c.NVMeWriteShare, "nvme-write-share", 0.5, "with --nvme-writes gated: the share of the drive's write rate the writes may use")
 	fs.Float64Var(&c.NVMeDWPD, "nvme-dwpd", 0, "with --nvme-writes gated: drive writes per day of --nvme the writes may use (0: no endurance limit)")
 	fs.BoolVar(&c.NVMePersist, "nvme-persist", false, "with --nvme-writes gated: also write blocks a load would not be worth (a tier kept across restarts)")
+	fs.IntVar(&c.PrefetchBlocks, "prefetch-blocks", def.PrefetchBlocks, "a request that waits for the GPU has up to this many of its NVMe blocks copied into the host tier meanwhile, as the server's -prefetch-blocks (0: none)")
 	fs.Var(&c.DecodeTokenTime, "decode-token-time", "time per output token while decoding, e.g. 30ms")
 	fs.Var(&c.HandlingTime, "handling-time", "each request's time outside the GPU and its copies (HTTP, parsing, the cache's bookkeeping), added to its TTFT beside the GPU, e.g. 1.9ms (benchmarks/serve/report -handling fits it from a served run)")
 	fs.Var(&c.HandlingTokenTime, "handling-token-time", "the same per prompt token, e.g. 410ns")
@@ -416,6 +417,7 @@ var replayOverrides = []struct {
 	{"nvme-write-share", func(d, s *replay.Config) { d.NVMeWriteShare = s.NVMeWriteShare }},
 	{"nvme-dwpd", func(d, s *replay.Config) { d.NVMeDWPD = s.NVMeDWPD }},
 	{"nvme-persist", func(d, s *replay.Config) { d.NVMePersist = s.NVMePersist }},
+	{"prefetch-blocks", func(d, s *replay.Config) { d.PrefetchBlocks = s.PrefetchBlocks }},
 	{"decode-token-time", func(d, s *replay.Config) { d.DecodeTokenTime = s.DecodeTokenTime }},
 	{"handling-time", func(d, s *replay.Config) { d.HandlingTime = s.HandlingTime }},
 	{"handling-token-time", func(d, s *replay.Config) { d.HandlingTokenTime = s.HandlingTokenTime }},

@@ -43,6 +43,7 @@ type config struct {
 	strategy                  costplan.Strategy
 	policy                    string
 	maxHoles                  int // kvtier.Options.MaxHoleBlocks
+	prefetchBlocks            int // engine.Config.PrefetchBlocks
 	// gatherStaging is kvtier.Options.GatherStaging; gatherStagingSet says
 	// whether the flag was given (the CPU backend then uses it too).
 	gatherStaging    int64
@@ -109,7 +110,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.Var(byteFlag{&c.hostBytes}, "host", "pinned host tier, e.g. 32GiB (0: 4 times the GPU tier)")
 	fs.Var(byteFlag{&c.nvmeBytes}, "nvme", "NVMe tier, e.g. 256GiB (0: no NVMe tier; unset: 16 times the GPU tier)")
 	fs.StringVar(&c.nvmeAdmission, "nvme-admission", "seen-twice", "which blocks the NVMe tier takes: seen-twice (blocks two requests used) or all")
-	fs.StringVar(&c.nvmeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load from the drive would beat recomputing, within -nvme-write-share and -nvme-dwpd, never queued behind more than 2) or all (every admitted block)")
+	fs.StringVar(&c.nvmeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load from the drive would beat recomputing, within -nvme-write-share and -nvme-dwpd, never more than 100 ms of writes queued) or all (every admitted block)")
 	fs.Float64Var(&c.nvmeWriteShare, "nvme-write-share", 0.5, "with -nvme-writes gated: the share of the drive's measured write rate the tier's writes may use")
 	fs.Float64Var(&c.nvmeDWPD, "nvme-dwpd", 0, "with -nvme-writes gated: drive writes per day of -nvme the tier may make (e.g. 1; 0: no endurance limit)")
 	fs.BoolVar(&c.nvmePersist, "nvme-persist", false, "with -nvme-writes gated: also write blocks a load would not be worth now, within the budgets, for a restart over -nvme-dir")
@@ -127,6 +128,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	c.gatherStaging = defaultGatherStaging
 	fs.Var(byteFlag{&c.gatherStaging}, "gather-staging", "GPU memory for the copy engine's gather/scatter path, which moves a transfer of consecutive host slots in a few large or strided DMAs (0: none; the CPU backend uses none unless this is given)")
 	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
+	fs.IntVar(&c.prefetchBlocks, "prefetch-blocks", 256, "a request that waits for the GPU has up to this many of its NVMe blocks copied into the host tier meanwhile, so that its prefill loads them from there (0: none)")
 	fs.StringVar(&c.remote, "remote", "", "the shared remote tier: Redis Cluster nodes, comma separated (host:port); blocks missing here are fetched from it, blocks seen twice published to it")
 	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
@@ -174,6 +176,8 @@ func (c *config) validate() error {
 		return errors.New("-remote-prefix is empty: give each deployment a prefix of its own")
 	case c.maxHoles < 0:
 		return fmt.Errorf("-max-hole-blocks %d is negative", c.maxHoles)
+	case c.prefetchBlocks < 0:
+		return fmt.Errorf("-prefetch-blocks %d is negative", c.prefetchBlocks)
 	case c.maxQueue < 1:
 		return fmt.Errorf("-max-queue %d: want at least 1", c.maxQueue)
 	case c.maxBatch < 1:

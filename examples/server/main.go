@@ -107,7 +107,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
-		MaxBatch: c.maxBatch, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
+		MaxBatch: c.maxBatch, PrefetchBlocks: c.prefetchBlocks, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
 	if err != nil {
 		return errors.Join(err, p.close())
 	}

@@ -433,6 +433,7 @@ func TestArgs(t *testing.T) {
 		{[]string{"-policy", "mru"}, `-policy "mru"`},
 		{[]string{"-max-queue", "0"}, `-max-queue 0`},
 		{[]string{"-max-hole-blocks", "-1"}, `-max-hole-blocks -1`},
+		{[]string{"-prefetch-blocks", "-1"}, `-prefetch-blocks -1`},
 		{[]string{"-gather-staging", "-1"}, `invalid value "-1" for flag -gather-staging`},
 		{[]string{"-warm-up=maybe"}, `invalid boolean value "maybe" for -warm-up`},
 		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},

@@ -66,6 +66,11 @@ type Config struct {
 	// NVMePersist makes the gate write blocks a load would not be worth,
 	// within the budgets (a tier kept across restarts).
 	NVMePersist bool `json:"nvme_persist,omitempty"`
+	// PrefetchBlocks is how many of its NVMe blocks a request that waits
+	// for the GPU has copied into the host tier while it waits
+	// (kvtier.Manager.PrefetchKeys), as the model server's
+	// -prefetch-blocks; 0: none.
+	PrefetchBlocks int `json:"prefetch_blocks,omitempty"`
 
 	// Policy is every tier's eviction policy: "lru", "s3fifo", "2q" or
 	// "cost-aware".
@@ -176,6 +181,7 @@ func DefaultConfig() Config {
 		Policy:          "lru",
 		WriteThrough:    true,
 		NVMeAdmission:   "seen-twice",
+		PrefetchBlocks:  256,
 		DecodeTokenTime: Duration(30 * time.Millisecond),
 		PrefillSlots:    1,
 		Mover:           MoverDevice,
@@ -328,6 +334,8 @@ func (c *Config) Validate() error {
 		return cfgErr("nvme_write_share", "%g is not in [0, 1]", c.NVMeWriteShare)
 	case c.NVMeDWPD < 0:
 		return cfgErr("nvme_dwpd", "%g is negative", c.NVMeDWPD)
+	case c.PrefetchBlocks < 0:
+		return cfgErr("prefetch_blocks", "%d is negative", c.PrefetchBlocks)
 	}
 	switch c.Mover {
 	case MoverDevice, MoverModel:

@@ -55,3 +55,32 @@ func TestGatedWritesOnASlowDrive(t *testing.T) {
 		t.Errorf("gated on a fast drive: %+v, want writes", w)
 	}
 }
+
+// TestPrefetchWhileWaiting: on a loaded GPU, the request next in line has
+// its NVMe blocks read back into the host tier while it waits, and loads
+// them from there: fewer loads from the drive, more from the host tier, no
+// worse a TTFT.
+func TestPrefetchWhileWaiting(t *testing.T) {
+	gen := trace.DefaultGenConfig()
+	gen.Requests, gen.BlockTokens, gen.MaxContextTokens, gen.SessionsPerSecond = 200, 16, 16384, 1
+	run := func(blocks int) *StrategyResult {
+		cfg := DefaultConfig()
+		cfg.Baselines, cfg.NVMeLink, cfg.NVMeAdmission, cfg.PrefetchBlocks = false, "nvme-gen5", "all", blocks
+		cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes = 2<<30, 4<<30, 64<<30
+		rep := runOrFail(t, GeneratedSource("agentic", gen), cfg)
+		res := result(t, rep, costplan.Cost)
+		t.Logf("prefetch %d: %+v loads %+v TTFT %+v", blocks, res.NVMeWrites, res.Loads, res.TTFT)
+		return res
+	}
+	off, on := run(0), run(256)
+	if off.NVMeWrites.Prefetched != 0 || on.NVMeWrites.Prefetched == 0 {
+		t.Fatalf("prefetched %d blocks without prefetch and %d with it", off.NVMeWrites.Prefetched, on.NVMeWrites.Prefetched)
+	}
+	if on.Loads.FromNVMe >= off.Loads.FromNVMe || on.Loads.FromHost <= off.Loads.FromHost {
+		t.Errorf("loads from the host tier and NVMe: %d and %d with prefetch, %d and %d without",
+			on.Loads.FromHost, on.Loads.FromNVMe, off.Loads.FromHost, off.Loads.FromNVMe)
+	}
+	if on.TTFT.Mean > off.TTFT.Mean {
+		t.Errorf("mean TTFT %.3f s with prefetch, %.3f s without", on.TTFT.Mean, off.TTFT.Mean)
+	}
+}

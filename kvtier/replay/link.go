@@ -125,7 +125,9 @@ func route(from, to kvtier.Tier) (channel, priority) {
 	switch {
 	case to == kvtier.GPU: // from the host tier or NVMe: the GPU's ingress
 		return chanHostToGPU, prioOnboard
-	case to == kvtier.NVMe || from == kvtier.NVMe:
+	case from == kvtier.NVMe: // a read (a prefetch): before the writes
+		return chanNVMe, prioOnboard
+	case to == kvtier.NVMe:
 		return chanNVMe, prioOffload
 	}
 	return chanGPUToHost, prioOffload

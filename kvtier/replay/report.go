@@ -30,6 +30,7 @@ type tally struct {
 	SpaceWaits                    int64
 	PlanErrors                    int64
 	DroppedOffloads               int64
+	Prefetched                    int64 // blocks copied from NVMe to the host tier for waiting requests
 	PlannedTime, PlannedLoadAll   time.Duration
 	PlannedRecomputeAll           time.Duration
 	PrefillBusy                   time.Duration
@@ -166,6 +167,9 @@ type WriteCounts struct {
 	OverRate      int64 `json:"over_rate"`
 	OverEndurance int64 `json:"over_endurance"`
 	QueueFull     int64 `json:"queue_full"`
+	// Prefetched are blocks read back into the host tier for requests
+	// that waited (Config.PrefetchBlocks).
+	Prefetched int64 `json:"prefetched"`
 }
 
 // TierCounts is a count per tier.
@@ -341,7 +345,8 @@ func (e *engine) result() StrategyResult {
 		if n := mt.Tiers[kvtier.NVMe]; n.CapacitySlots > 0 {
 			f := func(why kvtier.Refusal) int64 { return int64(n.Refused[why]) }
 			r.NVMeWrites = &WriteCounts{Written: int64(n.BytesIn) / e.blockBytes, NotAdmitted: f(kvtier.NotAdmitted),
-				NotWorth: f(kvtier.NotWorth), OverRate: f(kvtier.OverRate), OverEndurance: f(kvtier.OverEndurance), QueueFull: f(kvtier.QueueFull)}
+				NotWorth: f(kvtier.NotWorth), OverRate: f(kvtier.OverRate), OverEndurance: f(kvtier.OverEndurance), QueueFull: f(kvtier.QueueFull),
+				Prefetched: t.Prefetched}
 		}
 	}
 	return r
@@ -452,8 +457,8 @@ func (r *Report) writeNotes(b *strings.Builder) {
 	if len(r.Results) > 0 {
 		b.WriteString(linksNote(&r.Results[0], c.TP))
 		if w := r.Results[0].NVMeWrites; w != nil {
-			fmt.Fprintf(b, "nvme writes (%s, %s): %d written; refused: %d not admitted, %d not worth a load, %d over the rate budget, %d over endurance, %d behind a full queue\n",
-				r.Results[0].Strategy, nvmeWritesNote(c), w.Written, w.NotAdmitted, w.NotWorth, w.OverRate, w.OverEndurance, w.QueueFull)
+			fmt.Fprintf(b, "nvme writes (%s, %s): %d written; refused: %d not admitted, %d not worth a load, %d over the rate budget, %d over endurance, %d behind a full queue; %d read back for waiting requests\n",
+				r.Results[0].Strategy, nvmeWritesNote(c), w.Written, w.NotAdmitted, w.NotWorth, w.OverRate, w.OverEndurance, w.QueueFull, w.Prefetched)
 		}
 	}
 	if c.DecodeOnGPU {

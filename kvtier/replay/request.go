@@ -24,6 +24,7 @@ type request struct {
 	keys        []kvtier.Key
 	inputTokens int
 	outTokens   int
+	prefetched  bool // first in line once: its NVMe blocks prefetched
 
 	l1, l2 kvtier.Lease // the looked-up prefix; the whole request in the GPU
 
@@ -156,6 +157,28 @@ func (e *engine) arrive() error {
 	return nil
 }
 
+// prefetch copies up to Config.PrefetchBlocks of the NVMe blocks of the
+// request first in line into the host tier while it waits, once, as the
+// model server's engine does.
+func (e *engine) prefetch() {
+	if e.admitHead == len(e.admitQueue) {
+		return
+	}
+	r := e.admitQueue[e.admitHead]
+	if r.prefetched {
+		return
+	}
+	r.prefetched = true
+	if e.cfg.PrefetchBlocks == 0 || e.m == nil || e.m.CapacitySlots(kvtier.NVMe) == 0 || e.m.CapacitySlots(kvtier.Host) == 0 {
+		return
+	}
+	n, err := e.m.PrefetchKeys(r.salt, r.keys, kvtier.Host, e.cfg.PrefetchBlocks)
+	if err != nil {
+		invariants.Failf("replay: PrefetchKeys: %v", err) // the arguments are checked
+	}
+	e.res.Prefetched += int64(n)
+}
+
 // admit starts the prefill of queued requests, first come first served,
 // while a prefill slot is free and the GPU has room for the request's
 // blocks (free slots, or blocks no request is using). A waiting request
@@ -169,7 +192,7 @@ func (e *engine) admit() {
 	for e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) && e.mayPrefill() {
 		r := e.admitQueue[e.admitHead]
 		if !e.fits(r) {
-			return
+			break
 		}
 		e.admitQueue[e.admitHead] = nil
 		e.admitHead++
@@ -180,6 +203,7 @@ func (e *engine) admit() {
 		e.gpuHeld += int64(len(r.keys))
 		e.begin(r)
 	}
+	e.prefetch()
 }
 
 // fits reports whether the GPU can hold r's blocks now, beside those of

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,6 +58,13 @@ type Config struct {
 	MaxQueue int
 	// MaxBatch is the most sequences decoding at once; 0 means 16.
 	MaxBatch int
+	// PrefetchBlocks, when above 0, has the request next in line for the
+	// GPU bring up to this many of its blocks from NVMe into the host tier
+	// while the prefill before it runs (kvtier.Manager.Prefetch), so that
+	// its plan finds them there. Only the next in line: the blocks of a
+	// request further back would be evicted by those of the requests
+	// before it. 0: no prefetch.
+	PrefetchBlocks int
 	// Registerer, if set, receives the engine's own series
 	// (kvserve_failed_loads_total, kvserve_prefill_seconds,
 	// kvserve_decode_step_seconds).
@@ -85,6 +93,10 @@ type Engine struct {
 	failedLoads prometheus.Counter
 	prefillSecs prometheus.Histogram
 	decodeSecs  prometheus.Histogram
+
+	prefilling  atomic.Bool   // a prefill is running
+	prefetchers chan struct{} // one token a prefetch running
+	prefetched  prometheus.Counter
 }
 
 // New checks cfg and starts the scheduler. The caller MUST Close the
@@ -104,8 +116,9 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.ScratchSlots < c.Blocks(cfg.ContextTokens):
 		return nil, fmt.Errorf("engine: Config.ScratchSlots %d: the longest sequence (%d tokens) takes %d blocks of %d tokens",
 			cfg.ScratchSlots, cfg.ContextTokens, c.Blocks(cfg.ContextTokens), c.BlockTokens)
-	case cfg.CacheSlots < 0 || cfg.MaxQueue < 0 || cfg.MaxBatch < 0:
-		return nil, fmt.Errorf("engine: Config: CacheSlots %d, MaxQueue %d and MaxBatch %d must not be negative", cfg.CacheSlots, cfg.MaxQueue, cfg.MaxBatch)
+	case cfg.CacheSlots < 0 || cfg.MaxQueue < 0 || cfg.MaxBatch < 0 || cfg.PrefetchBlocks < 0:
+		return nil, fmt.Errorf("engine: Config: CacheSlots %d, MaxQueue %d, MaxBatch %d and PrefetchBlocks %d must not be negative",
+			cfg.CacheSlots, cfg.MaxQueue, cfg.MaxBatch, cfg.PrefetchBlocks)
 	}
 	if cfg.Cache != nil && cfg.Cache.BlockTokens() != c.BlockTokens {
 		return nil, fmt.Errorf("engine: the cache's blocks hold %d tokens, the model's %d", cfg.Cache.BlockTokens(), c.BlockTokens)
@@ -118,7 +131,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, bt: c.BlockTokens, block: c.BlockBytes(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
-		scratch: newScratchPool(int32(cfg.CacheSlots), cfg.ScratchSlots)}
+		scratch: newScratchPool(int32(cfg.CacheSlots), cfg.ScratchSlots), prefetchers: make(chan struct{}, prefetchers)}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -130,8 +143,10 @@ func New(cfg Config) (*Engine, error) {
 	e.decodeSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_decode_step_seconds",
 		Help:    "Time of one decode step of one sequence (a forward pass of one position); the steps of the sequences decoding run one after the other between two prefills.",
 		Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 24)})
+	e.prefetched = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefetched_blocks_total",
+		Help: "Blocks copied from NVMe into the host tier for requests while they waited for the GPU (Config.PrefetchBlocks)."})
 	if cfg.Registerer != nil {
-		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs, e.decodeSecs} {
+		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs, e.decodeSecs, e.prefetched} {
 			if err := cfg.Registerer.Register(col); err != nil {
 				return nil, fmt.Errorf("engine: metrics: %w", err)
 			}
@@ -166,8 +181,13 @@ func (e *Engine) Submit(ctx context.Context, req *httpapi.Request, out *httpapi.
 		return fmt.Errorf("engine: %d requests waiting: %w", len(e.queue), httpapi.ErrQueueFull)
 	}
 	e.queue = append(e.queue, s)
+	var head *seq
+	if e.prefilling.Load() {
+		head = e.headLocked()
+	}
 	e.mu.Unlock()
 	e.signal()
+	e.prefetch(head)
 	return nil
 }
 
@@ -250,5 +270,6 @@ func (e *Engine) next(active int) *seq {
 	}
 	e.queue[0] = nil
 	e.queue = e.queue[1:]
+	e.prefetch(e.headLocked()) // it waits for s's prefill at least
 	return s
 }

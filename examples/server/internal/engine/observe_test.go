@@ -47,8 +47,9 @@ func (r *recorder) take() (passes [][2]int, loads []kvtier.Tier, bytes []int64) 
 }
 
 // newTinyEngine is an engine over the tiny model on the CPU runner and a
-// cache of 32 GPU and 64 host blocks on the simulated device.
-func newTinyEngine(t *testing.T, obs Observer) (*Engine, *stack.Cache) {
+// cache of 32 GPU and 64 host blocks on the simulated device; edit, if
+// given, changes the options and the configuration before they are used.
+func newTinyEngine(t *testing.T, obs Observer, edit ...func(*stack.Options, *Config)) (*Engine, *stack.Cache) {
 	t.Helper()
 	c := model.Tiny()
 	const cacheSlots, scratch, ctxTokens = 32, 64, 128
@@ -75,14 +76,20 @@ func newTinyEngine(t *testing.T, obs Observer) (*Engine, *stack.Cache) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := stack.Open(context.Background(), stack.Options{Device: dev, GPU: layout, BlockTokens: c.BlockTokens,
-		HostBytes: 64 * ((c.BlockBytes() + 4095) &^ 4095), WriteThrough: true, Planner: kvtier.LoadAll{}})
+	opts := stack.Options{Device: dev, GPU: layout, BlockTokens: c.BlockTokens,
+		HostBytes: 64 * ((c.BlockBytes() + 4095) &^ 4095), WriteThrough: true, Planner: kvtier.LoadAll{}}
+	cfg := Config{Model: c, Runner: r, CacheSlots: cacheSlots, ScratchSlots: scratch,
+		ContextTokens: ctxTokens, Strategy: costplan.Reload, Observer: obs}
+	for _, f := range edit {
+		f(&opts, &cfg)
+	}
+	cache, err := stack.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cache.Close() })
-	e, err := New(Config{Model: c, Runner: r, Cache: cache, CacheSlots: cacheSlots, ScratchSlots: scratch,
-		ContextTokens: ctxTokens, Strategy: costplan.Reload, Observer: obs})
+	cfg.Cache = cache
+	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ func (e *Engine) prefill(s *seq) bool {
 		return false
 	}
 	start := time.Now()
+	e.prefilling.Store(true)
+	defer e.prefilling.Store(false)
 	s.forward = 0
 	s.tokens = append(make([]int32, 0, s.positions()+1), s.req.Tokens...)
 	var logits []float32

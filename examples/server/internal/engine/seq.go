@@ -21,9 +21,11 @@ type seq struct {
 	look    kvtier.Lease
 	ins     kvtier.Lease
 	leased  bool // look and ins hold blocks until the sequence ends
-	sent    int
-	usage   httpapi.Usage
-	forward time.Duration // the prefill's forward passes
+	// prefetched: Engine.prefetch has taken it (under Engine.mu).
+	prefetched bool
+	sent       int
+	usage      httpapi.Usage
+	forward    time.Duration // the prefill's forward passes
 	// submitted is when Submit queued it (after the HTTP side parsed it).
 	submitted time.Time
 }
