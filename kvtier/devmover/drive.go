@@ -10,15 +10,21 @@ import (
 )
 
 // drive schedules the NVMe store's I/O so that a slower tier never makes
-// loads wait on writes: reads go at once; a write starts only when no read
-// is in flight and no other write is, in the order its ticket was handed
-// out, so a read waits on the drive behind at most one write. Writes that
-// cannot start pile up only as far as the manager's WriteGate lets them
-// (QueuedWrites). It also measures both directions, every I/O.
+// loads wait on writes: a request's reads go at once; a background read (a
+// prefetch: no request waits for it) starts only when no request's read,
+// no write and no other background read is in flight; a write starts only
+// when no read of either kind is in flight or waiting and no other write
+// is, in the order its ticket was handed out. So a request's read waits on the drive
+// behind at most one write or background read. Writes that cannot start
+// pile up only as far as the manager's WriteGate lets them (QueuedWrites).
+// It also measures both directions, every I/O.
 type drive struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	reads   int    // reads in flight
+	reads   int    // reads in flight, background ones included
+	demand  int    // requests' reads in flight
+	bg      bool   // a background read in flight
+	bgWait  int    // background reads waiting: writes let them go first
 	writing bool   // a write in flight
 	next    uint64 // write tickets handed out
 	serving uint64 // the ticket whose turn it is
@@ -56,7 +62,7 @@ func (v *drive) ticket() uint64 {
 // ticketed before it, with no read in flight.
 func (v *drive) write(t uint64, bytes int64, f func()) {
 	v.mu.Lock()
-	for v.serving != t || v.writing || v.reads > 0 {
+	for v.serving != t || v.writing || v.reads > 0 || v.bgWait > 0 {
 		v.cond.Wait()
 	}
 	v.writing = true
@@ -87,10 +93,12 @@ func (v *drive) skip(t uint64) {
 	v.queued.Add(-1)
 }
 
-// read runs f, a read of bytes, at once; writes wait until it is done.
+// read runs f, a request's read of bytes, at once; background reads and
+// writes wait until it is done.
 func (v *drive) read(bytes int64, f func()) {
 	v.mu.Lock()
 	v.reads++
+	v.demand++
 	v.mu.Unlock()
 	v.readPending.Add(bytes)
 	start := time.Now()
@@ -99,9 +107,31 @@ func (v *drive) read(bytes int64, f func()) {
 	v.readPending.Add(-bytes)
 	v.mu.Lock()
 	v.reads--
-	if v.reads == 0 {
-		v.cond.Broadcast()
+	v.demand--
+	v.cond.Broadcast()
+	v.mu.Unlock()
+}
+
+// background runs f, a read of bytes no request waits for, once the drive
+// has no request's read, write or other background read in flight; writes
+// wait until it is done.
+func (v *drive) background(bytes int64, f func()) {
+	v.mu.Lock()
+	v.bgWait++
+	for v.demand > 0 || v.writing || v.bg {
+		v.cond.Wait()
 	}
+	v.bgWait--
+	v.reads++
+	v.bg = true
+	v.mu.Unlock()
+	start := time.Now()
+	f()
+	v.measure(false, bytes, time.Since(start))
+	v.mu.Lock()
+	v.reads--
+	v.bg = false
+	v.cond.Broadcast()
 	v.mu.Unlock()
 }
 

@@ -229,3 +229,47 @@ func TestDriveTurns(t *testing.T) {
 		}
 	})
 }
+
+// TestDriveBackgroundReadsYield: a background read (a prefetch) waits for
+// the requests' reads in flight, goes before a queued write, and does not
+// hold up a request's read that comes while it runs.
+func TestDriveBackgroundReadsYield(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		v := newDrive(nil)
+		var mu sync.Mutex
+		var order []string
+		note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+		inRead, endRead := make(chan struct{}), make(chan struct{})
+		go v.read(1, func() { note("r1"); close(inRead); <-endRead })
+		<-inRead
+		inBg, endBg, bgDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		go func() {
+			v.background(1, func() { note("bg"); close(inBg); <-endBg })
+			close(bgDone)
+		}()
+		synctest.Wait()
+		select {
+		case <-inBg:
+			t.Fatal("a background read started beside a request's read")
+		default:
+		}
+		tk := v.ticket()
+		wDone := make(chan struct{})
+		go func() { v.write(tk, 1, func() { note("w") }); close(wDone) }()
+		close(endRead)
+		<-inBg // the background read goes before the queued write
+		v.read(1, func() { note("r2") }) // and a request's read passes it
+		synctest.Wait()
+		select {
+		case <-wDone:
+			t.Fatal("a write started beside a background read")
+		default:
+		}
+		close(endBg)
+		<-bgDone
+		<-wDone
+		if got := strings.Join(order, " "); got != "r1 bg r2 w" {
+			t.Errorf("order %q, want r1 bg r2 w", got)
+		}
+	})
+}

@@ -181,7 +181,11 @@ func (d *Mover) runReads(j *job) {
 		ops[k] = j.reads[k].op
 	}
 	var err error
-	d.drive.read(int64(len(ops))*d.blockBytes, func() { err = d.store.ReadBatch(context.Background(), ops) })
+	read := d.drive.read
+	if j.b.Lease() == nil { // a prefetch: after the requests' reads
+		read = d.drive.background
+	}
+	read(int64(len(ops))*d.blockBytes, func() { err = d.store.ReadBatch(context.Background(), ops) })
 	for k := range j.reads {
 		r, op := &j.reads[k], &ops[k]
 		e := err

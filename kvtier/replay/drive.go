@@ -10,9 +10,9 @@ import (
 )
 
 // The NVMe drive as the replay models it: one channel (chanNVMe) that
-// serves one copy at a time, reads (loads) before writes, a read waiting
-// behind at most the write in service: as devmover's drive scheduler runs a
-// real one. Reads go at the drive's read rate, writes at its write rate
+// serves one copy at a time, loads first, then prefetches, then writes, a
+// load waiting behind at most the copy in service: as devmover's drive
+// scheduler runs a real one. Reads go at the drive's read rate, writes at its write rate
 // (Config.NVMeLink), and the gated writes ask costplan.Gate, as a server
 // does, whether they are worth a write and within the drive's budget.
 

@@ -43,11 +43,13 @@ const (
 
 var channelNames = [numChannels]string{"gpu ingress (host and nvme loads)", "pcie gpu->host", "nvme drive"}
 
-// priority orders a channel's queue: onboard copies first.
+// priority orders a channel's queue: onboard copies first, then
+// prefetches (reads no request waits for yet), then offloads.
 type priority uint8
 
 const (
 	prioOnboard priority = iota
+	prioPrefetch
 	prioOffload
 	numPriorities
 )
@@ -125,8 +127,8 @@ func route(from, to kvtier.Tier) (channel, priority) {
 	switch {
 	case to == kvtier.GPU: // from the host tier or NVMe: the GPU's ingress
 		return chanHostToGPU, prioOnboard
-	case from == kvtier.NVMe: // a read (a prefetch): before the writes
-		return chanNVMe, prioOnboard
+	case from == kvtier.NVMe: // a prefetch: after the loads, before the writes
+		return chanNVMe, prioPrefetch
 	case to == kvtier.NVMe:
 		return chanNVMe, prioOffload
 	}

@@ -19,7 +19,7 @@ func TestRoute(t *testing.T) {
 	}{
 		{kvtier.Host, kvtier.GPU, chanHostToGPU, prioOnboard},
 		{kvtier.NVMe, kvtier.GPU, chanHostToGPU, prioOnboard},
-		{kvtier.NVMe, kvtier.Host, chanNVMe, prioOnboard}, // a read: before the writes
+		{kvtier.NVMe, kvtier.Host, chanNVMe, prioPrefetch},
 		{kvtier.GPU, kvtier.Host, chanGPUToHost, prioOffload},
 		{kvtier.Host, kvtier.NVMe, chanNVMe, prioOffload},
 		{kvtier.GPU, kvtier.NVMe, chanNVMe, prioOffload},
