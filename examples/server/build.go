@@ -191,6 +191,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		if p.nvme, err = nvmeWrites(c, &o, model, drive, p.cal, s.nvmeBytes/s.blockBytes); err != nil {
 			return nil, err
 		}
+		p.nvme.blocks = s.model.Blocks(s.context)
 		p.nvmeDir = dir
 	}
 	return stack.Open(ctx, o)

@@ -141,7 +141,8 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 }
 
 // shutdown drains the API, stops the HTTP server, lets the engine finish,
-// writes the cache's blocks down to its slowest tier and closes everything.
+// writes the cache's blocks down to its slowest tier when a next start may
+// adopt them (gateHandle.flushAtExit) and closes everything.
 func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine, p *parts) error {
 	c.log.Info("server: draining")
 	ctx, cancel := context.WithTimeout(context.Background(), c.drainTimeout)
@@ -167,7 +168,9 @@ func shutdown(c *config, api *httpapi.API, srv *http.Server, eng *engine.Engine,
 		st := p.cache.Store.Stats()
 		c.log.Info("server: nvme", "reads", st.Reads, "writes", st.Writes, "checked_on_gpu", st.DeferredChecks,
 			"corrupt", st.CorruptDrops, "corrupt_on_gpu", st.ReportedCorrupt, "invalidated", st.SlotsInvalidated)
-		if err := p.cache.Flush(ctx); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
+		if !p.nvme.flushAtExit(c) {
+			c.log.Info("server: nothing written down to NVMe at exit (a temporary -nvme-dir, or gated writes the drive is worth none of: -nvme-persist keeps the cache)")
+		} else if err := p.cache.Flush(ctx); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
 			errs = append(errs, err)
 		}
 	}
