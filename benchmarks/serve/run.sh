@@ -17,9 +17,12 @@
 # (the label's dashes as underscores, e.g. FLAGS_cost_wrong) adds server
 # flags to one run. Each run writes the server's calibration to
 # OUT_DIR/calibration-LABEL.json (-cost-calibration-out) for a model of
-# kvtier/cost. NVME_PARENT, when set, gives each run an NVMe directory of
-# its own, NVME_PARENT/LABEL, removed after the run (so that no run adopts
-# another's blocks, and the disk holds one run's tier at a time). VERIFY
+# kvtier/cost. SERVER_<label> (the same spelling) runs another server
+# binary for one run, today's code beside the new say. NVME_PARENT, when
+# set, gives each run an NVMe directory of its own, NVME_PARENT/LABEL,
+# removed after the run (so that no run adopts another's blocks, and the
+# disk holds one run's tier at a time), unless the run's flags turn the
+# tier off (-nvme 0). VERIFY
 # (default 10) is bench-serve's --verify for the run labelled cost; PORT
 # (default 8311) the loopback port.
 set -uo pipefail
@@ -50,17 +53,19 @@ for arg in "${strategies[@]}"; do
 	label=${arg%%=*} s=${arg#*=}
 	extra_var=FLAGS_${label//-/_}
 	read -r -a extra <<<"${!extra_var:-}"
+	server_var=SERVER_${label//-/_}
+	server=${!server_var:-$bin/server}
 	calout=()
 	[[ " ${server_flags[*]} " == *" -model tiny "* ]] || calout=(-cost-calibration-out "$out/calibration-$label.json")
 	nvme=()
-	if [[ -n ${NVME_PARENT:-} ]]; then
+	if [[ -n ${NVME_PARENT:-} && " ${extra[*]} " != *" -nvme 0 "* ]]; then
 		rm -rf "${NVME_PARENT:?}/$label"
 		nvme=(-nvme-dir "$NVME_PARENT/$label")
 	fi
 	log=$out/server-$label.log
-	echo "== $label: $bin/server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]} ${nvme[*]} ${extra[*]} ${calout[*]}"
+	echo "== $label: $server -addr 127.0.0.1:$port -strategy $s ${server_flags[*]} ${nvme[*]} ${extra[*]} ${calout[*]}"
 	SECONDS=0
-	"$bin/server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" "${nvme[@]}" "${extra[@]}" "${calout[@]}" >"$log" 2>&1 &
+	"$server" -addr "127.0.0.1:$port" -strategy "$s" "${server_flags[@]}" "${nvme[@]}" "${extra[@]}" "${calout[@]}" >"$log" 2>&1 &
 	pid=$!
 	up=0
 	for _ in $(seq 1 900); do
