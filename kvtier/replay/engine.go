@@ -77,8 +77,17 @@ type engine struct {
 	inRound  bool       // a decode round is running on the GPU
 
 	inFlight int        // copies submitted and not completed
+	// driveCopies are the copies of inFlight between the host tier and
+	// the drive (writes, prefetches): none frees or takes a GPU slot.
+	driveCopies int
 	waiting  []*request // requests waiting for GPU space (write-back)
 	retry    []*request // the other buffer of waiting
+	// driveOnly marks an event that moved nothing in or out of the GPU (a
+	// copy on the drive's channel): it frees no GPU slot, so the waiting
+	// inserts are not retried after it, unless it was the last copy of the
+	// GPU's in flight. (Retrying after each of the drive's copies cost
+	// every waiting request's lookup per copy.)
+	driveOnly bool
 	free     []*request
 
 	src     *trace.Reader
@@ -291,6 +300,7 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		}
 		ev := e.events.pop()
 		e.now = ev.at
+		e.driveOnly = ev.kind == evCopyDone && e.serving[ev.ch].hostDrive
 		if e.dev != nil { // nothing of the device's ends by then: move its clock only
 			if err := e.dev.setClock(ev.at); err != nil {
 				return err
@@ -322,9 +332,10 @@ func (e *engine) run(src *trace.Reader) (err error) {
 // afterEvent is what follows every event: the requests that waited for
 // space or a prefill slot go on, and the first error stops the replay.
 func (e *engine) afterEvent() error {
-	if len(e.waiting) > 0 {
+	if len(e.waiting) > 0 && (!e.driveOnly || e.inFlight == e.driveCopies) {
 		e.retryWaiting()
 	}
+	e.driveOnly = false
 	if e.admitHead < len(e.admitQueue) {
 		e.admit() // a release or a copy may have made room
 	}

@@ -369,7 +369,7 @@ func (e *engine) insert(r *request) {
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
 		invariants.Failf("replay: InsertKeys: %v", err) // only ErrNoSpace is possible on valid input
 	}
-	if err != nil && e.inFlight > 0 {
+	if err != nil && e.inFlight > e.driveCopies { // copies of the GPU's may free slots
 		e.m.Release(&r.l2)
 		e.waiting = append(e.waiting, r)
 		e.res.SpaceWaits++
@@ -383,12 +383,17 @@ func (e *engine) insert(r *request) {
 }
 
 // retryWaiting retries the inserts of requests waiting for GPU space, in
-// arrival order.
+// arrival order. A request larger than the GPU fails until the GPU's
+// copies in flight are done (insert): it is not retried before.
 func (e *engine) retryWaiting() {
 	w := e.waiting
 	e.waiting, e.retry = e.retry[:0], w
 	for i, r := range w {
 		w[i] = nil
+		if int64(len(r.keys)) > e.gpuSlots && e.inFlight > e.driveCopies {
+			e.waiting = append(e.waiting, r)
+			continue
+		}
 		e.insert(r) // back onto e.waiting if still no space
 	}
 }
