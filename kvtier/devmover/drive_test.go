@@ -258,7 +258,8 @@ func TestDriveBackgroundReadsYield(t *testing.T) {
 		go func() { v.write(tk, 1, func() { note("w") }); close(wDone) }()
 		close(endRead)
 		<-inBg // the background read goes before the queued write
-		v.read(1, func() { note("r2") }) // and a request's read passes it
+		// and a request's read passes it
+		v.read(1, func() { note("r2") })
 		synctest.Wait()
 		select {
 		case <-wDone:

@@ -77,18 +77,18 @@ type engine struct {
 	inRound  bool       // a decode round is running on the GPU
 
 	inFlight int        // copies submitted and not completed
+	waiting  []*request // requests waiting for GPU space (write-back)
+	retry    []*request // the other buffer of waiting
 	// driveCopies are the copies of inFlight between the host tier and
 	// the drive (writes, prefetches): none frees or takes a GPU slot.
 	driveCopies int
-	waiting  []*request // requests waiting for GPU space (write-back)
-	retry    []*request // the other buffer of waiting
 	// driveOnly marks an event that moved nothing in or out of the GPU (a
 	// copy on the drive's channel): it frees no GPU slot, so the waiting
 	// inserts are not retried after it, unless it was the last copy of the
 	// GPU's in flight. (Retrying after each of the drive's copies cost
 	// every waiting request's lookup per copy.)
 	driveOnly bool
-	free     []*request
+	free      []*request
 
 	src     *trace.Reader
 	next    trace.Request
