@@ -131,14 +131,42 @@ func nvmeBlocks(t *testing.T, url string) float64 {
 	return 0
 }
 
+// overBudget returns the NVMe writes the server refused over its rate or
+// endurance budget.
+func overBudget(t *testing.T, url string) float64 {
+	t.Helper()
+	n := 0.0
+	for _, m := range scrape(t, url)["kvtier_writes_refused_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["tier"] == "nvme" && (labels["reason"] == "over_rate" || labels["reason"] == "over_endurance") {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}
+
 // TestServeKill9DuringLoad: a server under load is killed with SIGKILL
 // once it has written blocks to its NVMe directory; a new server over the
 // same directory adopts them, answers the prompts sent before the kill
 // with KV loaded from NVMe, and every answer equals its no-cache
-// reference.
+// reference. Also with the writes under budgets (a tenth of the drive's
+// write rate, and 12 drive writes a day of the 2 MiB tier: about 40 blocks
+// of 4 KiB, then one every 15 s), which refuse writes while it runs.
 func TestServeKill9DuringLoad(t *testing.T) {
+	for name, flags := range map[string][]string{
+		"gated":         nil,
+		"under budgets": {"-nvme-write-share", "0.1", "-nvme-dwpd", "12"},
+	} {
+		t.Run(name, func(t *testing.T) { kill9DuringLoad(t, flags) })
+	}
+}
+
+func kill9DuringLoad(t *testing.T, flags []string) {
 	dir := filepath.Join(t.TempDir(), "kv")
-	first := startChild(t, testArgs("-nvme-dir", dir)...)
+	first := startChild(t, testArgs(append([]string{"-nvme-dir", dir}, flags...)...)...)
 
 	// Load: clients sending prompts that share a 24-token prefix per
 	// conversation, until the kill.
@@ -167,11 +195,13 @@ func TestServeKill9DuringLoad(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for nvmeBlocks(t, first.url) < 20 {
+	// Under budgets, the kill comes once they have refused writes.
+	for nvmeBlocks(t, first.url) < 20 || flags != nil && overBudget(t, first.url) == 0 {
 		if time.Now().After(deadline) {
 			cancel()
 			wg.Wait()
-			t.Fatalf("the server wrote fewer than 20 blocks to NVMe in 30s:\n%s", first.log)
+			t.Fatalf("in 30s the server wrote %.0f blocks to NVMe (want 20) and refused %.0f over its budgets:\n%s",
+				nvmeBlocks(t, first.url), overBudget(t, first.url), first.log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -189,7 +219,7 @@ func TestServeKill9DuringLoad(t *testing.T) {
 		t.Fatal("the first server stopped cleanly: it was not killed")
 	}
 
-	second := startChild(t, testArgs("-nvme-dir", dir)...)
+	second := startChild(t, testArgs(append([]string{"-nvme-dir", dir}, flags...)...)...)
 	if !strings.Contains(second.log.String(), "adopted the blocks a previous run left on NVMe") {
 		t.Errorf("the restarted server adopted no NVMe block:\n%s", second.log)
 	}

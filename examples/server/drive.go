@@ -40,8 +40,9 @@ func driveLinks(c *config) (cost.Drive, error) {
 
 // nvmeWrites sets o's NVMe admitter and gate, and what feeds the drive's
 // measured I/O to the calibration (when it learns). model is the cost
-// model (nil for a model kvtier/cost has no preset of: no gate). It
-// returns the gate's handle for the log and /metrics, filled at Open.
+// model (nil for a model kvtier/cost has no preset of: the gate holds the
+// budgets alone). It returns the gate's handle for the log and /metrics,
+// filled at Open.
 func nvmeWrites(c *config, o *stack.Options, model *cost.Planner, drive cost.Drive, cal *calibration, slots int64) (*gateHandle, error) {
 	if c.nvmeAdmission == "seen-twice" {
 		counters := max(1<<16, 4*int(min(slots, 1<<24)))
@@ -60,8 +61,8 @@ func nvmeWrites(c *config, o *stack.Options, model *cost.Planner, drive cost.Dri
 			cal.addDriveIO(l, bytes, d)
 		}
 	}
-	h := &gateHandle{links: drive, cal: cal}
-	if c.nvmeWrites != "gated" || model == nil {
+	h := &gateHandle{links: drive, cal: cal, priced: model != nil}
+	if c.nvmeWrites != "gated" {
 		return h, nil
 	}
 	o.NVMeGate = func(d *devmover.Mover) (kvtier.WriteGate, error) {
@@ -80,7 +81,8 @@ type gateHandle struct {
 	gate   *costplan.Gate
 	links  cost.Drive
 	cal    *calibration
-	blocks int // the context's
+	blocks int  // the context's
+	priced bool // the gate has a cost model: not every write is worth it
 }
 
 // flushAtExit reports whether shutdown writes the cache down to NVMe for
@@ -118,6 +120,10 @@ func (h *gateHandle) breakEven(blocks int) int {
 // rates, and what it does then.
 func (h *gateHandle) logWorth(log *slog.Logger, c *config, blocks, blockTokens int, why string) {
 	if h == nil || h.gate == nil {
+		return
+	}
+	if !h.priced {
+		log.Info("server: no cost figures for this model: every admitted block is written to NVMe, within the budgets")
 		return
 	}
 	if p := h.breakEven(blocks); p < 0 {

@@ -24,6 +24,8 @@ type Drive interface {
 type GateConfig struct {
 	// Model prices a block's recompute at its position and one block's
 	// load from Tier, under its current fit (calibrated links included).
+	// Nil: every write is worth it, and only the budgets refuse (a model
+	// the cost model has no figures for).
 	Model *cost.Planner
 	Tier  cost.Tier // the gated tier, cost.TierNVMe say
 	// Drive is the gated tier's drive; nil: no rate or queue limit.
@@ -98,8 +100,6 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		return fmt.Errorf("%w: costplan.GateConfig.%s: %s", kvtier.ErrConfig, field, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case cfg.Model == nil:
-		return nil, bad("Model", "is nil")
 	case cfg.Tier != cost.TierHost && cfg.Tier != cost.TierNVMe && cfg.Tier != cost.TierRemote:
 		return nil, bad("Tier", "%v is not a tier below the GPU", cfg.Tier)
 	case cfg.WriteBytesPerS < 0:
@@ -165,6 +165,9 @@ func (g *Gate) enduranceBytesPerS() float64 {
 // tier, alone on an idle path, would beat recomputing it: what writing it
 // can save at all.
 func (g *Gate) Worth(position int) bool {
+	if g.cfg.Model == nil {
+		return true
+	}
 	load := g.cfg.Model.BlockLoadCost(g.cfg.Tier)
 	return load > 0 && load < g.cfg.Model.BlockRecomputeCost(position)
 }

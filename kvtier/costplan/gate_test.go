@@ -137,7 +137,6 @@ func TestGateEndurance(t *testing.T) {
 func TestGateConfigErrors(t *testing.T) {
 	m := modelOn(t, 1e9, time.Millisecond)
 	for field, cfg := range map[string]GateConfig{
-		"Model":             {Tier: cost.TierNVMe},
 		"Tier":              {Model: m, Tier: cost.TierGPU},
 		"WriteBytesPerS":    {Model: m, Tier: cost.TierNVMe, WriteBytesPerS: -1},
 		"WriteShare":        {Model: m, Tier: cost.TierNVMe, WriteShare: 1.5},
@@ -149,5 +148,27 @@ func TestGateConfigErrors(t *testing.T) {
 		if !errors.Is(err, kvtier.ErrConfig) || !strings.Contains(err.Error(), "GateConfig."+field) {
 			t.Errorf("%s: %v, want ErrConfig naming it", field, err)
 		}
+	}
+}
+
+// TestGateWithoutModel: with no cost model every write is worth it and
+// the budgets alone refuse.
+func TestGateWithoutModel(t *testing.T) {
+	var now time.Duration
+	g, err := NewGate(GateConfig{Tier: cost.TierNVMe, Drive: &fakeDrive{bps: 1e6}, WriteShare: 1,
+		Now: func() time.Duration { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := g.BreakEven(100); !ok || p != 0 || !g.Worth(100) {
+		t.Errorf("break-even %d, %v; worth %v: want every position worth a write", p, ok, g.Worth(100))
+	}
+	// A second's budget of a 1 MB/s drive: the first write of 1 MB is
+	// taken, the next refused over the rate.
+	if got := g.AllowWrite(0, 1e6); got != kvtier.Allowed {
+		t.Errorf("the first write: %v", got)
+	}
+	if got := g.AllowWrite(0, 1e6); got != kvtier.OverRate {
+		t.Errorf("the second write at once: %v, want over the rate", got)
 	}
 }
