@@ -22,12 +22,10 @@ type Resident struct {
 	Tokens []int32
 }
 
-// Adopt makes tier t, of which no slot was handed out yet (right after New),
-// hold blocks its storage already has: a restarted server keeps its warm
-// NVMe tier. Blocks are adopted at their Position, also without their
-// ancestors; a block that contradicts itself, its parent or the manager is
-// skipped with the blocks below it (docs/design-notes.md). It returns how
-// many it adopted. A bad tier or slot is ErrBadInput and adopts nothing.
+// Adopt makes tier t, of which no slot was handed out yet, hold blocks its
+// storage already has (a restarted server's NVMe tier) and returns how many.
+// A block that contradicts itself, its parent or the manager is skipped with
+// the blocks below it; a bad tier or slot adopts nothing (ErrBadInput).
 func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	if err := m.checkTier("Adopt", t); err != nil {
 		return 0, err

@@ -25,13 +25,11 @@ type TierConfig struct {
 	// Policy picks victims, for example policy.NewDenseLRU[BlockRef](slots).
 	// The manager OWNS it after New: one per tier and manager.
 	Policy policy.Policy[BlockRef]
-	// Admitter, when set, filters the copies the manager makes into this
-	// tier (not Insert) by how often requests use the block (one record
-	// per block per request). Nil admits everything.
+	// Admitter filters the copies the manager makes into this tier (not
+	// Insert) by how often requests used the block; then Gate decides if
+	// the write is worth it and within budget (costplan.Gate). Nil: all.
 	Admitter policy.Admitter[Key]
-	// Gate, when set, then decides whether such a copy is worth its write
-	// and within the tier's budget (costplan.Gate). Nil allows it.
-	Gate WriteGate
+	Gate     WriteGate
 }
 
 // Config configures a Manager.
@@ -58,17 +56,12 @@ type Config struct {
 // Errors returned by the manager. Wrapped errors name the field, block or
 // tier; test them with errors.Is.
 var (
-	ErrConfig   = errors.New("kvtier: invalid config")    // a Config field is wrong
-	ErrNoSpace  = errors.New("kvtier: no evictable slot") // a tier has no free slot and no evictable block now
-	ErrBadInput = errors.New("kvtier: bad input")         // an unknown tier, a lease in use, a wrong argument
-	ErrMove     = errors.New("kvtier: copy failed")       // a copy the Mover reported as failed
-	// ErrSourceLost, wrapped in a Mover's op error, says the op's NVMe
-	// source is gone: the manager forgets that copy.
-	ErrSourceLost = errors.New("kvtier: source copy lost")
-	// ErrNotWanted, wrapped in a Mover's op error, says the mover dropped
-	// the op because Batch.Wanted said so: the destination is freed, and
-	// it is not counted as a failure.
-	ErrNotWanted = errors.New("kvtier: copy no longer wanted")
+	ErrConfig     = errors.New("kvtier: invalid config")        // a Config field is wrong
+	ErrNoSpace    = errors.New("kvtier: no evictable slot")     // a tier has no free slot and no evictable block now
+	ErrBadInput   = errors.New("kvtier: bad input")             // an unknown tier, a lease in use, a wrong argument
+	ErrMove       = errors.New("kvtier: copy failed")           // a copy the Mover reported as failed
+	ErrSourceLost = errors.New("kvtier: source copy lost")      // in an op's error: its NVMe source is gone, the copy forgotten
+	ErrNotWanted  = errors.New("kvtier: copy no longer wanted") // in an op's error: Batch.Wanted was false; not a failure
 )
 
 func configErr(field, format string, args ...any) error {

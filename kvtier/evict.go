@@ -9,10 +9,9 @@ import (
 )
 
 // Evict moves the blocks of tokens' cached prefix (salt's) out of every tier
-// faster than keep, copying first into keep those it does not hold. A block
-// in use keeps its faster copies. It returns how many blocks it took out,
-// and ctx's error, ErrNoSpace or a copy's failure. It waits for its copies:
-// not for a request's path.
+// faster than keep, copying into keep those it lacks; blocks in use keep
+// their faster copies. It waits for its copies and returns how many it took
+// out, or an error.
 func (m *Manager) Evict(ctx context.Context, salt Salt, tokens []int32, keep Tier) (int, error) {
 	if err := m.checkTier("Evict", keep); err != nil {
 		return 0, err
@@ -105,9 +104,8 @@ func (m *Manager) heldAtOrBelow(r *record, keep Tier) bool {
 }
 
 // Invalidate forgets the blocks of tokens' cached prefix (salt's) in every
-// tier: no lookup finds them from now on, and their slots free when their
-// last user lets go. It returns how many it invalidated. Use it when the
-// KV behind the tokens changed under the same salt.
+// tier, for KV that changed under the same salt: no lookup finds them, their
+// slots free when their last user lets go. It returns how many.
 func (m *Manager) Invalidate(salt Salt, tokens []int32) (int, error) {
 	var l Lease
 	if err := m.Lookup(salt, tokens, &l); err != nil {
@@ -139,9 +137,8 @@ func (m *Manager) invalidateLease(l *Lease) int {
 	return n
 }
 
-// InvalidateSalt forgets every block of salt in every tier (a tenant or
-// adapter removed), as Invalidate does, and returns how many. It walks
-// every record under the write lock: O(blocks known), for rare use.
+// InvalidateSalt forgets every block of salt, as Invalidate does, and
+// returns how many: O(blocks known) under the write lock, for rare use.
 func (m *Manager) InvalidateSalt(salt Salt) int {
 	m.lock()
 	n := 0
@@ -290,8 +287,7 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 }
 
 // SetUsableSlots lets tier t hand out only its first n slots until a later
-// call raises n (up to its capacity, the start): a host tier still being
-// pinned serves from the slots registered so far.
+// call raises n: a host tier still being pinned serves from what is pinned.
 func (m *Manager) SetUsableSlots(t Tier, n int) error {
 	if err := m.checkTier("SetUsableSlots", t); err != nil {
 		return err

@@ -31,9 +31,8 @@ func (r *record) info() BlockInfo {
 	return b
 }
 
-// Peek reports the block salt and key name, if the manager knows it, with
-// no side effect: no lease, no policy touch, no admission record. What it
-// reports may change as soon as it returns.
+// Peek reports the block salt and key name, if known, with no side effect
+// (no lease, policy touch or admission record).
 func (m *Manager) Peek(salt Salt, key Key) (BlockInfo, bool) {
 	st := &m.stripes[0]
 	m.rlock(st)
@@ -49,10 +48,8 @@ func (m *Manager) Peek(salt Salt, key Key) (BlockInfo, bool) {
 	return r.info(), true
 }
 
-// Range calls fn for every block the manager knows, in no particular
-// order, until fn returns false. It holds the manager's read lock
-// throughout: fn MUST NOT call the Manager, and writers wait for Range to
-// return, so keep fn short.
+// Range calls fn for every block the manager knows, in no order, until fn
+// returns false, under the read lock: fn MUST NOT call the Manager.
 func (m *Manager) Range(fn func(BlockInfo) bool) {
 	st := &m.stripes[0]
 	m.rlock(st)
@@ -91,9 +88,7 @@ func (m *Manager) LeasedKeys(l *Lease) ([]Key, bool) {
 }
 
 // ReadySlot reports leased block i's slot in tier t, if its copy there is
-// ready. A leased block is not evicted, so the copy stays ready and the
-// slot its own until l is released: an adapter may read the slot's memory
-// in between (the remote tier publishes host copies so).
+// ready: the slot stays the block's until l is released.
 func (m *Manager) ReadySlot(l *Lease, i int, t Tier) (Slot, bool) {
 	if !l.leased || l.m != m || i < 0 || i >= len(l.Blocks) || t >= NumTiers {
 		return 0, false
@@ -107,9 +102,8 @@ func (m *Manager) ReadySlot(l *Lease, i int, t Tier) (Slot, bool) {
 }
 
 // Verify walks every record, slot, index entry and policy and returns an
-// error naming the first inconsistency (a tier over capacity, a slot held
-// twice, a record missing from the index...). It takes the write lock and
-// costs O(blocks): it is for tests and debugging, not for a request's path.
+// error naming the first inconsistency. O(blocks) under the write lock: for
+// tests and debugging.
 func (m *Manager) Verify() (err error) {
 	m.lock()
 	defer m.unlock()

@@ -8,25 +8,16 @@ import (
 
 // Block is one block of a Lease.
 type Block struct {
-	Key Key
-	Ref BlockRef
-	// Position is the block's index in the request. Blocks are in request
-	// order; with Config.MaxHoleBlocks, holes may lie between them.
-	Position int
-	// Tier and Slot are where the block is ready: after Lookup its fastest
-	// tier, after Insert the tier inserted into.
-	Tier Tier
-	Slot Slot
-	// Action is the Planner's decision, or Recompute where Onboard could
-	// not load the block (Why says why).
-	Action Action
-	Why    Reason
-	// Write is set by Insert when this lease reserved the slot: the caller
-	// MUST write the block's KV into Slot of Tier and then call Commit.
-	Write bool
-	// GPUSlot is where Onboard loads the block, when Loading is set.
-	GPUSlot Slot
-	Loading bool
+	Key      Key
+	Ref      BlockRef
+	Position int  // the block's index in the request (holes: Config.MaxHoleBlocks)
+	Tier     Tier // where it is ready: Lookup's fastest tier, or Insert's
+	Slot     Slot
+	Action   Action // the Planner's, or Recompute where Onboard could not load it
+	Why      Reason
+	Write    bool // Insert reserved Slot: the caller MUST write the KV, then Commit
+	GPUSlot  Slot // where Onboard loads it, when Loading
+	Loading  bool
 }
 
 // Lease holds references on the blocks a Lookup or Insert returned, so that
@@ -69,12 +60,10 @@ type Lease struct {
 // Len is the number of leased blocks.
 func (l *Lease) Len() int { return len(l.Blocks) }
 
-// SetTokens tells Plan how many tokens the looked-up request has, when the
-// lookup did not see them all: a LookupKeys whose last key is of a partial
-// block, or a prompt whose tail past the looked-up blocks is always
-// computed. Plan then covers every block of the n tokens, the last by its
-// tokens. n MUST be more than (len(keys)-1)*BlockTokens and at most 2^31;
-// otherwise SetTokens changes nothing and returns an error.
+// SetTokens tells Plan how many tokens the looked-up request has when the
+// lookup did not see them all (a LookupKeys, or a tail always computed): n
+// MUST be more than (len(keys)-1)*BlockTokens and at most 2^31, or nothing
+// changes and it returns an error.
 func (l *Lease) SetTokens(n int) error {
 	if !l.leased || !l.lookup || l.m == nil {
 		return fmt.Errorf("%w: SetTokens: the lease holds no lookup", ErrBadInput)
@@ -92,11 +81,8 @@ func (l *Lease) SetTokens(n int) error {
 func (l *Lease) Estimate() Estimate { return l.estimate }
 
 // LayerEvents appends to dst the device events that complete when layer
-// `layer` of every block Onboard is loading for l is on the GPU: a compute
-// stream that waits on them may run that layer. None are appended when the
-// mover reports no layers (then Manager.Wait says when the loads are done).
-// The events stay valid until Release. A layer outside the model's is an
-// error.
+// `layer` of every block Onboard is loading for l is on the GPU, valid until
+// Release; none when the mover reports no layers (then use Manager.Wait).
 func (l *Lease) LayerEvents(layer int, dst []Event) ([]Event, error) {
 	for _, ly := range l.layers {
 		if layer < 0 || layer >= ly.NumLayers() {
@@ -107,10 +93,8 @@ func (l *Lease) LayerEvents(layer int, dst []Event) ([]Event, error) {
 	return dst, nil
 }
 
-// ShardLayerEvents is LayerEvents for one GPU of a tensor-parallel server
-// (a ShardedMover's shard, by rank): the events its compute stream waits on
-// before running that layer. With a mover that is not sharded it appends
-// nothing.
+// ShardLayerEvents is LayerEvents for one GPU (by rank) of a ShardedMover;
+// with another mover it appends nothing.
 func (l *Lease) ShardLayerEvents(shard, layer int, dst []Event) ([]Event, error) {
 	if shard < 0 {
 		return dst, fmt.Errorf("%w: ShardLayerEvents: shard %d is negative", ErrBadInput, shard)
@@ -128,10 +112,8 @@ func (l *Lease) ShardLayerEvents(shard, layer int, dst []Event) ([]Event, error)
 	return dst, nil
 }
 
-// WaitLayer blocks until layer `layer` of every block Onboard is loading for
-// l is on the GPU (for CPU users of the KV; a GPU stream waits on
-// LayerEvents instead), and returns the loads' error or ctx's. With a mover
-// that reports no layers it waits for nothing: use Manager.Wait.
+// WaitLayer is LayerEvents for CPU users of the KV: it blocks until the
+// layer is on the GPU and returns the loads' error or ctx's.
 func (l *Lease) WaitLayer(ctx context.Context, layer int) error {
 	for _, ly := range l.layers {
 		if layer < 0 || layer >= ly.NumLayers() {

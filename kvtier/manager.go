@@ -175,11 +175,9 @@ func (m *Manager) Lookup(salt Salt, tokens []int32, l *Lease) error {
 	return nil
 }
 
-// LookupKeys is Lookup for callers that computed the block keys themselves
-// (keys[i] is block i's key, chained so that equal keys mean equal prefixes).
-// Hits are verified by salt, parent key and position, not by tokens. Plan
-// takes every key for a full block, unless the lease is told otherwise
-// (Lease.SetTokens).
+// LookupKeys is Lookup for callers that computed the block keys themselves,
+// chained so that equal keys mean equal prefixes; hits are verified by salt,
+// parent key and position.
 func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
 	if err := m.begin(l); err != nil {
 		return err
@@ -190,13 +188,11 @@ func (m *Manager) LookupKeys(salt Salt, keys []Key, l *Lease) error {
 	return nil
 }
 
-// Plan asks the configured Planner what to do with each block of the
-// looked-up request and stores its answer in l.Blocks[i].Action, and its
-// estimate in l.Estimate(). The planner sees the whole request: the
-// blocks missing from the cache, after or between the cached ones, are
-// recomputed (they are not in l.Blocks), and so is a partial last block;
-// and the backlog the Mover reports (Backlogger). If the planner fails,
-// Plan keeps LoadAll's answer and returns the error.
+// Plan asks the Planner what to do with each block of the looked-up request,
+// seeing the whole request (the blocks missing, the partial last block) and
+// the Mover's backlog (Backlogger), and stores its answer in l.Blocks[i].Action
+// and l.Estimate(). If the planner fails, Plan keeps LoadAll's answer and
+// returns the error.
 func (m *Manager) Plan(l *Lease) error {
 	bt := m.blockTokens
 	n := (l.tokens + bt - 1) / bt
@@ -239,11 +235,10 @@ func (m *Manager) Plan(l *Lease) error {
 	return err
 }
 
-// Onboard submits copies into the GPU tier for the leased blocks whose Action
-// is Load, reserving GPU slots (evicting as needed). Each such block gets
-// Loading and its GPUSlot; the copies are done when Wait returns nil, and
-// layer by layer when the lease's LayerEvents complete. A block it cannot
-// load now gets Action Recompute, and Why says why (Onboard never waits).
+// Onboard submits copies into GPU slots (evicting as needed) for the leased
+// blocks whose Action is Load, setting their Loading and GPUSlot; they are done
+// when Wait returns nil, layer by layer as LayerEvents complete. A block it
+// cannot load now becomes Recompute, with Why (Onboard never waits).
 func (m *Manager) Onboard(l *Lease) error {
 	if !l.leased || l.m != m {
 		return fmt.Errorf("%w: Onboard: lease holds no lookup of this manager", ErrBadInput)
@@ -309,9 +304,8 @@ func (m *Manager) Onboard(l *Lease) error {
 
 // Insert makes tokens' full blocks resident in tier and leases them. Blocks
 // missing get a reserved slot and Write set: the caller MUST write their KV
-// and then Commit. Insert stops at the first block it cannot hold (a key
-// taken by another block, or ErrNoSpace); the lease holds those before it.
-// l MUST NOT hold a lease.
+// and then Commit. It stops at the first block it cannot hold (a key taken,
+// or ErrNoSpace). l MUST NOT hold a lease.
 func (m *Manager) Insert(salt Salt, tokens []int32, tier Tier, l *Lease) error {
 	if err := m.checkTier("Insert", tier); err != nil {
 		return err
@@ -335,22 +329,17 @@ func (m *Manager) InsertKeys(salt Salt, keys []Key, tier Tier, l *Lease) error {
 	return m.insert(salt, keys, nil, tier, l)
 }
 
-// Commit ends the writes Insert asked of the caller: with err nil the blocks
-// become ready (and, with WriteThrough, are copied on to the next tier);
-// otherwise their slots are freed and they are forgotten. The caller MUST
-// have finished writing (the kernel or copy that wrote them completed); a
-// server that has only enqueued the writes calls CommitAfter.
+// Commit ends the writes Insert asked of the caller, which MUST have
+// finished them: with err nil the blocks become ready (with WriteThrough,
+// copied on to the next tier); otherwise they are freed and forgotten.
 func (m *Manager) Commit(l *Lease, err error) error {
 	return m.commit("Commit", l, err, nil)
 }
 
 // CommitAfter is Commit for writes enqueued on the device and marked by
-// written (the event recorded after the step that produced the KV): the
-// blocks are ready in device order, and nothing waits on the host. Every
-// copy out of them until l is released waits for written on the device, and
-// their slots are reused only once it has completed. written MUST NOT be
-// destroyed or recorded again before it has completed and l is released;
-// the server's work that reads the blocks MUST be ordered after it.
+// written: the blocks are ready in device order, copies out of them wait for
+// written on the device, and their slots are reused only once it completed.
+// written MUST NOT be destroyed or recorded again before then.
 func (m *Manager) CommitAfter(l *Lease, written Event) error {
 	if written == nil {
 		return fmt.Errorf("%w: CommitAfter: nil event (use Commit)", ErrBadInput)
@@ -399,9 +388,8 @@ func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 }
 
 // Offload submits copies of the leased blocks into tier to (Host or NVMe)
-// from their fastest ready tier above it, for blocks not yet there and
-// admitted by the tier's Admitter. It stops at the first block for which no
-// slot is free now. The copies are done when Wait returns nil.
+// from their fastest ready tier above it, for blocks not there yet and
+// admitted, until the first with no free slot now; done when Wait returns nil.
 func (m *Manager) Offload(l *Lease, to Tier) error {
 	if err := m.checkTier("Offload", to); err != nil {
 		return err
@@ -437,10 +425,8 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 }
 
 // Promote copies the leased blocks whose fastest ready copy is slower than
-// tier to into it (Host, say, for NVMe hits), so that a later Onboard loads
-// them from there; they stay under its policy. Blocks already in to or
-// faster, and blocks for which no slot is free now, are skipped; the
-// Admitter is not asked. The copies are done when Wait returns nil.
+// tier to into it (Host for NVMe hits, say), skipping those with no free slot
+// now; the Admitter is not asked. The copies are done when Wait returns nil.
 func (m *Manager) Promote(l *Lease, to Tier) error {
 	if err := m.checkTier("Promote", to); err != nil {
 		return err

@@ -8,21 +8,18 @@ import "context"
 type MoveOp struct {
 	Key Key
 	Ref BlockRef
-	// Parent, Salt, Position and Tokens identify the block for a tier that
-	// stores it self-described (the NVMe header). Tokens are nil if it was
-	// inserted by key; they are the manager's, read only.
+	// Parent, Salt, Position and Tokens (nil if inserted by key; read
+	// only) describe the block to a tier that stores them (NVMe headers).
 	Parent   Key
 	Salt     Salt
 	Position int
 	Tokens   []int32
-	// The source (ready, and kept from eviction or reuse until the op
-	// completes) and the destination (not readable until it completes
-	// without error).
+	// The source stays ready until the op completes; the destination is
+	// readable once it completes without error.
 	From, To         Tier
 	FromSlot, ToSlot Slot
-	// After, for a copy out of the GPU, is the event that marks the block's
-	// KV as written (CommitAfter), or nil: the copy MUST wait for it on the
-	// device, never on the host.
+	// After, for a copy out of the GPU, is CommitAfter's event, or nil:
+	// the copy MUST wait for it on the device, never on the host.
 	After Event
 }
 
@@ -39,12 +36,10 @@ type Event interface {
 // still load.
 type Layers interface {
 	NumLayers() int
-	// LayerEvent is the event that completes when layer l has landed, valid
-	// until Release (for loads staged from NVMe, it is returned once the
-	// drive has been read).
+	// LayerEvent completes when layer l has landed; valid until Release
+	// (for loads staged from NVMe, returned once the drive was read).
 	LayerEvent(l int) Event
-	// WaitLayer blocks until layer l has landed, and returns the loads'
-	// error, or ctx's.
+	// WaitLayer blocks until layer l has landed: the loads' error, or ctx's.
 	WaitLayer(ctx context.Context, l int) error
 	// Release: the manager hands out no more of these events (called once).
 	Release()
@@ -77,10 +72,8 @@ type Batch struct {
 	relay Relay
 }
 
-// Relay receives the completions and layer readiness of a Batch made by
-// NewRelayBatch, in place of a manager: a Mover that wraps others
-// (ShardedMover) hands them batches of its own and passes on what they
-// report. The calls come as the Mover contract makes them.
+// Relay receives, in place of a manager, what the Mover reports of a Batch
+// made by NewRelayBatch: a Mover that wraps others (ShardedMover) passes it on.
 type Relay interface {
 	Complete(i int, err error)
 	AddLayers(ly Layers)

@@ -2,14 +2,10 @@ package kvtier
 
 import "fmt"
 
-// Prefetch copies the cached blocks of tokens' prefix (salt's) whose
-// fastest ready copy is in a tier slower than to into to, as background
-// copies that no lease waits for, and returns how many it started: at
-// most maxBlocks (0: no bound). A server prefetches a queued request's
-// NVMe blocks into the host tier while the request waits, and the
-// request's own lookup, later, finds them there. Prefetch records no use of
-// the blocks (the request's lookup does, once); it takes slots as a copy
-// does, evicting, and stops at the first block it finds none for.
+// Prefetch copies the cached blocks of tokens' prefix (salt's) whose fastest
+// ready copy is slower than to into to, as background copies, and returns how
+// many it started, at most maxBlocks (0: no bound). It records no use of the
+// blocks, evicts as a copy does, and stops at the first block it finds no slot for.
 func (m *Manager) Prefetch(salt Salt, tokens []int32, to Tier, maxBlocks int) (int, error) {
 	var l Lease
 	if err := m.checkPrefetch("Prefetch", to, maxBlocks, &l); err != nil {

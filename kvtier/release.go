@@ -163,9 +163,8 @@ func (m *Manager) releaseShared(l *Lease) bool {
 }
 
 // Release drops the lease's references and invalidates its layer events;
-// blocks Insert reserved and not committed are forgotten. After
-// CommitAfter, the references drop only once the event has completed, but
-// the lease is free for reuse at once.
+// blocks Insert reserved and not committed are forgotten. The lease is free
+// for reuse at once (after CommitAfter, references drop once the event completed).
 func (m *Manager) Release(l *Lease) {
 	l.dropLayers()
 	if !l.leased {

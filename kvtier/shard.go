@@ -7,11 +7,9 @@ import (
 	"kvtier.dev/internal/invariants"
 )
 
-// ShardedMover is the Mover of a tensor-parallel server: it fans every op
-// out to one Mover per GPU, each moving its share of the block, and
-// completes the op when every shard has (failing it if any failed), so a
-// block is in a tier on every GPU or on none. Why one Manager for all GPUs:
-// docs/design-notes.md, "Tensor parallelism".
+// ShardedMover is a tensor-parallel server's Mover: it fans every op out to
+// one Mover per GPU and completes it when every shard has, so a block is in a
+// tier on every GPU or on none (docs/design-notes.md, "Tensor parallelism").
 type ShardedMover struct {
 	shards []Mover
 	fans   sync.Pool // *fanout

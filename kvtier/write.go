@@ -39,9 +39,9 @@ func (r Refusal) String() string {
 	return "refusal(?)"
 }
 
-// WriteGate admits the copies the manager makes on its own account into a
+// WriteGate decides the copies the manager makes on its own account into a
 // tier (TierConfig.Gate). AllowWrite runs under the manager's lock: it MUST
-// be cheap and MUST NOT call the manager. An Allowed answer takes the write
+// be cheap and MUST NOT call the manager; Allowed takes the write's bytes
 // from the gate's budget.
 type WriteGate interface {
 	AllowWrite(position int, bytes int64) Refusal
@@ -65,11 +65,9 @@ func (m *Manager) admitWrite(t Tier, r *record) bool {
 	return true
 }
 
-// Wanted reports whether op i's block is still wanted at its destination:
-// false once the block was invalidated. A Mover that queues copies checks
-// it before it starts one, and completes an unwanted op with an error
-// instead (the manager then frees the destination): a write queued behind
-// slower ones is not made for a block nobody will read.
+// Wanted reports whether op i's block is still wanted at its destination
+// (false once invalidated): a Mover that queues a copy completes an unwanted
+// op with an error wrapping ErrNotWanted instead of starting it.
 func (b *Batch) Wanted(i int) bool {
 	if b.relay != nil {
 		return b.relay.Wanted(i)
