@@ -213,37 +213,13 @@ func (e *engine) start(blockTokens int) error {
 		capacity[kvtier.Host], capacity[kvtier.NVMe] = 0, 0
 	}
 	for t := range kvtier.NumTiers {
-		slots := int64(capacity[t]) / e.blockBytes
 		if capacity[t] == 0 {
 			continue
 		}
-		field := [...]string{"gpu_bytes", "host_bytes", "nvme_bytes"}[t]
-		if slots == 0 {
-			return cfgErr(field, "%v holds no block of %d bytes", capacity[t], e.blockBytes)
+		if mc.Tiers[t], err = e.tierConfig(t, capacity[t]); err != nil {
+			return err
 		}
-		if slots > 1<<31 {
-			return cfgErr(field, "%v makes %d slots, more than 2^31", capacity[t], slots)
-		}
-		p, err := policy.NewDenseNamed[kvtier.BlockRef](cfg.Policy, int(slots))
-		if err != nil {
-			return cfgErr("policy", "%v", err)
-		}
-		tc := kvtier.TierConfig{CapacityBytes: int64(capacity[t]), SlotBytes: e.blockBytes, Policy: p}
-		if t == kvtier.NVMe {
-			if tc.Gate, err = e.nvmeGate(); err != nil {
-				return err
-			}
-		}
-		if t == kvtier.NVMe && cfg.NVMeAdmission == "seen-twice" {
-			counters := max(1<<16, 4*int(min(slots, 1<<24)))
-			a, err := policy.NewSeenTwice(counters, counters, func(k kvtier.Key) uint64 { return uint64(k) })
-			if err != nil {
-				return cfgErr("nvme_admission", "%v", err)
-			}
-			tc.Admitter = a
-		}
-		mc.Tiers[t] = tc
-		e.res.CapacityBlocks[t] = slots
+		e.res.CapacityBlocks[t] = mc.Tiers[t].CapacityBytes / e.blockBytes
 	}
 	if cfg.Mover == MoverDevice && (capacity[kvtier.Host] > 0 || capacity[kvtier.NVMe] > 0) {
 		if e.dev, err = newDevicePath(e, int64(capacity[kvtier.Host])/e.blockBytes); err != nil {
@@ -259,6 +235,38 @@ func (e *engine) start(blockTokens int) error {
 		}
 	}
 	return nil
+}
+
+// tierConfig is tier t's configuration at capacity: its policy and, for
+// NVMe, its write gate and admitter.
+func (e *engine) tierConfig(t kvtier.Tier, capacity Bytes) (kvtier.TierConfig, error) {
+	cfg := &e.cfg
+	slots := int64(capacity) / e.blockBytes
+	field := [...]string{"gpu_bytes", "host_bytes", "nvme_bytes"}[t]
+	if slots == 0 {
+		return kvtier.TierConfig{}, cfgErr(field, "%v holds no block of %d bytes", capacity, e.blockBytes)
+	}
+	if slots > 1<<31 {
+		return kvtier.TierConfig{}, cfgErr(field, "%v makes %d slots, more than 2^31", capacity, slots)
+	}
+	p, err := policy.NewDenseNamed[kvtier.BlockRef](cfg.Policy, int(slots))
+	if err != nil {
+		return kvtier.TierConfig{}, cfgErr("policy", "%v", err)
+	}
+	tc := kvtier.TierConfig{CapacityBytes: int64(capacity), SlotBytes: e.blockBytes, Policy: p}
+	if t != kvtier.NVMe {
+		return tc, nil
+	}
+	if tc.Gate, err = e.nvmeGate(); err != nil {
+		return tc, err
+	}
+	if cfg.NVMeAdmission == "seen-twice" {
+		counters := max(1<<16, 4*int(min(slots, 1<<24)))
+		if tc.Admitter, err = policy.NewSeenTwice(counters, counters, func(k kvtier.Key) uint64 { return uint64(k) }); err != nil {
+			return tc, cfgErr("nvme_admission", "%v", err)
+		}
+	}
+	return tc, nil
 }
 
 // run replays the trace to its end.
