@@ -93,35 +93,11 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.nvme != nil {
 		f, err := probeNVMe(context.Background(), *cfg.nvme, cfg, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvtier probe: --nvme: %v\n", err)
-			return 1
-		}
-		probePrintRows(stdout, f.Rows)
-		if cfg.jsonPath != "" {
-			if err := probeWriteJSON(cfg.jsonPath, f); err != nil {
-				fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
-				return 1
-			}
-			fmt.Fprintf(stdout, "wrote %s (kvtier replay --nvme-link and the server's -nvme-link read it)\n", cfg.jsonPath)
-		}
-		return 0
+		return probeFinish(stdout, stderr, "--nvme", f, err, cfg.jsonPath, "kvtier replay --nvme-link and the server's -nvme-link read it")
 	}
 	if cfg.remote != nil {
 		f, err := probeRemote(context.Background(), *cfg.remote, cfg, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvtier probe: --remote: %v\n", err)
-			return 1
-		}
-		probePrintRows(stdout, f.Rows)
-		if cfg.jsonPath != "" {
-			if err := probeWriteJSON(cfg.jsonPath, f); err != nil {
-				fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
-				return 1
-			}
-			fmt.Fprintf(stdout, "wrote %s (kvtier replay --remote-link reads it)\n", cfg.jsonPath)
-		}
-		return 0
+		return probeFinish(stdout, stderr, "--remote", f, err, cfg.jsonPath, "kvtier replay --remote-link reads it")
 	}
 	d, err := cudastream.Open(cfg.device)
 	if errors.Is(err, cudastream.ErrNoDriver) {
@@ -308,6 +284,26 @@ func probePrintFacts(w io.Writer, d probeDevice) {
 	fmt.Fprintf(w, "driver          CUDA %d.%d (%d)\n", d.DriverVersion/1000, d.DriverVersion%1000/10, d.DriverVersion)
 	fmt.Fprintf(w, "batched copies  %v (cuMemcpyBatchAsync)\n", d.BatchCopy)
 	fmt.Fprintf(w, "host NUMA alloc %v (cuMemCreate with a HOST_NUMA location)\n", d.HostNUMAAlloc)
+}
+
+// probeFinish ends a probe of a tier's storage (flag names it): it prints
+// the rows of f, or err, and writes f to jsonPath if set (readers: what
+// reads the file). It returns the exit code.
+func probeFinish(stdout, stderr io.Writer, flag string, f *results.File, err error, jsonPath, readers string) int {
+	if err != nil {
+		fmt.Fprintf(stderr, "kvtier probe: %s: %v\n", flag, err)
+		return 1
+	}
+	probePrintRows(stdout, f.Rows)
+	if jsonPath == "" {
+		return 0
+	}
+	if err := probeWriteJSON(jsonPath, f); err != nil {
+		fmt.Fprintf(stderr, "kvtier probe: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s (%s)\n", jsonPath, readers)
+	return 0
 }
 
 func probePrintRows(w io.Writer, rows []results.Row) {
