@@ -32,7 +32,8 @@ func writeDriveFile(t *testing.T, read, write float64) string {
 // written; a fast drive is written to.
 func TestGatedWritesOnASlowDrive(t *testing.T) {
 	gen := trace.DefaultGenConfig()
-	gen.Requests, gen.BlockTokens, gen.MaxContextTokens, gen.SessionsPerSecond = 120, 16, 16384, 2
+	gen.Requests, gen.BlockTokens, gen.MaxContextTokens, gen.SessionsPerSecond = 30, 16, 4096, 2
+	gen.SystemPromptTokens = [2]int{500, 2000}
 	run := func(link, writes string) *WriteCounts {
 		cfg := DefaultConfig()
 		cfg.Baselines, cfg.NVMeLink, cfg.NVMeWrites, cfg.NVMeAdmission = false, link, writes, "all"
@@ -62,7 +63,8 @@ func TestGatedWritesOnASlowDrive(t *testing.T) {
 // worse a TTFT.
 func TestPrefetchWhileWaiting(t *testing.T) {
 	gen := trace.DefaultGenConfig()
-	gen.Requests, gen.BlockTokens, gen.MaxContextTokens, gen.SessionsPerSecond = 200, 16, 16384, 1
+	gen.Requests, gen.BlockTokens, gen.MaxContextTokens, gen.SessionsPerSecond = 40, 16, 4096, 1
+	gen.SystemPromptTokens = [2]int{500, 2000}
 	run := func(blocks int) *StrategyResult {
 		cfg := DefaultConfig()
 		cfg.Baselines, cfg.NVMeLink, cfg.NVMeAdmission, cfg.PrefetchBlocks = false, "nvme-gen5", "all", blocks
