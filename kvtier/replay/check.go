@@ -24,6 +24,9 @@ func (e *engine) check() {
 	}
 	if d := e.dev; d != nil {
 		queued += d.inFlight + len(d.waiting) - d.waitHead
+		for _, r := range d.ready {
+			queued += len(r.ops)
+		}
 		invariants.Check(len(d.waiting) == d.waitHead || len(d.staging) == 0,
 			"%d staging slots free while %d reads wait for one", len(d.staging), len(d.waiting)-d.waitHead)
 	}

@@ -29,6 +29,8 @@ import (
 // by the modelled drive, then copied to the GPU by the device from one of
 // stagingSlots host slots past the host tier's, as the DeviceMover's staged
 // onboard does: so it queues behind the host loads on the GPU's ingress.
+// One staged copy runs at a time, as the engine's staged onboards do; the
+// blocks read meanwhile go together in the next Submit.
 
 // devicePath is the replay's simulated device and the serving stack on it.
 type devicePath struct {
@@ -48,6 +50,14 @@ type devicePath struct {
 	staging  []kvtier.Slot
 	waiting  []copyJob
 	waitHead int
+
+	// ready holds, per batch, the blocks the drive has read while a
+	// staged copy was in flight (stagedOut of them, one at a time as the
+	// engine's staged onboards run); they go to the GPU together when it
+	// completes, several blocks to a Submit as the DeviceMover's staging
+	// buffers carry them, not one Submit per block read.
+	ready     []*relay
+	stagedOut int
 
 	// busyToGPU and busyFromGPU are the time the device's copy engines
 	// spent copying, per direction (latencies included), set by close.
@@ -201,6 +211,7 @@ type relay struct {
 	req     []*request
 	staging []kvtier.Slot // per op: the staging slot it copies from, or noStaging
 	left    int
+	staged  bool // a staged copy of blocks read from NVMe (devicePath.ready)
 }
 
 // relayFor returns a free relay for batch t.
@@ -234,7 +245,8 @@ func (r *relay) addOp(i int, op kvtier.MoveOp, req *request, st kvtier.Slot) {
 
 // stage copies to the GPU a block the drive has read (j, from the parent's
 // NVMe to GPU op), from a staging slot; without a free one it waits, still
-// in flight, for the next to be freed.
+// in flight, for the next to be freed. With a staged copy in flight the
+// block waits in d.ready for it to complete (flushStaged).
 func (d *devicePath) stage(e *engine, j copyJob) {
 	n := len(d.staging)
 	if n == 0 {
@@ -246,9 +258,36 @@ func (d *devicePath) stage(e *engine, j copyJob) {
 	d.staging = d.staging[:n-1]
 	op := j.t.Ops[j.op]
 	op.From, op.FromSlot = kvtier.Host, st
-	rl := d.relayFor(e, j.t)
+	var rl *relay
+	for _, r := range d.ready {
+		if r.parent == j.t {
+			rl = r
+			break
+		}
+	}
+	if rl == nil {
+		rl = d.relayFor(e, j.t)
+		rl.staged = true
+		d.ready = append(d.ready, rl)
+	}
 	rl.addOp(j.op, op, j.req, st)
-	d.submit(rl)
+	// Held until submitted: the replay's loop must not end with it.
+	e.inFlight++
+	if d.stagedOut == 0 {
+		d.flushStaged(e)
+	}
+}
+
+// flushStaged submits the blocks read and waiting for a staged copy, a
+// Submit per batch.
+func (d *devicePath) flushStaged(e *engine) {
+	for k, rl := range d.ready {
+		d.ready[k] = nil
+		e.inFlight -= len(rl.ops)
+		d.stagedOut++
+		d.submit(rl)
+	}
+	d.ready = d.ready[:0]
 }
 
 // unstage frees staging slot st and gives it to the first read waiting.
@@ -288,8 +327,9 @@ func (r *relay) Complete(i int, err error) {
 	e, d := r.e, r.e.dev
 	parent, pi, req, op, st := r.parent, r.idx[i], r.req[i], r.ops[i], r.staging[i]
 	r.left--
+	lastStaged := r.left == 0 && r.staged
 	if r.left == 0 { // nothing of r is read after this: it may serve the next Submit
-		r.parent, r.b = nil, nil
+		r.parent, r.b, r.staged = nil, nil, false
 		r.ops, r.idx, r.req, r.staging = r.ops[:0], r.idx[:0], r.req[:0], r.staging[:0]
 		clear(r.req[:cap(r.req)])
 		d.free = append(d.free, r)
@@ -298,6 +338,11 @@ func (r *relay) Complete(i int, err error) {
 	e.inFlight--
 	if st != noStaging {
 		d.unstage(e, st)
+	}
+	if lastStaged {
+		if d.stagedOut--; d.stagedOut == 0 {
+			d.flushStaged(e)
+		}
 	}
 	if err != nil {
 		d.fail(fmt.Errorf("replay: mover device: %v slot %d to %v slot %d: %w", op.From, op.FromSlot, op.To, op.ToSlot, err))

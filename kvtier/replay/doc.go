@@ -106,8 +106,9 @@
 // with. NVMe stays modelled because the DeviceMover's NVMe paths write real
 // files through kvtier/nvme (780 GiB in a replay of the bundled trace). On
 // the device a load from NVMe is read by the modelled drive, then copied to
-// the GPU by the DeviceMover from a staging slot, as its staged onboard
-// does, so that it queues behind the host loads on the GPU's ingress.
+// the GPU by the DeviceMover from staging slots, as its staged onboard
+// does: the blocks read while one staged copy runs go together in the
+// next, and they queue behind the host loads on the GPU's ingress.
 //
 // A configuration whose weights (per GPU) and KV cache do not fit in the
 // GPU's memory is refused (Config.GPUBytes, Config.GPUMemoryBytes), and the
