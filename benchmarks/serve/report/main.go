@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -350,38 +349,10 @@ func handling(runDir, label string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var xs, ys []float64
-	for _, r := range rep.Requests {
-		if st := r.ServerTiming; st != nil && r.Error == "" && !r.Cancelled {
-			xs = append(xs, float64(r.PromptTokens))
-			ys = append(ys, st.HandlingSeconds(r.TTFTSeconds))
-		}
+	h, err := benchserve.FitHandling(rep)
+	if err != nil {
+		return "", fmt.Errorf("bench-%s.json: %w", label, err)
 	}
-	if len(xs) < 2 {
-		return "", fmt.Errorf("bench-%s.json: %d requests with the server's timing; a fit needs 2", label, len(xs))
-	}
-	a, b := theilSen(xs, ys)
 	return fmt.Sprintf("handling, %s: TTFT less the server's queue and forward passes, over %d requests: %.3f ms + %.0f ns per prompt token (median %.2f ms; kvtier replay --handling-time %s --handling-token-time %s)",
-		label, len(xs), 1e3*a, 1e9*b, 1e3*results.Median(ys), time.Duration(a*1e9).Round(time.Microsecond), time.Duration(math.Round(b*1e9))), nil
-}
-
-// theilSen returns the intercept and slope of the Theil-Sen line through
-// the points (xs[i], ys[i]); the slope is 0 when every x is the same.
-func theilSen(xs, ys []float64) (a, b float64) {
-	var slopes []float64
-	for i := range xs {
-		for j := i + 1; j < len(xs); j++ {
-			if xs[j] != xs[i] {
-				slopes = append(slopes, (ys[j]-ys[i])/(xs[j]-xs[i]))
-			}
-		}
-	}
-	if len(slopes) > 0 {
-		b = results.Median(slopes)
-	}
-	res := make([]float64, len(xs))
-	for i := range xs {
-		res[i] = ys[i] - b*xs[i]
-	}
-	return results.Median(res), b
+		label, h.Requests, 1e3*h.PerRequest.Seconds(), 1e9*h.PerToken.Seconds(), 1e3*h.Median.Seconds(), h.PerRequest.Round(time.Microsecond), h.PerToken), nil
 }

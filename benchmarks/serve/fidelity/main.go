@@ -1,0 +1,271 @@
+// Fidelity sets kvtier replay's prediction beside what the model server
+// measured, for every trace and tier configuration of one run of
+// benchmarks/serve/fidelity.sh: per cell (a trace, a tier configuration, a
+// strategy), the TTFT p50, p90 and mean that bench-serve measured against
+// the server on the GPU, the replay's of the same trace and configuration,
+// and predicted over measured. The replay of a cell takes what the served
+// run learned: the server's calibration (calibration-LABEL.json), its mean
+// decode step (metrics-LABEL.txt) and the handling fitted from the trace's
+// gpu-only run (bench-gpu-only.json, per request). It writes
+// fidelity-<machine>.{json,md} under -results.
+//
+//	go run ./benchmarks/serve/fidelity -run DIR -results benchmarks/results
+//
+// DIR holds drive.json (kvtier probe --nvme of the run's disk) and one
+// folder per trace: trace.jsonl, cells.tsv (label, strategy, host bytes,
+// NVMe bytes, tab separated) and run/ (benchmarks/serve/run.sh's output).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"kvtier.dev/internal/benchserve"
+	"kvtier.dev/internal/results"
+	"kvtier.dev/kvtier/replay"
+)
+
+// cell is one served run of a trace: its label in run/, its strategy and
+// its tiers.
+type cell struct {
+	trace, label, strategy string
+	host, nvme             replay.Bytes
+}
+
+// outcome is a cell measured and predicted.
+type outcome struct {
+	cell
+	measured, predicted results.Percentiles
+	decodeStep          time.Duration
+	calibration         string // the served run's, or none
+}
+
+func main() {
+	log.SetFlags(0)
+	runDir := flag.String("run", "", "fidelity.sh's output directory")
+	resultsDir := flag.String("results", "", "write fidelity-<machine>.{json,md} here (empty: print the markdown)")
+	machine := flag.String("machine", "h200", "machine name")
+	commit := flag.String("commit", "", "commit the server was built from")
+	base := flag.String("config", "", "a JSON file of replay.Config fields every cell's replay starts from (the served model's shapes; empty: the server's defaults as fidelity.sh runs it)")
+	flag.Parse()
+	if *runDir == "" {
+		log.Fatal("fidelity: -run is required")
+	}
+	cfg, err := baseConfig(*base)
+	if err != nil {
+		log.Fatal(err)
+	}
+	traces, err := filepath.Glob(filepath.Join(*runDir, "*", "cells.tsv"))
+	if err != nil || len(traces) == 0 {
+		log.Fatalf("fidelity: no */cells.tsv under %s", *runDir)
+	}
+	var outs []outcome
+	for _, cells := range traces {
+		o, err := traceOutcomes(filepath.Dir(cells), filepath.Join(*runDir, "drive.json"), cfg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		outs = append(outs, o...)
+	}
+	f := results.New("serve-fidelity", *machine, *commit)
+	for _, o := range outs {
+		name := o.trace + " " + o.label
+		for _, q := range []struct {
+			what     string
+			mea, pre float64
+		}{{"p50", o.measured.P50, o.predicted.P50}, {"p90", o.measured.P90, o.predicted.P90}, {"mean", o.measured.Mean, o.predicted.Mean}} {
+			f.Add(name+" TTFT "+q.what+" measured", "s", []float64{q.mea}, "")
+			f.Add(name+" TTFT "+q.what+" predicted", "s", []float64{q.pre}, name+" TTFT "+q.what+" measured")
+		}
+		cal := "no calibration (the presets)"
+		if o.calibration != "" {
+			cal = "its calibration"
+		}
+		f.Notes = append(f.Notes, fmt.Sprintf("%s %s (%s, host %v, NVMe %v): replayed with %s and a decode step of %v",
+			o.trace, o.label, o.strategy, o.host, o.nvme, cal, o.decodeStep))
+	}
+	f.Notes = append(f.Notes, "ratio of a predicted row: measured over predicted (the results format's rule for times); the markdown's table gives predicted over measured")
+	if err := write(f, outs, *resultsDir); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// baseConfig is the replay configuration of the server as fidelity.sh
+// runs it: llama-3.1-8b shapes on an H200, 2 GiB of GPU KV in 16-token
+// blocks, LRU with write-through, one prefill at a time and decode between
+// prefills (at most 16 at once), replies cut at bench-serve's
+// --max-tokens 2.
+func baseConfig(path string) (replay.Config, error) {
+	cfg := replay.DefaultConfig()
+	cfg.Model, cfg.GPU, cfg.BlockTokens, cfg.GPUBytes = "llama-3.1-8b", "h200", 16, 2<<30
+	cfg.HostLink, cfg.Policy, cfg.WriteThrough = "pcie5-pinned", "lru", true
+	cfg.PrefillSlots, cfg.DecodeOnGPU, cfg.MaxBatch, cfg.MaxOutputTokens = 1, true, 16, 2
+	cfg.Baselines = false
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("fidelity: -config: %w", err)
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("fidelity: -config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// traceOutcomes measures and replays every cell of the trace in dir.
+func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
+	cells, err := readCells(dir)
+	if err != nil {
+		return nil, err
+	}
+	run := filepath.Join(dir, "run")
+	gpuOnly, err := readBench(run, "gpu-only")
+	if err != nil {
+		return nil, fmt.Errorf("fidelity: %s: the handling comes from the gpu-only run: %w", dir, err)
+	}
+	h, err := benchserve.FitHandling(gpuOnly)
+	if err != nil {
+		return nil, fmt.Errorf("fidelity: %s: bench-gpu-only.json: %w", dir, err)
+	}
+	var outs []outcome
+	for _, c := range cells {
+		o := outcome{cell: c}
+		m, err := readBench(run, c.label)
+		if err != nil {
+			return nil, fmt.Errorf("fidelity: %s: %w", dir, err)
+		}
+		o.measured = m.TTFT
+		if o.decodeStep, err = decodeStep(filepath.Join(run, "metrics-"+c.label+".txt")); err != nil {
+			return nil, fmt.Errorf("fidelity: %s: %w", dir, err)
+		}
+		cfg := base
+		cfg.Strategy, cfg.HostBytes, cfg.NVMeBytes = c.strategy, c.host, c.nvme
+		o.calibration = filepath.Join(run, "calibration-"+c.label+".json")
+		if _, err := os.Stat(o.calibration); err != nil {
+			o.calibration = "" // none written (run.sh writes none for the tiny model)
+		}
+		cfg.Calibration = o.calibration
+		cfg.DecodeTokenTime = replay.Duration(o.decodeStep)
+		cfg.HandlingTime, cfg.HandlingTokenTime = replay.Duration(h.PerRequest), replay.Duration(h.PerToken)
+		if c.nvme > 0 {
+			cfg.NVMeLink = drive
+		}
+		rep, err := replay.Run(replay.FileSource(filepath.Join(dir, "trace.jsonl")), cfg, replay.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("fidelity: replay of %s %s: %w", c.trace, c.label, err)
+		}
+		for _, r := range rep.Results {
+			if r.Strategy == c.strategy {
+				o.predicted = r.TTFT
+			}
+		}
+		outs = append(outs, o)
+	}
+	return outs, nil
+}
+
+// readCells reads dir/cells.tsv: label, strategy, host and NVMe bytes.
+func readCells(dir string) ([]cell, error) {
+	path := filepath.Join(dir, "cells.tsv")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("fidelity: %w", err)
+	}
+	defer f.Close()
+	var cells []cell
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		fs := strings.Split(sc.Text(), "\t")
+		if len(fs) != 4 {
+			return nil, fmt.Errorf("fidelity: %s:%d: %d fields, want label, strategy, host, nvme", path, n, len(fs))
+		}
+		c := cell{trace: filepath.Base(dir), label: fs[0], strategy: fs[1]}
+		if err := c.host.Set(fs[2]); err != nil {
+			return nil, fmt.Errorf("fidelity: %s:%d: host %q: %w", path, n, fs[2], err)
+		}
+		if err := c.nvme.Set(fs[3]); err != nil {
+			return nil, fmt.Errorf("fidelity: %s:%d: nvme %q: %w", path, n, fs[3], err)
+		}
+		cells = append(cells, c)
+	}
+	return cells, sc.Err()
+}
+
+func readBench(run, label string) (*benchserve.Report, error) {
+	b, err := os.ReadFile(filepath.Join(run, "bench-"+label+".json"))
+	if err != nil {
+		return nil, err
+	}
+	var r benchserve.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("bench-%s.json: %w", label, err)
+	}
+	return &r, nil
+}
+
+// decodeStep is the mean of the server's kvserve_decode_step_seconds.
+func decodeStep(metrics string) (time.Duration, error) {
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		return 0, err
+	}
+	var sum, count float64
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "kvserve_decode_step_seconds_sum":
+			sum, err = strconv.ParseFloat(v, 64)
+		case "kvserve_decode_step_seconds_count":
+			count, err = strconv.ParseFloat(v, 64)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s: %s: %w", metrics, name, err)
+		}
+	}
+	if count == 0 {
+		return 0, fmt.Errorf("%s: no decode step recorded (kvserve_decode_step_seconds)", metrics)
+	}
+	return time.Duration(sum / count * 1e9), nil
+}
+
+// write writes f and the ratio table to dir, or prints the table.
+func write(f *results.File, outs []outcome, dir string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| trace | server | measured p50 / p90 / mean | predicted p50 / p90 / mean | predicted over measured |\n|---|---|---|---|---|\n")
+	ms := func(p results.Percentiles) string {
+		return fmt.Sprintf("%.1f / %.1f / %.1f ms", 1e3*p.P50, 1e3*p.P90, 1e3*p.Mean)
+	}
+	for _, o := range outs {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3f / %.3f / %.3f |\n", o.trace, o.label, ms(o.measured), ms(o.predicted),
+			o.predicted.P50/o.measured.P50, o.predicted.P90/o.measured.P90, o.predicted.Mean/o.measured.Mean)
+	}
+	if dir == "" {
+		fmt.Print(b.String())
+		return nil
+	}
+	if err := f.Write(dir); err != nil {
+		return err
+	}
+	md, err := os.OpenFile(filepath.Join(dir, f.Benchmark+"-"+f.Machine+".md"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(md, "\n## Predicted over measured\n\n%s", b.String()); err != nil {
+		md.Close()
+		return err
+	}
+	return md.Close()
+}
