@@ -1,8 +1,11 @@
 package benchserve
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"time"
 
 	"kvtier.dev/internal/results"
@@ -59,4 +62,23 @@ func theilSen(xs, ys []float64) (a, b float64) {
 		res[i] = ys[i] - b*xs[i]
 	}
 	return results.Median(res), b
+}
+
+// ReadRun reads bench-LABEL.json (kvtier bench-serve --json) from a run's
+// directory (benchmarks/serve/run.sh); with records, one without
+// per-request records (--per-request) is an error.
+func ReadRun(dir, label string, records bool) (*Report, error) {
+	name := "bench-" + label + ".json"
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if records && len(r.Requests) == 0 {
+		return nil, fmt.Errorf("%s has no per-request records (bench-serve --per-request)", name)
+	}
+	return &r, nil
 }

@@ -129,7 +129,7 @@ func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
 		return nil, err
 	}
 	run := filepath.Join(dir, "run")
-	gpuOnly, err := readBench(run, "gpu-only")
+	gpuOnly, err := benchserve.ReadRun(run, "gpu-only", true)
 	if err != nil {
 		return nil, fmt.Errorf("fidelity: %s: the handling comes from the gpu-only run: %w", dir, err)
 	}
@@ -140,7 +140,7 @@ func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
 	var outs []outcome
 	for _, c := range cells {
 		o := outcome{cell: c}
-		m, err := readBench(run, c.label)
+		m, err := benchserve.ReadRun(run, c.label, false)
 		if err != nil {
 			return nil, fmt.Errorf("fidelity: %s: %w", dir, err)
 		}
@@ -199,18 +199,6 @@ func readCells(dir string) ([]cell, error) {
 		cells = append(cells, c)
 	}
 	return cells, sc.Err()
-}
-
-func readBench(run, label string) (*benchserve.Report, error) {
-	b, err := os.ReadFile(filepath.Join(run, "bench-"+label+".json"))
-	if err != nil {
-		return nil, err
-	}
-	var r benchserve.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("bench-%s.json: %w", label, err)
-	}
-	return &r, nil
 }
 
 // decodeStep is the mean of the server's kvserve_decode_step_seconds.

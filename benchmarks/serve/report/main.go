@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -115,7 +114,7 @@ func run(runDir string, replays []string, resultsDir, machine, command, commit s
 	}
 	measured := map[string]*benchserve.Report{}
 	for _, s := range strategies {
-		r, err := readBench(runDir, s, false)
+		r, err := benchserve.ReadRun(runDir, s, false)
 		if err != nil {
 			return err
 		}
@@ -219,23 +218,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// readBench reads the run's bench-LABEL.json; with records, one without
-// per-request records is an error.
-func readBench(runDir, label string, records bool) (*benchserve.Report, error) {
-	b, err := os.ReadFile(filepath.Join(runDir, "bench-"+label+".json"))
-	if err != nil {
-		return nil, err
-	}
-	var r benchserve.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("bench-%s.json: %w", label, err)
-	}
-	if records && len(r.Requests) == 0 {
-		return nil, fmt.Errorf("bench-%s.json has no per-request records (bench-serve --per-request)", label)
-	}
-	return &r, nil
-}
-
 // shortPrefill is the most tokens a prefill computes to count as short in
 // perRequest.
 const shortPrefill = 400
@@ -264,7 +246,7 @@ func perRequest(runDir, path string, short int) ([]string, error) {
 	}
 	var lines []string
 	for _, s := range strategies {
-		rep, err := readBench(runDir, s, true)
+		rep, err := benchserve.ReadRun(runDir, s, true)
 		if err != nil {
 			return nil, err
 		}
@@ -299,7 +281,7 @@ func perRequest(runDir, path string, short int) ([]string, error) {
 // (within one).
 func decisions(runDir, other string, n int) ([]string, error) {
 	read := func(label string) ([]benchserve.RequestRecord, error) {
-		r, err := readBench(runDir, label, true)
+		r, err := benchserve.ReadRun(runDir, label, true)
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +327,7 @@ func decisions(runDir, other string, n int) ([]string, error) {
 // slowed by something else (a decode round, a garbage collection) cannot
 // swing. It returns the note that says so.
 func handling(runDir, label string) (string, error) {
-	rep, err := readBench(runDir, label, true)
+	rep, err := benchserve.ReadRun(runDir, label, true)
 	if err != nil {
 		return "", err
 	}
