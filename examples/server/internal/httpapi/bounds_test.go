@@ -221,7 +221,7 @@ func TestDecodeTurnsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := servePipes(t, a)
+		l, _ := servePipes(t, a)
 		body := `{"prompt":"slow","max_tokens":1}`
 		slow := l.dial()
 		go partialRequest(t, slow, len(body), body[:5])
@@ -270,7 +270,8 @@ func TestBodyTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := servePipes(t, a).dial()
+		l, _ := servePipes(t, a)
+		c := l.dial()
 		go partialRequest(t, c, 100, `{"prompt":`)
 		start := time.Now()
 		resp, err := readResponse(t, c)
@@ -291,7 +292,8 @@ func TestDrainEndsBodyReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := servePipes(t, a).dial()
+		l, _ := servePipes(t, a)
+		c := l.dial()
 		go partialRequest(t, c, 100, `{"prompt":`)
 		synctest.Wait()
 		if got := testutil.ToFloat64(a.m.decoding); got != 1 {
@@ -312,7 +314,8 @@ func TestDrainEndsBodyReads(t *testing.T) {
 }
 
 // TestWriteTimeout: a client that reads none of its answer is cut off
-// after WriteTimeout, so that Drain does not wait for it forever.
+// after WriteTimeout, so that neither Drain nor the server's Shutdown
+// waits for it (they did until the drain timeout).
 func TestWriteTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newTestBackend()
@@ -320,9 +323,10 @@ func TestWriteTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := servePipes(t, a)
+		l, srv := servePipes(t, a)
 		for _, stream := range []string{"false", "true"} {
 			c := l.dial()
+			defer c.Close()
 			body := `{"prompt":"x","max_tokens":8,"stream":` + stream + `}`
 			partialRequest(t, c, len(body), body) // and never read
 			synctest.Wait()
@@ -334,10 +338,14 @@ func TestWriteTimeout(t *testing.T) {
 			if got := testutil.ToFloat64(a.m.inFlight); got != 0 {
 				t.Fatalf("stream %s: %g in flight after the write timeout, want 0", stream, got)
 			}
-			c.Close()
 		}
-		if err := a.Drain(context.Background()); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // the bubble's hour
+		defer cancel()
+		if err := a.Drain(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
 		}
 	})
 }

@@ -51,12 +51,12 @@ func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
 
 // servePipes serves a over a pipeListener until the test ends.
-func servePipes(t *testing.T, a *API) *pipeListener {
+func servePipes(t *testing.T, a *API) (*pipeListener, *http.Server) {
 	l := newPipeListener()
 	srv := &http.Server{Handler: a}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	return l
+	return l, srv
 }
 
 // readResponse reads one response from c.
