@@ -62,6 +62,7 @@ type config struct {
 
 	maxQueue, maxBatch, defaultMaxTokens int
 	drainTimeout                         time.Duration
+	http                                 httpFlags
 
 	log *slog.Logger
 }
@@ -138,6 +139,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	c.http.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -196,6 +198,9 @@ func (c *config) validate() error {
 		return fmt.Errorf("-nvme-dwpd %g is negative", c.nvmeDWPD)
 	case c.nvmeOff && c.nvmeDir != "":
 		return errors.New("-nvme 0 turns the NVMe tier off: -nvme-dir has nothing to keep")
+	}
+	if err := c.http.validate(); err != nil {
+		return err
 	}
 	m, err := c.modelConfig()
 	if err != nil {

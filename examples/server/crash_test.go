@@ -56,7 +56,7 @@ var listenRE = regexp.MustCompile(`msg="server: listening" addr=(\S+)`)
 
 // startChild runs the server with args in a new process and waits until it
 // listens.
-func startChild(t *testing.T, args ...string) *child {
+func startChild(t testing.TB, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, " "))

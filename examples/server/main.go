@@ -22,6 +22,9 @@
 // decides load or recompute per block), reload, recompute, gpu-only (prefix
 // caching in GPU memory alone) and none (no prefix cache).
 //
+// What a client can hold is bounded (-header-timeout, -body-timeout,
+// -write-timeout, -idle-timeout, -max-conns; a body's size by -context).
+//
 // SIGTERM or SIGINT drains: new requests get 503, those in flight finish,
 // the write-backs finish (Cache.Flush), the NVMe store closes; with
 // -nvme-dir the next start adopts the blocks left there.
@@ -111,7 +114,8 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if err != nil {
 		return errors.Join(err, p.close())
 	}
-	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens})
+	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens,
+		BodyTimeout: c.http.bodyTimeout, WriteTimeout: c.http.writeTimeout})
 	if err != nil {
 		return errors.Join(err, eng.Close(), p.close())
 	}
@@ -119,10 +123,8 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("-addr: %w", err), eng.Close(), p.close())
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	tiers := []any{"addr", ln.Addr().String(), "model", s.model.Name, "strategy", c.strategy.String(), "context", s.context,
+	srv, served := c.http.serve(api, ln)
+	tiers := []any{"addr", ln.Addr().String(), "max_conns", c.http.connLimit(), "model", s.model.Name, "strategy", c.strategy.String(), "context", s.context,
 		"gpu_kv", bytesize.Format(int64(s.cacheSlots) * s.blockBytes), "scratch", bytesize.Format(int64(s.scratch) * s.blockBytes)}
 	if p.cache != nil {
 		tiers = append(tiers, "host_slots", p.cache.CapacitySlots(kvtier.Host), "nvme_slots", p.cache.CapacitySlots(kvtier.NVMe))

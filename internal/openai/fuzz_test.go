@@ -3,8 +3,10 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -35,16 +37,34 @@ func FuzzEventReader(f *testing.F) {
 	})
 }
 
-// FuzzPrompt: any JSON decodes without panicking, and a decoded prompt
-// encodes and decodes to itself.
+// FuzzPrompt: any bytes decode without panicking, as encoding/json reads
+// them (a string, or an array of integers from 0 to 2^31-1, and nothing
+// else); a decoded prompt encodes and decodes to itself; bounded at max
+// tokens, a prompt is read alike when it has at most max and is
+// ErrPromptTooLong when it has more.
 func FuzzPrompt(f *testing.F) {
-	for _, s := range []string{`"hi"`, `[1,2,3]`, `[]`, `[1,"a"]`, `[[1]]`, `null`, `7`, `[1e3]`, `[-0]`} {
-		f.Add([]byte(s))
+	for _, s := range []string{`"hi"`, `[1,2,3]`, `[]`, `[1,"a"]`, `[[1]]`, `null`, `7`, `[1e3]`, `[-0]`, ` [ 1 , 2 ] `, `[01]`, `[2147483648]`} {
+		f.Add([]byte(s), uint8(2))
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		var p Prompt
-		if err := json.Unmarshal(in, &p); err != nil {
+	f.Fuzz(func(t *testing.T, in []byte, max uint8) {
+		p, err := DecodePrompt(in, -1)
+		want, ok := referencePrompt(in)
+		if (err == nil) != ok || ok && (p.IsTokens != want.IsTokens || p.Text != want.Text || !slices.Equal(p.Tokens, want.Tokens)) {
+			t.Fatalf("%q: decoded %+v, %v; encoding/json reads %+v, %v", in, p, err, want, ok)
+		}
+		bounded, berr := DecodePrompt(in, int(max))
+		switch n := len(p.Text) + len(p.Tokens); {
+		case err != nil:
+			if berr == nil {
+				t.Fatalf("%q: bounded at %d, decoded %+v; unbounded, %v", in, max, bounded, err)
+			}
 			return
+		case n > int(max):
+			if !errors.Is(berr, ErrPromptTooLong) {
+				t.Fatalf("%q: %d tokens bounded at %d: %v", in, n, max, berr)
+			}
+		case berr != nil || bounded.Text != p.Text || !slices.Equal(bounded.Tokens, p.Tokens):
+			t.Fatalf("%q: bounded at %d, %+v, %v; want %+v", in, max, bounded, berr, p)
 		}
 		out, err := json.Marshal(p)
 		if err != nil {
@@ -58,4 +78,36 @@ func FuzzPrompt(f *testing.F) {
 			t.Fatalf("%s: %+v, then %+v", in, p, q)
 		}
 	})
+}
+
+// referencePrompt reads in as a prompt through encoding/json alone.
+func referencePrompt(in []byte) (Prompt, bool) {
+	dec := json.NewDecoder(bytes.NewReader(in))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return Prompt{}, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Prompt{}, false
+	}
+	switch v := v.(type) {
+	case string:
+		return TextPrompt(v), true
+	case []any:
+		ids := []int32{}
+		for _, e := range v {
+			n, ok := e.(json.Number)
+			if !ok {
+				return Prompt{}, false
+			}
+			id, err := strconv.ParseInt(string(n), 10, 32)
+			if err != nil || id < 0 {
+				return Prompt{}, false
+			}
+			ids = append(ids, int32(id))
+		}
+		return TokenPrompt(ids), true
+	}
+	return Prompt{}, false
 }

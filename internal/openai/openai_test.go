@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -57,6 +58,49 @@ func TestPromptJSON(t *testing.T) {
 		if msg != "" && (!errors.As(err, &fe) || fe.Field != "prompt" || !strings.Contains(fe.Msg, msg)) {
 			t.Errorf("%s: %v, want a prompt FieldError saying %q", in, err, msg)
 		}
+	}
+}
+
+// TestDecodePromptBound: a prompt over the bound is ErrPromptTooLong
+// whatever follows its last allowed token; ids are read in one pass that
+// allocates nothing per id past the bound; malformed arrays and long
+// literals are errors that quote at most a few bytes.
+func TestDecodePromptBound(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want error // nil: decodes
+	}{
+		{`[1,2,3]`, 3, nil}, {`[1,2,3]`, 2, ErrPromptTooLong}, {`[1,2,"x"]`, 2, ErrPromptTooLong},
+		{`[1,2,-5]`, 2, ErrPromptTooLong}, {`[]`, 0, nil}, {`[1]`, 0, ErrPromptTooLong},
+		{`"abc"`, 3, nil}, {`"abcd"`, 3, ErrPromptTooLong}, {" \n[ 7 ,\t8 ] ", 2, nil},
+	} {
+		p, err := DecodePrompt([]byte(c.in), c.max)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s bounded at %d: %+v, %v; want %v", c.in, c.max, p, err, c.want)
+		}
+	}
+	for _, in := range []string{`[1,,2]`, `[1 2]`, `[1]x`, `[01]`, `[1,]`, "\v[1]", `[1`, `[-1]`, `[true]`, `{}`} {
+		if p, err := DecodePrompt([]byte(in), -1); err == nil {
+			t.Errorf("%q decodes to %+v", in, p)
+		}
+	}
+	long := "[" + strings.Repeat("9", 1<<20) + "]"
+	if _, err := DecodePrompt([]byte(long), -1); err == nil || len(err.Error()) > 120 || !strings.Contains(err.Error(), "token 0") {
+		t.Errorf("a 1 MiB literal: %d bytes of error: %.200v", len(fmt.Sprint(err)), err)
+	}
+	ids := make([]string, 1<<16)
+	for i := range ids {
+		ids[i] = "5"
+	}
+	many := []byte("[" + strings.Join(ids, ",") + "]")
+	allocs := testing.AllocsPerRun(10, func() {
+		if _, err := DecodePrompt(many, 8); !errors.Is(err, ErrPromptTooLong) {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 10 {
+		t.Errorf("%d ids bounded at 8: %.0f allocations", len(ids), allocs)
 	}
 }
 

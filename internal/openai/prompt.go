@@ -1,12 +1,12 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Prompt is a completion request's prompt: a string (Text) or an array of
@@ -44,46 +44,145 @@ func (p Prompt) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a string or an array of token ids (integers from 0 to
 // 2^31-1). Its errors are *FieldError naming "prompt".
 func (p *Prompt) UnmarshalJSON(b []byte) error {
-	if err := p.unmarshal(b); err != nil {
+	q, err := DecodePrompt(b, -1)
+	if err != nil {
 		return &FieldError{Field: "prompt", Msg: err.Error()}
 	}
+	*p = q
 	return nil
 }
 
-func (p *Prompt) unmarshal(b []byte) error {
-	b = bytes.TrimSpace(b)
+// ErrPromptTooLong is wrapped by DecodePrompt's error for a prompt of more
+// tokens than its bound.
+var ErrPromptTooLong = errors.New("prompt too long")
+
+// DecodePrompt reads a prompt as UnmarshalJSON does, in one pass over b
+// that stops at the (maxTokens+1)th token: a longer prompt is an error
+// wrapping ErrPromptTooLong, and no id past that one is read. A text
+// prompt counts one token per byte (the byte-level tokenizer's). A
+// negative maxTokens bounds nothing. Its errors name no field.
+func DecodePrompt(b []byte, maxTokens int) (Prompt, error) {
+	b = b[skipSpace(b, 0):]
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
 	if len(b) == 0 {
-		return errors.New("empty")
+		return Prompt{}, errors.New("empty")
 	}
 	switch b[0] {
 	case '"':
 		var s string
 		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("bad string: %w", err)
+			return Prompt{}, fmt.Errorf("bad string: %w", err)
 		}
-		*p = Prompt{Text: s}
-		return nil
+		if maxTokens >= 0 && len(s) > maxTokens {
+			return Prompt{}, fmt.Errorf("%w: %d tokens (bytes), more than %d", ErrPromptTooLong, len(s), maxTokens)
+		}
+		return Prompt{Text: s}, nil
 	case '[':
-		var raw []json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
-			return fmt.Errorf("bad array: %w", err)
+		ids, err := decodeTokenIDs(b, maxTokens)
+		if err != nil {
+			return Prompt{}, err
 		}
-		ids := make([]int32, len(raw))
-		for i, r := range raw {
-			r = bytes.TrimSpace(r)
-			if len(r) > 0 && (r[0] == '"' || r[0] == '[') {
-				return errors.New("batches of prompts are not supported: send one prompt, a string or an array of token ids")
-			}
-			v, err := strconv.ParseInt(string(r), 10, 64)
-			if err != nil || v < 0 || v > math.MaxInt32 {
-				return fmt.Errorf("token %d: %s is not a token id (an integer from 0 to 2147483647)", i, r)
-			}
-			ids[i] = int32(v)
-		}
-		*p = Prompt{Tokens: ids, IsTokens: true}
-		return nil
+		return Prompt{Tokens: ids, IsTokens: true}, nil
 	case 'n':
-		return errors.New("null: want a string or an array of token ids")
+		return Prompt{}, errors.New("null: want a string or an array of token ids")
 	}
-	return fmt.Errorf("%.20s: want a string or an array of token ids", b)
+	return Prompt{}, fmt.Errorf("%s: want a string or an array of token ids", excerpt(b))
+}
+
+// decodeTokenIDs reads b, a JSON array of token ids, one id at a time.
+func decodeTokenIDs(b []byte, maxTokens int) ([]int32, error) {
+	ids := []int32{}
+	i := skipSpace(b, 1)
+	if i < len(b) && b[i] == ']' {
+		return ids, onlySpaceAfter(b, i+1)
+	}
+	for n := 0; ; n++ {
+		if i >= len(b) {
+			return nil, errors.New("bad array: it ends before its ]")
+		}
+		if maxTokens >= 0 && n == maxTokens {
+			return nil, fmt.Errorf("%w: more than %d tokens", ErrPromptTooLong, maxTokens)
+		}
+		if b[i] == '"' || b[i] == '[' {
+			return nil, errors.New("batches of prompts are not supported: send one prompt, a string or an array of token ids")
+		}
+		id, end, ok := tokenID(b, i)
+		if !ok {
+			return nil, fmt.Errorf("token %d: %s is not a token id (an integer from 0 to 2147483647)", n, excerpt(b[i:end]))
+		}
+		ids = append(ids, id)
+		i = skipSpace(b, end)
+		switch {
+		case i < len(b) && b[i] == ',':
+			i = skipSpace(b, i+1)
+		case i < len(b) && b[i] == ']':
+			return ids, onlySpaceAfter(b, i+1)
+		default:
+			return nil, fmt.Errorf("bad array: want , or ] after token %d", n)
+		}
+	}
+}
+
+// tokenID reads the array element at b[i:]: an integer from 0 to
+// 2^31-1 in JSON's syntax ("-0" included, as strconv reads it). end is
+// where the element's literal ends, for an error to quote it.
+func tokenID(b []byte, i int) (id int32, end int, ok bool) {
+	end = i
+	for end < len(b) && strings.IndexByte("+-.0123456789Ee", b[end]) >= 0 {
+		end++
+	}
+	if end == i { // not a number: true, an object, ...
+		return 0, min(len(b), i+excerptBytes), false
+	}
+	lit := b[i:end]
+	neg := lit[0] == '-'
+	if neg {
+		lit = lit[1:]
+	}
+	if len(lit) == 0 || (lit[0] == '0' && len(lit) > 1) {
+		return 0, end, false
+	}
+	var v int64
+	for _, c := range lit {
+		if c < '0' || c > '9' {
+			return 0, end, false
+		}
+		if v = v*10 + int64(c-'0'); v > math.MaxInt32 {
+			return 0, end, false
+		}
+	}
+	if neg && v != 0 {
+		return 0, end, false
+	}
+	return int32(v), end, true
+}
+
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+func onlySpaceAfter(b []byte, i int) error {
+	if skipSpace(b, i) != len(b) {
+		return errors.New("bad array: more after its ]")
+	}
+	return nil
+}
+
+// excerptBytes is the most of a request's bytes an error quotes.
+const excerptBytes = 20
+
+// excerpt quotes b in an error, cut to excerptBytes.
+func excerpt(b []byte) string {
+	if len(b) > excerptBytes {
+		return fmt.Sprintf("%s... (%d bytes)", b[:excerptBytes], len(b))
+	}
+	return string(b)
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,9 +29,24 @@ type Config struct {
 	// DefaultMaxTokens is max_tokens when a request omits it; 0 means 16,
 	// OpenAI's default.
 	DefaultMaxTokens int
-	// MaxBodyBytes bounds a request body; 0 means 16 MiB (a 128k-token
-	// prompt as an id array is about 1 MiB).
+	// MaxBodyBytes bounds a request body; 0 derives it from the model's
+	// context: 16 KiB plus 16 bytes per token (32 KiB at a 1,024-token
+	// context, 2 MiB at 131,072). A body whose Content-Length is over it
+	// gets 413 before a byte of it is read.
 	MaxBodyBytes int64
+	// MaxDecodes bounds the completion requests whose bodies are read and
+	// decoded at once; the others wait for a turn before their body is
+	// read, so that bodies hold at most about MaxDecodes×MaxBodyBytes. 0
+	// means twice GOMAXPROCS.
+	MaxDecodes int
+	// BodyTimeout bounds the time from a completion request's headers to
+	// the end of its body, a wait for a decode turn included; a body not in
+	// by then gets 408. 0 means 30 s (a 2 MiB body at 70 KB/s).
+	BodyTimeout time.Duration
+	// WriteTimeout bounds the time a client may take to accept one write of
+	// its response (a streamed chunk, or a whole response); one that takes
+	// longer is cut off and its request cancelled. 0 means 30 s.
+	WriteTimeout time.Duration
 }
 
 // API serves the routes of the package doc over a Backend. It is an
@@ -42,7 +59,15 @@ type API struct {
 	mux          *http.ServeMux
 	defaultMax   int
 	maxBodyBytes int64
+	bodyTimeout  time.Duration
+	writeTimeout time.Duration
+	decodeTurns  chan struct{} // a token per body being read and decoded
 	nextID       atomic.Uint64
+
+	// drainCtx is cancelled when Drain begins: it refuses the requests
+	// waiting for a decode turn and ends the body reads in progress.
+	drainCtx   context.Context
+	startDrain context.CancelFunc
 
 	mu       sync.Mutex
 	inFlight int
@@ -63,19 +88,13 @@ func New(cfg Config) (*API, error) {
 		return nil, fmt.Errorf("httpapi: Limits.VocabSize %d: want at least 1", lim.VocabSize)
 	}
 	a := &API{backend: cfg.Backend, limits: lim, reg: cfg.Registry, defaultMax: cfg.DefaultMaxTokens,
-		maxBodyBytes: cfg.MaxBodyBytes, idle: make(chan struct{})}
+		maxBodyBytes: cfg.MaxBodyBytes, bodyTimeout: cfg.BodyTimeout, writeTimeout: cfg.WriteTimeout, idle: make(chan struct{})}
+	if err := a.setLimits(cfg); err != nil {
+		return nil, err
+	}
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()
 		a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	if a.defaultMax == 0 {
-		a.defaultMax = 16
-	}
-	if a.defaultMax < 0 {
-		return nil, fmt.Errorf("httpapi: Config.DefaultMaxTokens %d is negative", a.defaultMax)
-	}
-	if a.maxBodyBytes == 0 {
-		a.maxBodyBytes = 16 << 20
 	}
 	var err error
 	if a.m, err = newMetrics(a.reg, cfg.Backend.QueueDepth); err != nil {
@@ -88,6 +107,42 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
+// setLimits fills the request limits of cfg, defaults for zeros, and
+// refuses negative ones.
+func (a *API) setLimits(cfg Config) error {
+	switch {
+	case cfg.DefaultMaxTokens < 0:
+		return fmt.Errorf("httpapi: Config.DefaultMaxTokens %d is negative", cfg.DefaultMaxTokens)
+	case cfg.MaxBodyBytes < 0:
+		return fmt.Errorf("httpapi: Config.MaxBodyBytes %d is negative", cfg.MaxBodyBytes)
+	case cfg.MaxDecodes < 0:
+		return fmt.Errorf("httpapi: Config.MaxDecodes %d is negative", cfg.MaxDecodes)
+	case cfg.BodyTimeout < 0:
+		return fmt.Errorf("httpapi: Config.BodyTimeout %v is negative", cfg.BodyTimeout)
+	case cfg.WriteTimeout < 0:
+		return fmt.Errorf("httpapi: Config.WriteTimeout %v is negative", cfg.WriteTimeout)
+	}
+	if a.defaultMax == 0 {
+		a.defaultMax = 16
+	}
+	if a.maxBodyBytes == 0 {
+		a.maxBodyBytes = bodyCap(a.limits)
+	}
+	decodes := cfg.MaxDecodes
+	if decodes == 0 {
+		decodes = 2 * runtime.GOMAXPROCS(0)
+	}
+	a.decodeTurns = make(chan struct{}, decodes)
+	if a.bodyTimeout == 0 {
+		a.bodyTimeout = 30 * time.Second
+	}
+	if a.writeTimeout == 0 {
+		a.writeTimeout = 30 * time.Second
+	}
+	a.drainCtx, a.startDrain = context.WithCancel(context.Background())
+	return nil
+}
+
 // ServeHTTP serves the API's routes.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
@@ -95,13 +150,15 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTT
 func (a *API) Registry() *prometheus.Registry { return a.reg }
 
 // Drain stops taking completion requests (new ones get 503, /healthz says
-// draining) and waits until every request in flight has been answered, or
-// ctx is done. The caller then shuts the HTTP server down and closes the
+// draining; so do those whose body is still being read: their reads end)
+// and waits until every request in flight has been answered, or ctx is
+// done. The caller then shuts the HTTP server down and closes the
 // engine (finishing its write-backs). Drain may be called more than once.
 func (a *API) Drain(ctx context.Context) error {
 	a.mu.Lock()
 	if !a.draining {
 		a.draining = true
+		a.startDrain()
 		if a.inFlight == 0 {
 			close(a.idle)
 		}
@@ -118,7 +175,8 @@ func (a *API) Drain(ctx context.Context) error {
 	}
 }
 
-// begin admits a request unless the API is draining.
+// begin admits a decoded request unless the API is draining: from here
+// until end, Drain waits for it.
 func (a *API) begin() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

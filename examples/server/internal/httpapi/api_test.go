@@ -256,6 +256,9 @@ func TestBadRequests(t *testing.T) {
 		{`{"prompt":[1,2],"max_tokens":63}`, "max_tokens", "exceed the model's context"},
 		{`{"prompt":"x","max_tokens":"many"}`, "max_tokens", "want int"},
 		{`{"prompt":"x","max_tokens":0}`, "max_tokens", "at least 1"},
+		{`{"prompt":"x","max_tokens":9223372036854775807}`, "max_tokens", "exceed the model's context"},
+		{`{"prompt":[1,2,3],"max_tokens":9223372036854775806}`, "max_tokens", "exceed the model's context"},
+		{`{"prompt":"x","max_tokens":9223372036854775808}`, "max_tokens", "want int"},
 		{`{"prompt":"x","max_tokens":-4}`, "max_tokens", "at least 1"},
 		{`{"prompt":"x","temperature":0.7}`, "temperature", "greedy"},
 		{`{"prompt":"x","n":2}`, "n", "one choice"},
@@ -547,6 +550,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := New(Config{Backend: newTestBackend(), DefaultMaxTokens: -1}); err == nil || !strings.Contains(err.Error(), "DefaultMaxTokens") {
 		t.Errorf("DefaultMaxTokens -1: %v", err)
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{MaxBodyBytes: -1}, "MaxBodyBytes -1"}, {Config{MaxDecodes: -1}, "MaxDecodes -1"},
+		{Config{BodyTimeout: -time.Second}, "BodyTimeout -1s"}, {Config{WriteTimeout: -time.Second}, "WriteTimeout -1s"},
+	} {
+		c.cfg.Backend = newTestBackend()
+		if _, err := New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
 	}
 	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "Backend is nil") {
 		t.Errorf("no backend: %v", err)

@@ -13,21 +13,22 @@ import (
 	"kvtier.dev/kvtier"
 )
 
-// completions answers POST /v1/completions.
+// completions answers POST /v1/completions. A request is in flight (Drain
+// waits for it) from the end of its decoding to its answer.
 func (a *API) completions(w http.ResponseWriter, r *http.Request) {
-	if !a.begin() {
-		a.fail(w, http.StatusServiceUnavailable, openai.ErrUnavailable, "", "the server is draining")
-		return
-	}
-	defer a.end()
 	arrival := time.Now()
-	req, toks, err := decodeRequest(http.MaxBytesReader(w, r.Body, a.maxBodyBytes), a.limits, a.defaultMax)
+	req, toks, err := a.readRequest(w, r)
 	if err != nil {
 		a.failRequest(w, err)
 		return
 	}
+	if !a.begin() {
+		a.failRequest(w, errDraining)
+		return
+	}
+	defer a.end()
 	c := &completion{
-		api: a, w: w, r: r, wire: req, promptTokens: len(toks),
+		api: a, w: w, rc: http.NewResponseController(w), r: r, wire: req, promptTokens: len(toks),
 		id: "cmpl-" + strconv.FormatUint(a.nextID.Add(1), 16), created: arrival.Unix(),
 		model: a.limits.Model, timer: tokenTimer{m: a.m, start: arrival},
 	}
@@ -45,6 +46,7 @@ func (a *API) completions(w http.ResponseWriter, r *http.Request) {
 		a.failRequest(w, err)
 		return
 	}
+	defer c.rc.SetWriteDeadline(time.Time{}) // what follows on the connection has its own
 	if req.Stream {
 		c.stream()
 	} else {
@@ -56,6 +58,7 @@ func (a *API) completions(w http.ResponseWriter, r *http.Request) {
 type completion struct {
 	api          *API
 	w            http.ResponseWriter
+	rc           *http.ResponseController
 	r            *http.Request
 	wire         *openai.CompletionRequest
 	out          *Stream
@@ -91,9 +94,19 @@ func (c *completion) whole() {
 		return
 	}
 	c.w.Header().Set("Content-Type", "application/json")
+	c.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	c.w.WriteHeader(http.StatusOK)
-	c.w.Write(body)
+	c.write(body)
 	c.api.m.answered(http.StatusOK)
+}
+
+// write sends b to the client now, within the write timeout. An error
+// means the client left or took too long: the server then cancels the
+// request's context, which the engine sees.
+func (c *completion) write(b []byte) {
+	_ = c.rc.SetWriteDeadline(time.Now().Add(c.api.writeTimeout))
+	c.w.Write(b)
+	_ = c.rc.Flush()
 }
 
 // stream answers with server-sent events: one chunk per token as the
@@ -102,7 +115,6 @@ func (c *completion) whole() {
 // asked for, and [DONE]. The status is sent with the first token, so that
 // an engine failure before it is still an error status.
 func (c *completion) stream() {
-	flusher, _ := c.w.(http.Flusher)
 	prefix := c.chunkPrefix()
 	buf := make([]byte, 0, 4<<10)
 	var scratch []byte
@@ -136,10 +148,7 @@ func (c *completion) stream() {
 			c.startStream()
 			started = true
 		}
-		c.w.Write(buf) // a write error means the client left: the engine sees the context
-		if flusher != nil {
-			flusher.Flush()
-		}
+		c.write(buf)
 		if closed {
 			break
 		}
@@ -164,10 +173,7 @@ func (c *completion) stream() {
 		buf = openai.AppendEvent(buf, body)
 	}
 	buf = openai.AppendEvent(buf, []byte(openai.DoneData))
-	c.w.Write(buf)
-	if flusher != nil {
-		flusher.Flush()
-	}
+	c.write(buf)
 	c.api.m.answered(http.StatusOK)
 }
 
@@ -195,21 +201,20 @@ func (c *completion) result(generated int) (Usage, error) {
 }
 
 // failed answers a request the engine failed: an error status, or an error
-// event once the stream has started; nothing if the client went away.
+// event once the stream has started. If the client went away, it aborts
+// the connection instead, so that a client that only half-closed it reads
+// no answer (not an empty 200, nor a stream that ends as if complete).
 func (c *completion) failed(err error, started bool) {
 	if c.r.Context().Err() != nil {
 		c.api.m.canceled.Inc()
-		return
+		panic(http.ErrAbortHandler) // net/http's way to abort: the connection is closed, nothing logged
 	}
 	if !started {
 		c.api.failRequest(c.w, err)
 		return
 	}
-	body, _ := json.Marshal(openai.ErrorResponse{Error: openai.ErrorBody{Message: err.Error(), Type: openai.ErrServer}})
-	c.w.Write(openai.AppendEvent(nil, body))
-	if f, ok := c.w.(http.Flusher); ok {
-		f.Flush()
-	}
+	body, _ := json.Marshal(openai.ErrorResponse{Error: openai.ErrorBody{Message: clip(err.Error()), Type: openai.ErrServer}})
+	c.write(openai.AppendEvent(nil, body))
 	c.api.m.answered(http.StatusInternalServerError)
 }
 
@@ -324,19 +329,33 @@ func appendJSONString(dst, s []byte) []byte {
 }
 
 // failRequest answers err: 400 naming the field for a *openai.FieldError,
-// 413 for a body too large, 429 for ErrQueueFull, 500 otherwise.
+// 408 for a body not in time, 413 for a body too large, 429 for
+// ErrQueueFull, 503 while draining, 500 otherwise. A client that left
+// before its body was read gets nothing: its connection is aborted. After
+// a 408, 413 or 503 the connection closes (what is left of the body is
+// not read).
 func (a *API) failRequest(w http.ResponseWriter, err error) {
 	var fe *openai.FieldError
 	switch {
 	case errors.As(err, &fe):
 		a.fail(w, http.StatusBadRequest, openai.ErrInvalidRequest, fe.Field, fe.Error())
+	case errors.Is(err, errClientGone):
+		a.m.canceled.Inc()
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, errBodyTimeout):
+		w.Header().Set("Connection", "close")
+		a.fail(w, http.StatusRequestTimeout, openai.ErrInvalidRequest, "body", fmt.Sprintf("body: not received in full within %v", a.bodyTimeout))
 	case errors.Is(err, errBodyTooLarge):
+		w.Header().Set("Connection", "close")
 		a.fail(w, http.StatusRequestEntityTooLarge, openai.ErrInvalidRequest, "body", err.Error())
+	case errors.Is(err, errDraining):
+		w.Header().Set("Connection", "close")
+		a.fail(w, http.StatusServiceUnavailable, openai.ErrUnavailable, "", err.Error())
 	case errors.Is(err, ErrQueueFull):
 		w.Header().Set("Retry-After", "1")
 		a.fail(w, http.StatusTooManyRequests, openai.ErrRateLimit, "", err.Error())
 	default:
-		a.fail(w, http.StatusInternalServerError, openai.ErrServer, "", err.Error())
+		a.fail(w, http.StatusInternalServerError, openai.ErrServer, "", clip(err.Error()))
 	}
 }
 

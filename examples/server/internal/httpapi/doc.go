@@ -14,10 +14,19 @@
 //
 // Status codes: 400 names the bad field in the error's param (including a
 // prompt longer than the model's context, or prompt plus max_tokens over
-// it); 413 for a body over Config.MaxBodyBytes; 429 when the engine's queue
-// is full (Backend.Submit returns ErrQueueFull); 503 while draining; 500 when
-// the engine fails a request before its first token (after it, the stream
-// ends with an error event instead, the status being sent).
+// it); 408 for a body not in within Config.BodyTimeout; 413 for a body over
+// Config.MaxBodyBytes (by default derived from the model's context); 429
+// when the engine's queue is full (Backend.Submit returns ErrQueueFull);
+// 503 while draining; 500 when the engine fails a request before its first
+// token (after it, the stream ends with an error event instead, the status
+// being sent). A client that went away gets no answer: its connection is
+// aborted. Errors quote at most a few dozen bytes of what the client sent.
+//
+// What a client can make the server hold is bounded: a body's bytes by
+// Config.MaxBodyBytes, the bodies read at once by Config.MaxDecodes (the
+// others wait before a byte is read), the time to send a body and to take
+// each write of the answer by Config.BodyTimeout and WriteTimeout, and the
+// connections open by LimitListener.
 //
 // A server wires it as follows (engine implements Backend; mgr is the
 // kvtier.Manager):
@@ -25,8 +34,9 @@
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(kvprom.New(mgr, "kvtier", nil))
 //	api, err := httpapi.New(httpapi.Config{Backend: engine, Registry: reg})
-//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: api}
-//	go srv.ListenAndServe()
+//	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+//	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+//	go srv.Serve(httpapi.LimitListener(ln, 1024))
 //	<-sigterm
 //	api.Drain(ctx)    // answer what is in flight, refuse the rest
 //	srv.Shutdown(ctx) // close the listener and idle connections
@@ -34,5 +44,7 @@
 //
 // The package promises that every request handed to the engine ends (the
 // engine calls Stream.Finish) before Drain returns, and that no request is
-// handed to the engine once Drain began.
+// handed to the engine once Drain began. A request is in flight from the
+// end of its decoding: Drain does not wait for a body still coming (its
+// read ends, 503).
 package httpapi

@@ -18,6 +18,7 @@ type metrics struct {
 	canceled        prometheus.Counter
 	ttft, interTok  prometheus.Histogram
 	inFlight        prometheus.Gauge
+	decoding        prometheus.Gauge
 	prefilled       prometheus.Counter
 	recomputed      prometheus.Counter
 	generated       prometheus.Counter
@@ -41,6 +42,8 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int) (*metrics, err
 			Buckets: prometheus.ExponentialBucketsRange(0.0001, 10, 20)}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_in_flight_requests",
 			Help: "Completion requests being answered (queued, prefilling or decoding)."}),
+		decoding: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_decoding_requests",
+			Help: "Completion requests whose body is being read and decoded, not yet in flight (at most Config.MaxDecodes)."}),
 		prefilled: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefilled_tokens_total",
 			Help: "Prompt tokens whose KV was computed (recomputed ones included)."}),
 		recomputed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_recomputed_tokens_total",
@@ -59,11 +62,11 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int) (*metrics, err
 		m.loadedTokens[t] = loadedTokens.WithLabelValues(t.String())
 		m.loadedBytes[t] = loadedBytes.WithLabelValues(t.String())
 	}
-	for _, c := range []int{200, 400, 413, 429, 500, 503} {
+	for _, c := range []int{200, 400, 408, 413, 429, 500, 503} {
 		m.codes[c] = m.requests.WithLabelValues(strconv.Itoa(c))
 	}
 	m.canceled = m.requests.WithLabelValues(codeCanceled)
-	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.interTok, m.inFlight, m.prefilled,
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.interTok, m.inFlight, m.decoding, m.prefilled,
 		m.recomputed, m.generated, m.queueDepthGauge, loadedTokens, loadedBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
