@@ -54,18 +54,24 @@ func (m Model) salt() uint64 {
 	return binary.LittleEndian.Uint64(d[:8])
 }
 
+// Salt is tenant's salt in a cache of this model: tenant folded with the
+// model's identity, as Cache.Salt does. With the zero Model it is tenant.
+func (m Model) Salt(tenant kvtier.Salt) kvtier.Salt { return foldSalt(m.salt(), tenant) }
+
+func foldSalt(model uint64, tenant kvtier.Salt) kvtier.Salt {
+	if model == 0 {
+		return tenant
+	}
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], model)
+	binary.LittleEndian.PutUint64(b[8:], uint64(tenant))
+	return kvtier.Salt(xxhash.Sum64(b[:]))
+}
+
 // Salt is the salt of tenant's blocks in this cache: tenant folded with
 // the cache's Options.Model, so that no block computed by another model
 // (another server sharing the remote prefix, or a directory written by
 // other weights) is ever a hit, even where every checksum holds. Every
 // Lookup, Insert, Prefetch and remote Fetch or Publish MUST use it, as a
 // server does once per request. With the zero Model it is tenant.
-func (c *Cache) Salt(tenant kvtier.Salt) kvtier.Salt {
-	if c.modelSalt == 0 {
-		return tenant
-	}
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], c.modelSalt)
-	binary.LittleEndian.PutUint64(b[8:], uint64(tenant))
-	return kvtier.Salt(xxhash.Sum64(b[:]))
-}
+func (c *Cache) Salt(tenant kvtier.Salt) kvtier.Salt { return foldSalt(c.modelSalt, tenant) }

@@ -35,6 +35,11 @@ type RemoteOptions struct {
 	ChecksumKey []byte
 }
 
+// ErrRemote marks Open's errors that come from the remote tier (it did
+// not answer, or it refused the prefix), so that a server can name its
+// flags.
+var ErrRemote = errors.New("the remote tier")
+
 // check checks r.
 func (r *RemoteOptions) check(shards int) error {
 	switch {
@@ -48,8 +53,15 @@ func (r *RemoteOptions) check(shards int) error {
 
 // openRemote connects c to the remote tier o.Remote describes, binds its
 // prefix to o.Model and warns when its checksums are unkeyed. blockBytes
-// is a block's payload.
+// is a block's payload. Its errors wrap ErrRemote.
 func (c *Cache) openRemote(ctx context.Context, o *Options, blockBytes int64) error {
+	if err := c.connectRemote(ctx, o, blockBytes); err != nil {
+		return fmt.Errorf("%w: %w", ErrRemote, err)
+	}
+	return nil
+}
+
+func (c *Cache) connectRemote(ctx context.Context, o *Options, blockBytes int64) error {
 	r := o.Remote
 	st, err := remote.NewRedis(remote.RedisConfig{Addrs: r.Addrs, Username: r.Username, Password: r.Password, TLS: r.TLS})
 	if err != nil {

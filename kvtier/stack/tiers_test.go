@@ -57,8 +57,8 @@ func TestOpenModelBindsNVMe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Salt(1) == 1 || c.Salt(1) == c.Salt(2) {
-		t.Fatalf("Salt(1) = %#x, Salt(2) = %#x: want the model folded in, tenants apart", c.Salt(1), c.Salt(2))
+	if c.Salt(1) == 1 || c.Salt(1) == c.Salt(2) || c.Salt(1) != a.Salt(1) || b.Salt(1) == a.Salt(1) {
+		t.Fatalf("Salt(1) = %#x, Salt(2) = %#x, Model.Salt(1) %#x and %#x: want the model folded in, tenants and models apart", c.Salt(1), c.Salt(2), a.Salt(1), b.Salt(1))
 	}
 	var w kvtier.Lease
 	if err := c.Insert(c.Salt(1), make([]int32, 8), kvtier.GPU, &w); err != nil {
