@@ -1,4 +1,4 @@
-package remotetier
+package remotetier_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/remotetier"
 )
 
 // TestMain stops the Redis Cluster redistest.Shared may start.
@@ -38,7 +39,7 @@ type server struct {
 	rng    *rand.Rand
 	tokens int32 // next token id
 	cache  *remote.Cache
-	rt     *Tier
+	rt     *remotetier.Tier
 }
 
 func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key]) *server {
@@ -47,7 +48,7 @@ func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[
 
 // newServerWith is newServer with its remote and tier configurations as
 // edit leaves them.
-func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key], edit func(*remote.Config, *Config)) *server {
+func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key], edit func(*remote.Config, *remotetier.Config)) *server {
 	t.Helper()
 	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true}),
 		want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
@@ -57,7 +58,7 @@ func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admit
 	}
 	t.Cleanup(func() { st.Close() })
 	rc := remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: stacktest.PartBytes, OpTimeout: 10 * time.Second}
-	tc := Config{HostSlot: f.hostSlot, Admitter: adm}
+	tc := remotetier.Config{HostSlot: f.hostSlot, Admitter: adm}
 	if edit != nil {
 		edit(&rc, &tc)
 	}
@@ -66,7 +67,7 @@ func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admit
 	}
 	t.Cleanup(func() { f.cache.Close() })
 	tc.Cache = f.cache
-	if f.rt, err = New(f.Manager, tc); err != nil {
+	if f.rt, err = remotetier.New(f.Manager, tc); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -287,11 +288,11 @@ func TestForgedValueUnderKeyIsRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			prefix := remotePrefix(t)
 			var logs bytes.Buffer
-			keyed := func(rc *remote.Config, tc *Config) {
+			keyed := func(rc *remote.Config, tc *remotetier.Config) {
 				rc.ChecksumKey = key
 				tc.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			}
-			forger := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, func(rc *remote.Config, _ *Config) { rc.ChecksumKey = forgerKey })
+			forger := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, func(rc *remote.Config, _ *remotetier.Config) { rc.ChecksumKey = forgerKey })
 			forger.rng = rand.New(rand.NewPCG(66, 6)) // KV of its choosing
 			a := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, keyed)
 			b := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, keyed)
@@ -343,11 +344,11 @@ func TestFetchFailuresWarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if f.rt, err = New(f.Manager, Config{Cache: c, HostSlot: f.hostSlot, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+	if f.rt, err = remotetier.New(f.Manager, remotetier.Config{Cache: c, HostSlot: f.hostSlot, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Unix(1000, 0)
-	f.rt.warn.now = func() time.Time { return clock }
+	f.rt.SetWarnClock(func() time.Time { return clock })
 	fetch := func() {
 		var l kvtier.Lease
 		tokens := f.request(2)
@@ -371,7 +372,7 @@ func TestFetchFailuresWarn(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "does not answer") || !strings.Contains(logs.String(), "blocks=1 ") {
 		t.Fatalf("3 failed fetches within WarnEvery: %d Warn lines, want 1, at the first block:\n%s", n, logs.String())
 	}
-	clock = clock.Add(WarnEvery)
+	clock = clock.Add(remotetier.WarnEvery)
 	fetch()
 	if n := strings.Count(logs.String(), "level=WARN"); n != 2 || !strings.Contains(logs.String(), "blocks=6 ") {
 		t.Fatalf("after WarnEvery: %d Warn lines, want a second one counting the 6 blocks since the first:\n%s", n, logs.String())
@@ -397,13 +398,13 @@ func TestRemoteTierBadInput(t *testing.T) {
 	addrs := redistest.Shared(t)
 	f := newServer(t, addrs, remotePrefix(t), nil)
 	host := f.hostSlot
-	for name, cfg := range map[string]Config{
+	for name, cfg := range map[string]remotetier.Config{
 		"no cache":       {HostSlot: host},
 		"no host slot":   {Cache: f.cache},
 		"negative max":   {Cache: f.cache, HostSlot: host, MaxFetchBlocks: -1},
 		"negative known": {Cache: f.cache, HostSlot: host, KnownBlocks: -1},
 	} {
-		if _, err := New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
+		if _, err := remotetier.New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
@@ -412,7 +413,7 @@ func TestRemoteTierBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer big.Close()
-	if _, err := New(f.Manager, Config{Cache: big, HostSlot: host}); !errors.Is(err, kvtier.ErrConfig) {
+	if _, err := remotetier.New(f.Manager, remotetier.Config{Cache: big, HostSlot: host}); !errors.Is(err, kvtier.ErrConfig) {
 		t.Errorf("blocks larger than host slots: %v, want ErrConfig", err)
 	}
 	tokens := f.request(2)
