@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -16,8 +15,8 @@ import (
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/costplan"
+	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/policy"
-	"kvtier.dev/kvtier/remote"
 	"kvtier.dev/kvtier/remotetier"
 	"kvtier.dev/kvtier/stack"
 	"kvtier.dev/kvtier/transfer"
@@ -114,39 +113,20 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 		return p, nil
 	}
 	if p.cache, err = openCache(ctx, c, s, p); err != nil {
+		switch {
+		case errors.Is(err, stack.ErrRemote):
+			err = fmt.Errorf("-remote %s (-remote-prefix %q): %w", c.remote, c.remotePrefix, err)
+		case !c.nvmeReformat && (errors.Is(err, nvme.ErrConfig) || errors.Is(err, nvme.ErrUnsafeDir)):
+			err = fmt.Errorf("-nvme-dir: %w; -nvme-reformat empties and reformats a slab file the tier cannot use (its blocks are lost)", err)
+		}
 		return p, err
 	}
-	p.closers = append(p.closers, p.cache.Close)
-	if c.remote != "" {
-		if p.remote, err = openRemote(c, p); err != nil {
-			return p, err
-		}
+	p.closers = append(p.closers, p.cache.Close) // it closes the remote tier too
+	if p.remote = p.cache.Remote; p.remote != nil {
+		c.log.Info("server: remote tier", "nodes", c.remote, "prefix", c.remotePrefix, "user", c.remoteUser,
+			"keyed", p.remote.Cache().Keyed(), "tls", c.remoteTLS || c.remoteTLSCA != "" || c.remoteTLSCert != "")
 	}
 	return p, nil
-}
-
-// openRemote connects the cache to the shared remote tier on the Redis
-// Cluster at -remote: a request's blocks missing here are fetched from it
-// into the host tier, and host blocks seen twice are published to it.
-// Closed before the cache (closers run in reverse).
-func openRemote(c *config, p *parts) (*remotetier.Tier, error) {
-	cache := p.cache
-	st, err := remote.NewRedis(remote.RedisConfig{Addrs: strings.Split(c.remote, ",")})
-	if err != nil {
-		return nil, fmt.Errorf("-remote: %w", err)
-	}
-	p.closers = append(p.closers, st.Close)
-	rc, err := remote.New(remote.Config{Store: st, Prefix: c.remotePrefix, BlockBytes: int(cache.Host.SlotBytes)})
-	if err != nil {
-		return nil, fmt.Errorf("-remote: %w", err)
-	}
-	p.closers = append(p.closers, rc.Close) // before the store: it flushes its writes
-	rt, err := remotetier.New(cache.Manager, remotetier.Config{Cache: rc, HostSlot: func(s kvtier.Slot) []byte { return cache.Host.Slot(int32(s)) }})
-	if err != nil {
-		return nil, fmt.Errorf("-remote: %w", err)
-	}
-	c.log.Info("server: remote tier", "nodes", c.remote, "prefix", c.remotePrefix)
-	return rt, nil
 }
 
 // openCache opens kvtier over the region's first cacheSlots blocks, sized
@@ -158,7 +138,11 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		return nil, err
 	}
 	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
-		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy)}
+		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy),
+		Model: modelIdentity(c, m), NVMeReformat: c.nvmeReformat && s.nvmeBytes > 0 && c.strategy != costplan.GPUOnly}
+	if o.Remote, err = remoteOptions(c); err != nil {
+		return nil, err
+	}
 	var model *cost.Planner
 	if c.strategy == costplan.Cost || c.strategy.LowerTiers() {
 		if model, err = costModel(c, s, p.cal); err != nil {
@@ -195,6 +179,17 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		p.nvmeDir = dir
 	}
 	return stack.Open(ctx, o)
+}
+
+// modelIdentity is the model the cache is bound to (stack.Options.Model):
+// its seeded weights, its shape, bf16 KV, byte-level token ids. A restart
+// with another -seed, -model or -block-tokens finds the NVMe tier another
+// model's (cleared) and the remote prefix another's (refused).
+func modelIdentity(c *config, m model.Config) stack.Model {
+	return stack.Model{Weights: fmt.Sprintf("seed:%d", c.seed),
+		Shape: fmt.Sprintf("%s layers=%d hidden=%d heads=%d/%d head_dim=%d mlp=%d vocab=%d rope=%g eps=%g tied=%v block_tokens=%d",
+			m.Name, m.Layers, m.Hidden, m.QHeads, m.KVHeads, m.HeadDim, m.Intermediate, m.Vocab, m.RopeTheta, m.NormEps, m.TieEmbeddings, m.BlockTokens),
+		DType: "bf16", Tokenizer: "bytes"}
 }
 
 // costModel is the cost model of the flags' presets priced by cal (nil:

@@ -50,6 +50,13 @@ type config struct {
 	gatherStagingSet bool
 	remote           string // Redis Cluster nodes, comma separated; "": no remote tier
 	remotePrefix     string
+	// The remote tier's protections: its ACL user, files holding its
+	// password and checksum key, and TLS (-remote-tls, its CA and this
+	// client's certificate and key).
+	remoteUser, remotePasswordFile, remoteChecksumKeyFile string
+	remoteTLS                                             bool
+	remoteTLSCA, remoteTLSCert, remoteTLSKey              string
+	nvmeReformat                                          bool // stack.Options.NVMeReformat
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
@@ -131,7 +138,15 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxHoles, "max-hole-blocks", 0, "a lookup goes on past up to this many missing blocks, which are recomputed while the cached ones after them load (0: it stops at the first)")
 	fs.IntVar(&c.prefetchBlocks, "prefetch-blocks", 256, "a request that waits for the GPU has up to this many of its NVMe blocks copied into the host tier meanwhile, so that its prefill loads them from there (0: none)")
 	fs.StringVar(&c.remote, "remote", "", "the shared remote tier: Redis Cluster nodes, comma separated (host:port); blocks missing here are fetched from it, blocks seen twice published to it")
-	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster")
+	fs.StringVar(&c.remotePrefix, "remote-prefix", "kvtier:", "with -remote: this deployment's key prefix in the cluster (bound to this model: a prefix another model wrote is refused)")
+	fs.StringVar(&c.remoteUser, "remote-user", "", "with -remote: the cluster's ACL user, limited to -remote-prefix (default: the default user)")
+	fs.StringVar(&c.remotePasswordFile, "remote-password-file", "", "with -remote: a file (mode 0600) holding the ACL user's password, or requirepass's (one trailing newline is dropped)")
+	fs.StringVar(&c.remoteChecksumKeyFile, "remote-checksum-key-file", "", "with -remote: a file (mode 0600) holding the deployment's checksum key, at least 16 bytes (one trailing newline is dropped), the same on every server: values written without it are never served (without it anyone who can write the prefix can forge blocks)")
+	fs.BoolVar(&c.remoteTLS, "remote-tls", false, "with -remote: connect with TLS, verifying the nodes against the system's roots (or -remote-tls-ca)")
+	fs.StringVar(&c.remoteTLSCA, "remote-tls-ca", "", "with -remote: TLS, verifying the nodes against the CA certificates in this PEM file")
+	fs.StringVar(&c.remoteTLSCert, "remote-tls-cert", "", "with -remote: TLS, with this PEM client certificate (and -remote-tls-key)")
+	fs.StringVar(&c.remoteTLSKey, "remote-tls-key", "", "with -remote: the PEM key of -remote-tls-cert (mode 0600)")
+	fs.BoolVar(&c.nvmeReformat, "nvme-reformat", false, "empty and reformat an -nvme-dir slab file the tier cannot use instead of refusing to start: a damaged superblock, a file written with another -nvme or -block-tokens (or model size), or one others may read or write (its blocks are lost)")
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
 	fs.BoolVar(&c.exactRows, "exact-rows", false, "on the GPU, run the linear layers' products at exactly a pass's rows instead of padding them to a few dozen row buckets (whose shapes -warm-up runs once before listening: on the H200 a pass of a shape cuBLAS has not run yet took 54 ms against 15 for its repeats)")
 	fs.BoolVar(&c.warmUp, "warm-up", true, "on the GPU, before listening, run one pass of each row bucket up to -context and short passes after growing prefixes (106 passes, 9 s, for llama-3.1-8b at -context 16400 on the H200) (nothing with -exact-rows)")
@@ -176,6 +191,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("-remote with -strategy %v: it loads nothing from the host tier, where fetched blocks land", c.strategy)
 	case c.remotePrefix == "":
 		return errors.New("-remote-prefix is empty: give each deployment a prefix of its own")
+	case c.remote == "" && c.remoteFlag() != "":
+		return fmt.Errorf("%s without -remote: there is no remote tier to use it", c.remoteFlag())
+	case (c.remoteTLSCert == "") != (c.remoteTLSKey == ""):
+		return errors.New("-remote-tls-cert and -remote-tls-key go together: give both or neither")
 	case c.maxHoles < 0:
 		return fmt.Errorf("-max-hole-blocks %d is negative", c.maxHoles)
 	case c.prefetchBlocks < 0:
@@ -198,6 +217,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-nvme-dwpd %g is negative", c.nvmeDWPD)
 	case c.nvmeOff && c.nvmeDir != "":
 		return errors.New("-nvme 0 turns the NVMe tier off: -nvme-dir has nothing to keep")
+	case c.nvmeOff && c.nvmeReformat:
+		return errors.New("-nvme 0 turns the NVMe tier off: -nvme-reformat has nothing to reformat")
 	}
 	if err := c.http.validate(); err != nil {
 		return err
@@ -215,6 +236,21 @@ func (c *config) validate() error {
 		}
 	}
 	return nil
+}
+
+// remoteFlag names a -remote-* protection flag that is set, or "".
+func (c *config) remoteFlag() string {
+	for _, f := range []struct{ name, v string }{{"-remote-user", c.remoteUser}, {"-remote-password-file", c.remotePasswordFile},
+		{"-remote-checksum-key-file", c.remoteChecksumKeyFile}, {"-remote-tls-ca", c.remoteTLSCA}, {"-remote-tls-cert", c.remoteTLSCert},
+		{"-remote-tls-key", c.remoteTLSKey}} {
+		if f.v != "" {
+			return f.name
+		}
+	}
+	if c.remoteTLS {
+		return "-remote-tls"
+	}
+	return ""
 }
 
 // modelConfig is the -model's shape with -block-tokens, 16 by default for

@@ -100,6 +100,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
 		reg.MustRegister(kvprom.Mover(p.cache.Mover, "kvserve", nil)...)
+		if p.remote != nil {
+			reg.MustRegister(kvprom.Remote(p.remote, "kvserve", nil)...)
+		}
 		if p.cache.Store != nil {
 			reg.MustRegister(kvprom.Store(p.cache.Store, "kvserve", nil)...)
 			blocks := s.model.Blocks(s.context)

@@ -344,11 +344,11 @@ func TestServeRestartAdoptsNVMe(t *testing.T) {
 	}
 }
 
-// serveAll starts a server over dir, answers prompts once each and stops
-// it cleanly.
-func serveAll(t *testing.T, dir string, prompts []openai.Prompt) []*openai.Result {
+// serveAll starts a server over dir (with the extra flags), answers
+// prompts once each and stops it cleanly.
+func serveAll(t *testing.T, dir string, prompts []openai.Prompt, extra ...string) []*openai.Result {
 	t.Helper()
-	s := start(t, testArgs("-nvme-dir", dir)...)
+	s := start(t, testArgs(append([]string{"-nvme-dir", dir}, extra...)...)...)
 	var out []*openai.Result
 	for _, p := range prompts {
 		out = append(out, s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)}))
@@ -389,10 +389,25 @@ func TestServeCorruptNVMeIsRecomputed(t *testing.T) {
 	}
 }
 
+// testModel is the model identity a server started with args records in
+// its tiers.
+func testModel(t *testing.T, args ...string) string {
+	t.Helper()
+	c, err := parseArgs(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.modelConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return modelIdentity(&c, m).String()
+}
+
 // damageAll flips a byte in the payload of every slot of the store in dir.
 func damageAll(t *testing.T, dir string) {
 	t.Helper()
-	st, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: 512, BlockBytes: 4096, MaxTokens: 4})
+	st, err := nvme.Open(nvme.Config{Dirs: []string{dir}, SlotsPerFile: 512, BlockBytes: 4096, MaxTokens: 4, Model: testModel(t, testArgs()...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,6 +462,11 @@ func TestArgs(t *testing.T) {
 		{[]string{"-nvme-write-share", "2"}, `-nvme-write-share 2`},
 		{[]string{"-nvme-dwpd", "-1"}, `-nvme-dwpd -1`},
 		{[]string{"-nvme", "0", "-nvme-dir", "/tmp/kv"}, `-nvme 0 turns the NVMe tier off`},
+		{[]string{"-nvme", "0", "-nvme-reformat"}, `-nvme-reformat has nothing to reformat`},
+		{[]string{"-remote-user", "kvt"}, `-remote-user without -remote`},
+		{[]string{"-remote-checksum-key-file", "k"}, `-remote-checksum-key-file without -remote`},
+		{[]string{"-remote-tls"}, `-remote-tls without -remote`},
+		{[]string{"-remote", "127.0.0.1:1", "-remote-tls-cert", "c.pem"}, `-remote-tls-cert and -remote-tls-key go together`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

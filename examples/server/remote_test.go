@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +15,8 @@ import (
 
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/internal/redistest"
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/remote"
 )
 
 // TestServeRemoteTier: two servers share a prefix through the remote tier
@@ -63,5 +68,170 @@ func TestServeRemoteUnreachable(t *testing.T) {
 	err = run(context.Background(), &c, nil)
 	if err == nil || !strings.Contains(err.Error(), "-remote") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("run with an unreachable -remote: %v, want an error naming -remote and the address", err)
+	}
+}
+
+// writeSecret writes a secret file of mode 0600 and returns its path.
+func writeSecret(t *testing.T, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// remoteCount is a kvserve_remote_* series of /metrics, by its label
+// value ("" for none).
+func remoteCount(t *testing.T, url, name, label string) float64 {
+	t.Helper()
+	f := scrape(t, url)[name]
+	if f == nil {
+		t.Fatalf("/metrics has no %s", name)
+	}
+	for _, m := range f.Metric {
+		if len(m.Label) == 0 && label == "" || len(m.Label) > 0 && m.Label[0].GetValue() == label {
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("/metrics has no %s{%s}", name, label)
+	return 0
+}
+
+// forge writes, under prefix, values for the full blocks before p's last
+// position that frame as the server's own (key, parent, position, salt
+// and token digests, payload checksum) but hold KV of the forger's
+// choosing: what anyone who can write the prefix, and lacks the
+// deployment's key, can do. It returns the blocks written.
+func forge(t *testing.T, addrs []string, prefix string, p openai.Prompt, args []string) int {
+	t.Helper()
+	c, err := parseArgs(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.modelConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	salt := modelIdentity(&c, m).Salt(kvtier.Salt(openai.SaltOf("", "")))
+	bt := m.BlockTokens
+	full := (len(p.Tokens) - 1) / bt
+	h, err := kvtier.NewHasher(bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := h.AppendKeys(nil, salt, 0, p.Tokens[:full*bt])
+	st, err := remote.NewRedis(remote.RedisConfig{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rc, err := remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: int(m.BlockBytes())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(39, 39))
+	for i, k := range keys {
+		meta := remote.BlockMeta{Key: uint64(k), Salt: uint64(salt), Position: i, Tokens: p.Tokens[i*bt : (i+1)*bt]}
+		if i > 0 {
+			meta.Parent = uint64(keys[i-1])
+		}
+		kv := make([]byte, m.BlockBytes())
+		for j := range kv {
+			kv[j] = byte(rng.Uint32())
+		}
+		if ok, err := rc.Put(meta, kv); !ok || err != nil {
+			t.Fatalf("forging block %d: queued %v, %v", i, ok, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := rc.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return len(keys)
+}
+
+// TestServeForgedRemoteValueUnderKey: with -remote-checksum-key-file, a
+// value that someone without the key wrote in the deployment's prefix,
+// framed as the server's own, is never served: the answer is the no_cache
+// one, /metrics counts the values corrupt and none fetched, and the log
+// says so at Warn. Without the key (c9574bb's only mode, which the server
+// now warns about) the same forgery is fetched and served.
+func TestServeForgedRemoteValueUnderKey(t *testing.T) {
+	addrs := redistest.Shared(t)
+	p := tokenPrompt(16, 41)
+	key := writeSecret(t, "remote.key", []byte("the deployment's key, 32 bytes..\n"))
+	for _, keyed := range []bool{true, false} {
+		prefix := fmt.Sprintf("kvserve-test-forge-%v-%d:", keyed, time.Now().UnixNano())
+		args := testArgs("-remote", strings.Join(addrs, ","), "-remote-prefix", prefix, "-gpu-kv", "256KiB")
+		if keyed {
+			args = append(args, "-remote-checksum-key-file", key)
+		}
+		s := start(t, args...)
+		unkeyedWarning := strings.Contains(s.logs.String(), "checksums are unkeyed")
+		n := forge(t, addrs, prefix, p, args)
+		got := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)})
+		corrupt := remoteCount(t, s.url, "kvserve_remote_reads_total", "corrupt")
+		fetched := remoteCount(t, s.url, "kvserve_remote_fetched_blocks_total", "")
+		if !keyed {
+			if !unkeyedWarning || fetched == 0 {
+				t.Errorf("unkeyed: warned %v, %v forged blocks fetched; want the warning, and the forgery served (what the key prevents)", unkeyedWarning, fetched)
+			}
+			continue
+		}
+		if want := s.noCacheTokens(t, p); !slices.Equal(got.Tokens, want) {
+			t.Errorf("keyed: tokens %v over %d forged blocks, want the no_cache answer %v", got.Tokens, n, want)
+		}
+		if unkeyedWarning || corrupt != float64(n) || fetched != 0 {
+			t.Errorf("keyed: unkeyed warning %v, %v values counted corrupt, %v fetched; want no warning, %d corrupt, none fetched", unkeyedWarning, corrupt, fetched, n)
+		}
+		if !strings.Contains(s.logs.String(), "level=WARN") || !strings.Contains(s.logs.String(), "did not verify") {
+			t.Errorf("keyed: no Warn line for the forged values:\n%s", s.logs)
+		}
+		if err := s.shutdown(); err != nil {
+			t.Fatalf("shutdown: %v\n%s", err, s.logs)
+		}
+	}
+}
+
+// TestServeRemotePassword: a cluster with requirepass refuses a server
+// without -remote-password-file (NOAUTH, c9574bb's only way), and serves
+// one with it; a password file others may read is refused.
+func TestServeRemotePassword(t *testing.T) {
+	const pw = "a password for the test cluster"
+	cl := redistest.Private(t, redistest.Options{Password: pw})
+	addrs := strings.Join(cl.Addrs(), ",")
+	runErr := func(extra ...string) error {
+		c, err := parseArgs(testArgs(append([]string{"-remote", addrs, "-remote-prefix", "kvserve-test-pw:"}, extra...)...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.log = slog.New(slog.DiscardHandler)
+		return run(context.Background(), &c, nil)
+	}
+	if err := runErr(); err == nil || !strings.Contains(err.Error(), "-remote") || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("no password: %v, want an error naming -remote and NOAUTH", err)
+	}
+	loose := writeSecret(t, "pw", []byte(pw+"\n"))
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runErr("-remote-password-file", loose); err == nil || !strings.Contains(err.Error(), "-remote-password-file") || !strings.Contains(err.Error(), "group or others") {
+		t.Fatalf("a password file of mode 0644: %v, want it refused naming the flag", err)
+	}
+	s := start(t, testArgs("-remote", addrs, "-remote-prefix", "kvserve-test-pw:", "-remote-password-file", writeSecret(t, "pw", []byte(pw+"\n")))...)
+	p := tokenPrompt(17, 21)
+	if got, want := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)}), s.noCacheTokens(t, p); !slices.Equal(got.Tokens, want) {
+		t.Errorf("tokens %v, want %v", got.Tokens, want)
+	}
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("shutdown: %v\n%s", err, s.logs)
 	}
 }

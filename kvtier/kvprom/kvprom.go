@@ -1,5 +1,6 @@
 // Package kvprom exports kvtier's metrics to Prometheus: the block
-// manager's (Collector), the mover's and the NVMe store's (Mover, Store).
+// manager's (Collector), the mover's and the NVMe store's (Mover, Store),
+// and the shared remote tier's (Remote).
 // It is the only kvtier package that imports prometheus/client_golang, so
 // that the parts themselves do not depend on it.
 //

@@ -41,12 +41,13 @@ type Config struct {
 	// Dirs are the directories that hold slab files, one per drive to spread
 	// the load, e.g. {"/mnt/nvme0/kvtier", "/mnt/nvme1/kvtier"}. Open creates
 	// a missing one with mode 0700 (its parent must exist) and refuses one
-	// that another user owns or that group or others may write: whoever can
-	// write it could plant blocks that the GPU then loads. A directory path
-	// that is itself a symbolic link (to a mount, say) is followed, and the
-	// directory it names is what is checked and held open; links inside it
-	// are refused. Each is locked (kvtier.lock in it) while the Store is
-	// open. Slots are handed out round-robin over the files.
+	// that another user owns or that group or others may write, one whose
+	// parent another user could change, and a path whose last component is
+	// a symbolic link: whoever can write them could plant blocks that the
+	// GPU then loads, or choose where the slab files go. Name the directory
+	// itself (a link higher up the path is followed). Each is locked
+	// (kvtier.lock in it) while the Store is open, and keeps its header key
+	// in kvtier.key. Slots are handed out round-robin over the files.
 	Dirs []string
 	// FilesPerDir is the number of slab files in each directory (0 means 1).
 	FilesPerDir int
@@ -74,17 +75,37 @@ type Config struct {
 	// MaxIOBytes caps one vectored I/O over adjacent slots (0 means 8 MiB).
 	// A single slot is always read or written in one I/O whatever its size.
 	MaxIOBytes int
-	// Reformat lets Open rewrite a slab file's superblock that does not
-	// decode (damaged, or never a kvtier file), counted in
-	// Stats.SuperblocksRewritten; without it such a file fails Open with
-	// ErrConfig and nothing is changed. The slots of a reformatted file keep
-	// checking themselves; a geometry mismatch is an error either way.
+	// Model names the model whose KV the tier holds: the weights (a digest
+	// of their files, or the seed of seeded ones), the shapes, the KV dtype
+	// and the tokenizer, in one text, e.g. "weights=sha256:9f2c… layers=32
+	// kv_heads=8 head_dim=128 dtype=bf16 tokenizer=sha256:1b7e…"
+	// (kvtier/stack builds it from Options.Model). Each slab file records
+	// its SHA-256 and first 160 bytes. A file written for another model
+	// (or by a version that recorded none) has its slots cleared at Open,
+	// before anything is read from it, and then records this one;
+	// Info.Cleared says which files and for what model they had been
+	// written, so that the caller can log it. KV computed by other weights
+	// is wrong KV, even when every checksum holds.
+	Model string
+	// Reformat lets Open empty and format afresh a slab file it cannot use
+	// as it is: one whose superblock does not decode (damaged, or never a
+	// kvtier file), that was written with another geometry (SlotsPerFile,
+	// BlockBytes, MaxTokens, the directories, the file system's alignment)
+	// or superblock version, or that group or others may read or write
+	// (its mode becomes 0600: whoever could write it may have planted
+	// blocks, so none is kept). Each is counted in
+	// Stats.SuperblocksRewritten and its blocks are lost. It also replaces
+	// a directory's kvtier.key that others may read, or of another size
+	// (the blocks summed under the old key are dropped). Without it such a
+	// file fails Open with ErrConfig (ErrUnsafeDir for a mode) naming the
+	// file and the field, and nothing is changed.
 	Reformat bool
 	// ChecksumKey, if set (at least 16 bytes, e.g. 32 random bytes kept
-	// outside the directory), keys the header and payload checksums: they
-	// become HMAC-SHA256 under it, cut to 64 bits. A block written without
-	// the key (by a store without it, or planted by someone who can write
-	// the slab files) then fails its check and is dropped, never served.
+	// outside the directory), keys the payload checksums too (the headers'
+	// are keyed anyway, by the directory's kvtier.key): they become
+	// HMAC-SHA256 under it, cut to 64 bits. A block written without the key
+	// (by a store without it, or planted by someone who can write the slab
+	// files) then fails its check and is dropped, never served.
 	// Use it when anyone but this user could write the directory or the
 	// drive (a shared host, a directory restored from elsewhere, a disk
 	// image); without it the checksums (XXH3-64) catch damage but not a

@@ -28,15 +28,30 @@
 //     disk (and synced), so that no restart adopts it again: one bad block
 //     costs one recompute, not a crash loop (Stats.SlotsInvalidated).
 //   - Only this user's processes can change the tier, one Store at a time:
-//     Open creates a missing directory with mode 0700, refuses one that
-//     another user owns or that group or others may write, opens every
-//     file relative to the directory's fd with O_NOFOLLOW (a planted
-//     symbolic link is refused, ErrUnsafeDir), and holds an exclusive
-//     flock on kvtier.lock until Close (a second Store fails with
-//     ErrLocked naming the holder's pid). A superblock that does not decode
-//     fails Open unless Config.Reformat. Against a forger who can write
-//     the files anyway (a shared or restored disk), Config.ChecksumKey keys
-//     the checksums.
+//     Open creates a missing directory with mode 0700 and refuses one that
+//     is a symbolic link (O_NOFOLLOW), that another user owns or that group
+//     or others may write, or whose parent another user could change (not
+//     this user's or root's, or writable by group or others without the
+//     sticky bit). It opens every file relative to the directory's fd with
+//     O_NOFOLLOW (a planted symbolic link is refused, ErrUnsafeDir),
+//     refuses a slab file that group or others may read or write (unless
+//     Config.Reformat, which empties it and makes it 0600), makes the lock
+//     file 0600, and holds an exclusive flock on kvtier.lock until Close
+//     (a second Store fails with ErrLocked naming the holder's pid).
+//   - Slot headers are summed under a random key that each directory keeps
+//     in kvtier.key (mode 0600), or under Config.ChecksumKey: a header
+//     written by anyone who cannot read the key, or a slab file brought
+//     from another directory, fails its check. Payload sums stay XXH3 or
+//     word sums (checked on the GPU) unless Config.ChecksumKey keys them
+//     too: against a forger who can write the slab files anyway (a shared
+//     or restored disk), set it.
+//   - The tier is bound to one model (Config.Model: the weights, shapes,
+//     KV dtype and tokenizer): each slab file records it, and a file
+//     written for another model has its slots cleared at Open, before any
+//     is read (Info.Cleared names them and the model they held). A file
+//     Open cannot use (a superblock that does not decode, another geometry
+//     or superblock version) fails Open, changing nothing, unless
+//     Config.Reformat empties and reformats it.
 //   - A restart keeps the warm tier: Open scans the slot headers in parallel,
 //     verifies each and rebuilds the key index; corrupt or foreign slots are
 //     dropped and counted, the rest stays, and Range lists it for the block

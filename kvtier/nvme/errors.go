@@ -36,8 +36,10 @@ var (
 	ErrConfig = errors.New("nvme: bad config")
 	// ErrUnsafeDir means a directory of Config.Dirs, or a file in it, could
 	// be changed by someone other than this process's user: the directory is
-	// owned by another user or writable by group or others, or a slab or
-	// lock file is a symbolic link or not a regular file. Open refuses it.
+	// a symbolic link, owned by another user or writable by group or
+	// others, its parent could be changed by another user, a file in it is
+	// a symbolic link or not a regular file of this user, or a slab or key
+	// file may be read or written by group or others. Open refuses it.
 	ErrUnsafeDir = errors.New("nvme: directory not safe for the tier")
 	// ErrLocked means another open Store, in this process or another,
 	// holds the directory's lock file; the error names the holder's pid.

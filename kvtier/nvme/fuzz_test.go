@@ -5,14 +5,24 @@ import (
 	"testing"
 )
 
-var fuzzKey = []byte("0123456789abcdef0123456789abcdef")
+var (
+	fuzzKey    = []byte("0123456789abcdef0123456789abcdef")
+	fuzzDirKey = []byte("a directory's key of 32 bytes...")
+	otherDir   = []byte("another directory's key of 32 b.")
+)
+
+// fuzzSums is the checksum of a store in fuzzDirKey's directory, with
+// Config.ChecksumKey fuzzKey when keyed.
+func fuzzSums(keyed bool) *checksum {
+	if keyed {
+		return newChecksum(fuzzDirKey, fuzzKey)
+	}
+	return newChecksum(fuzzDirKey, nil)
+}
 
 func FuzzDecodeHeader(f *testing.F) {
 	for _, keyed := range []bool{false, true} {
-		cs := newChecksum(nil)
-		if keyed {
-			cs = newChecksum(fuzzKey)
-		}
+		cs := fuzzSums(keyed)
 		for _, n := range []int{0, 3, 16} {
 			b := make([]byte, 512)
 			h := header{version: formatVersion, seq: 9, key: 1, parent: 2, salt: 3, position: 6, payloadLen: 4096,
@@ -28,10 +38,7 @@ func FuzzDecodeHeader(f *testing.F) {
 	f.Add(make([]byte, 512), false)
 	f.Add([]byte("KVTNVME1"), true)
 	f.Fuzz(func(t *testing.T, src []byte, keyed bool) {
-		cs := newChecksum(nil)
-		if keyed {
-			cs = newChecksum(fuzzKey)
-		}
+		cs := fuzzSums(keyed)
 		var h header
 		if err := decodeHeader(src, &h, 16, cs); err != nil {
 			return
@@ -46,12 +53,14 @@ func FuzzDecodeHeader(f *testing.F) {
 			t.Fatalf("decode then encode changed the header:\n%x\n%x", src[:n], again)
 		}
 		// The other checksum never accepts what this one did.
-		other := newChecksum(fuzzKey)
-		if keyed {
-			other = newChecksum(nil)
-		}
-		if err := decodeHeader(src, &h, 16, other); err == nil {
+		if err := decodeHeader(src, &h, 16, fuzzSums(!keyed)); err == nil {
 			t.Fatalf("a header accepted with keyed = %v is accepted with keyed = %v too", keyed, !keyed)
+		}
+		// Nor does another directory's.
+		if !keyed {
+			if err := decodeHeader(src, &h, 16, newChecksum(otherDir, nil)); err == nil {
+				t.Fatal("a header accepted under one directory's key is accepted under another's")
+			}
 		}
 	})
 }
@@ -62,7 +71,7 @@ func FuzzDecodeHeader(f *testing.F) {
 func FuzzDecodeSuper(f *testing.F) {
 	b := make([]byte, superBytes)
 	encodeSuper(b, &superblock{version: superVersion, fileIndex: 1, fileCount: 2, slotsPerFile: 16,
-		blockBytes: 8192, maxTokens: 16, alignBytes: 512})
+		blockBytes: 8192, maxTokens: 16, alignBytes: 512, label: "tiny seed=1"})
 	f.Add(b)
 	flipped := bytes.Clone(b)
 	flipped[30] ^= 1
@@ -72,8 +81,8 @@ func FuzzDecodeSuper(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, src []byte) {
 		sb, err := decodeSuper(src)
-		if err != nil {
-			return
+		if err != nil || sb.version != superVersion {
+			return // version 2 is read, never written
 		}
 		again := make([]byte, superBytes)
 		encodeSuper(again, &sb)

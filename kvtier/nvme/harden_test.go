@@ -167,24 +167,31 @@ func TestChecksumKey(t *testing.T) {
 	}
 }
 
-// The directory path itself may be a symbolic link (to a mount, say): it is
-// followed, and the directory it names is checked and used.
-func TestSymlinkedDirPathIsFollowed(t *testing.T) {
+// The directory path itself may not be a symbolic link (another user who
+// planted it would choose where the slab files go and how large they are):
+// it is refused, and nothing is created where it points.
+func TestSymlinkedDirPathIsRefused(t *testing.T) {
 	target := t.TempDir()
 	link := filepath.Join(t.TempDir(), "tier")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	s := mustOpen(t, testConfig(link))
-	writeKey(t, s, 1, 8192)
-	if _, err := os.Stat(filepath.Join(target, "kvtier-slab-000.kvs")); err != nil {
-		t.Fatalf("the slab file is not in the link's target: %v", err)
+	_, err := Open(testConfig(link))
+	if !errors.Is(err, ErrUnsafeDir) || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), "Config.Dirs[0]") {
+		t.Fatalf("Open of a symlinked directory: %v, want ErrUnsafeDir naming Config.Dirs[0] and the link", err)
 	}
-	if err := os.Chmod(target, 0o777); err != nil {
+	if entries, _ := os.ReadDir(target); len(entries) != 0 {
+		t.Fatalf("the refused Open left %v in the link's target", entries)
+	}
+	// A dangling link is refused too, and not created through.
+	dangling := filepath.Join(t.TempDir(), "tier")
+	if err := os.Symlink(filepath.Join(target, "new"), dangling); err != nil {
 		t.Fatal(err)
 	}
-	mustClose(t, s)
-	if _, err := Open(testConfig(link)); !errors.Is(err, ErrUnsafeDir) {
-		t.Fatalf("a link to a world-writable directory: %v, want ErrUnsafeDir", err)
+	if _, err := Open(testConfig(dangling)); !errors.Is(err, ErrUnsafeDir) {
+		t.Fatalf("Open of a dangling link: %v, want ErrUnsafeDir", err)
+	}
+	if _, err := os.Lstat(filepath.Join(target, "new")); err == nil {
+		t.Fatal("the refused Open created the dangling link's target")
 	}
 }

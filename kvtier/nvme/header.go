@@ -24,15 +24,16 @@ import (
 //	72 payloadSum  uint64  checksum of the payload
 //	80 tokens      [tokenCount]uint32
 //
-// The checksum is XXH3-64, or with flagKeyed a keyed MAC (see checksum).
-// With flagWordSum the payload's checksum is internal/checksum's WordSum,
-// which the writer computed (on the GPU, WriteOp.WordSummed); the header's
-// own checksum is still XXH3-64. A keyed store never writes it.
+// The header's sum is a MAC under the directory's key, or under
+// Config.ChecksumKey (see checksum). The payload's is XXH3-64, or with
+// flagKeyed the MAC under Config.ChecksumKey, or with flagWordSum
+// internal/checksum's WordSum, which the writer computed (on the GPU,
+// WriteOp.WordSummed). A keyed store never writes a word sum.
 const (
 	headerMagic      uint64 = 0x31454d564e54564b // "KVTNVME1"
-	formatVersion    uint16 = 3                  // 3: XXH3 or keyed sums (2: xxhash64; 1 had no position)
+	formatVersion    uint16 = 4                  // 4: headers keyed (3: XXH3 headers; 2: xxhash64; 1 had no position)
 	headerFixedBytes        = 80
-	// flagKeyed marks a header whose sums are keyed (Config.ChecksumKey).
+	// flagKeyed marks a payload sum keyed with Config.ChecksumKey.
 	flagKeyed uint16 = 1
 	// flagWordSum marks a payload checksum that is a word sum.
 	flagWordSum uint16 = 2
@@ -83,7 +84,7 @@ func encodeHeader(dst []byte, h *header, cs *checksum) {
 		le.PutUint32(dst[headerFixedBytes+4*i:], t)
 	}
 	clear(dst[n:])
-	le.PutUint64(dst[8:], cs.sum(dst[16:n]))
+	le.PutUint64(dst[8:], cs.header(dst[16:n]))
 }
 
 // errEmptySlot means the header region was never written (or was
@@ -91,8 +92,9 @@ func encodeHeader(dst []byte, h *header, cs *checksum) {
 var errEmptySlot = fmt.Errorf("%w: empty slot", ErrNotFound)
 
 // decodeHeader parses src into h, reusing h.tokens' storage, and checks
-// its sum with cs. It accepts at most maxTokens tokens. A header summed with
-// a key cs lacks, or without the key cs has, is ErrCorrupt. It returns errEmptySlot for a zero magic,
+// its sum with cs. It accepts at most maxTokens tokens. A header summed
+// under another key, or whose payload sum is keyed where cs's is not (or
+// the reverse), is ErrCorrupt. It returns errEmptySlot for a zero magic,
 // ErrFormatVersion for another version and ErrCorrupt for anything else
 // that is wrong; it never panics, whatever src holds.
 func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
@@ -121,13 +123,13 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 		return fmt.Errorf("%w: unknown header flags %#x", ErrCorrupt, f)
 	case keyed && f&flagWordSum != 0:
 		return fmt.Errorf("%w: header flags %#x: keyed and word-summed (a keyed store never writes word sums)", ErrCorrupt, f)
-	case keyed && !cs.s.Keyed():
+	case keyed && !cs.keyed():
 		return fmt.Errorf("%w: header summed with a key, and Config.ChecksumKey is empty", ErrCorrupt)
-	case !keyed && cs.s.Keyed():
+	case !keyed && cs.keyed():
 		return fmt.Errorf("%w: header summed without the key of Config.ChecksumKey (written by a store without it, or planted)", ErrCorrupt)
 	}
-	if sum := cs.sum(src[16:n]); sum != le.Uint64(src[8:]) {
-		return fmt.Errorf("%w: header checksum %#x, stored %#x", ErrCorrupt, sum, le.Uint64(src[8:]))
+	if sum := cs.header(src[16:n]); sum != le.Uint64(src[8:]) {
+		return fmt.Errorf("%w: header checksum %#x, stored %#x (summed under another key: planted, or brought from another directory)", ErrCorrupt, sum, le.Uint64(src[8:]))
 	}
 	h.version = formatVersion
 	h.seq = le.Uint64(src[24:])

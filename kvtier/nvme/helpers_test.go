@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -52,6 +53,19 @@ func metaFor(key uint64, ntok int) BlockMeta {
 func testConfig(dir string) Config {
 	return Config{Dirs: []string{dir}, SlotsPerFile: 16, BlockBytes: 8192, MaxTokens: 16, Workers: 4}
 }
+
+// dirSumsKey is the checksum key Open keeps in dir.
+func dirSumsKey(t testing.TB, dir string) []byte {
+	t.Helper()
+	k, err := os.ReadFile(filepath.Join(dir, keyFileName))
+	if err != nil || len(k) != dirKeyBytes {
+		t.Fatalf("the key of %s: %d bytes, %v", dir, len(k), err)
+	}
+	return k
+}
+
+// dirSums is the checksum of an unkeyed store in dir.
+func dirSums(t testing.TB, dir string) *checksum { return newChecksum(dirSumsKey(t, dir), nil) }
 
 func mustOpen(t testing.TB, cfg Config) *Store {
 	t.Helper()

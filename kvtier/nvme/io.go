@@ -163,7 +163,7 @@ func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
 	if err := s.checkAligned(w.Slot, "payload", w.Payload); err != nil {
 		return err
 	}
-	if w.WordSummed && s.sums.s.Keyed() {
+	if w.WordSummed && s.info.Keyed {
 		return fmt.Errorf("%w: slot %d: a word sum on a keyed store (Config.ChecksumKey): the store computes its MAC itself", ErrInvalid, w.Slot)
 	}
 	if t, ok := s.index[w.Meta.Key]; ok && t != w.Slot {
@@ -458,12 +458,12 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		// alias the caller's Tokens, which a later decode would overwrite.
 		sum := o.sum
 		if !o.wordSum {
-			sum = s.sums.sum(o.buf[:o.plen])
+			sum = sf.sums.payload(o.buf[:o.plen], false)
 		}
 		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
 			salt: o.meta.Salt, position: o.meta.Position, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
 			payloadSum: sum, wordSum: o.wordSum, tokens: o.meta.Tokens}
-		encodeHeader(hb, &h, s.sums)
+		encodeHeader(hb, &h, sf.sums)
 		if s.cfg.Durable {
 			w.bufs = append(w.bufs, w.zero)
 		} else {
@@ -566,7 +566,7 @@ func (s *Store) corrupt(o *op, err error) {
 func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 	h := &w.h
 	h.tokens = h.tokens[:0:cap(h.tokens)]
-	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.sums); err != nil {
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.files[o.file].sums); err != nil {
 		if errors.Is(err, errEmptySlot) {
 			return fmt.Errorf("%w: header is gone (zeroed)", ErrCorrupt)
 		}
@@ -594,7 +594,7 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 // passed.
 func (s *Store) checkPayload(o *op) bool {
 	o.hashPending = false
-	if sum := s.sums.payload(o.buf[:o.plen], o.wordSum); sum != o.sum {
+	if sum := s.files[o.file].sums.payload(o.buf[:o.plen], o.wordSum); sum != o.sum {
 		s.corrupt(o, fmt.Errorf("%w: payload checksum %#x, header says %#x", ErrCorrupt, sum, o.sum))
 		return false
 	}

@@ -10,14 +10,17 @@ import (
 
 // Open opens (creating where needed) the slab files that cfg describes and
 // rebuilds the index from their slot headers. Each directory is created with
-// mode 0700 if absent; an existing one that another user owns or that group
-// or others may write is refused (ErrUnsafeDir), and so is a symbolic link
-// in it. Open takes each directory's lock file for the Store's life: a
-// second Store on a directory fails with ErrLocked naming the holder's pid.
-// With ModeAuto it first tries O_DIRECT and falls back to buffered I/O when
-// a file system refuses it; Info says what was chosen. A slab file written
-// with another geometry, or whose superblock does not decode (unless
-// Config.Reformat), makes Open fail before anything is changed.
+// mode 0700 if absent; one that is a symbolic link, that another user owns
+// or that group or others may write, or whose parent another user could
+// change, is refused (ErrUnsafeDir), and so is a symbolic link in it or a
+// slab file others may read or write. Open takes each directory's lock file
+// for the Store's life (a second Store on a directory fails with ErrLocked
+// naming the holder's pid) and its key file (made if absent). With ModeAuto
+// it first tries O_DIRECT and falls back to buffered I/O when a file system
+// refuses it; Info says what was chosen. A slab file written for another
+// Config.Model is cleared (Info.Cleared); one written with another geometry,
+// or whose superblock does not decode, makes Open fail before anything is
+// changed, unless Config.Reformat.
 func Open(cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -80,14 +83,17 @@ func openFiles(cfg Config, names []slabName, direct bool) (s *Store, err error) 
 	}
 	// Pass 1 reads and checks every superblock, so that a geometry mismatch
 	// fails before any file is changed.
-	writeSuper, sizes, err := s.checkSupers(of.fds)
+	acts, sizes, err := s.checkSupers(of.fds, of.loose)
 	if err != nil {
 		return nil, err
 	}
 	// Pass 2 preallocates and writes the new superblocks.
 	for i, fd := range of.fds {
-		if err := s.prepareFile(i, fd, writeSuper[i], sizes[i]); err != nil {
+		if err := s.prepareFile(i, fd, acts[i], sizes[i]); err != nil {
 			return nil, err
+		}
+		if acts[i] == superClear {
+			s.clearing[i] = true
 		}
 	}
 	if err := syncDirsOf(of.created); err != nil {
@@ -105,6 +111,7 @@ func openFiles(cfg Config, names []slabName, direct bool) (s *Store, err error) 
 // created: what it undoes on an error.
 type openedFiles struct {
 	fds     []int
+	loose   []bool // group or others may read or write the file
 	created []slabName
 }
 
@@ -113,7 +120,7 @@ type openedFiles struct {
 func (o *openedFiles) open(names []slabName, direct bool) (sysio.Align, error) {
 	align := sysio.Align{MemBytes: 512, OffsetBytes: 512, Source: "default"}
 	for _, n := range names {
-		fd, made, err := openFileAt(n.dir, n.name, direct)
+		fd, made, perm, err := openFileAt(n.dir, n.name, direct)
 		if err != nil {
 			return align, err
 		}
@@ -121,6 +128,7 @@ func (o *openedFiles) open(names []slabName, direct bool) (sysio.Align, error) {
 			o.created = append(o.created, n)
 		}
 		o.fds = append(o.fds, fd)
+		o.loose = append(o.loose, perm&0o077 != 0)
 		if a := sysio.DirectIOAlign(fd); max(a.MemBytes, a.OffsetBytes) > max(align.MemBytes, align.OffsetBytes) || align.Source == "default" {
 			align = a
 		}
@@ -143,7 +151,7 @@ func (o *openedFiles) undo() {
 // by Config.WrapFile. Its index is not made yet.
 func newStore(cfg Config, names []slabName, fds []int, direct bool, align sysio.Align) (*Store, error) {
 	alignBytes := max(align.MemBytes, align.OffsetBytes, 512)
-	s := &Store{cfg: cfg, direct: direct, geom: newGeometry(&cfg, alignBytes), sums: newChecksum(cfg.ChecksumKey)}
+	s := &Store{cfg: cfg, direct: direct, geom: newGeometry(&cfg, alignBytes)}
 	g := &s.geom
 	mode := ModeBuffered
 	if direct {
@@ -156,6 +164,7 @@ func newStore(cfg Config, names []slabName, fds []int, direct bool, align sysio.
 	s.info = Info{Mode: mode, AlignBytes: alignBytes, AlignSource: align.Source,
 		HeaderBytes: g.hdrBytes, SlotBytes: g.slotBytes, FirstSlotOffset: g.superBytes, Slots: len(paths) * cfg.SlotsPerFile,
 		Files: paths, Preallocated: true, Keyed: len(cfg.ChecksumKey) > 0}
+	s.clearing = make([]bool, len(names))
 	var err error
 	if s.pool, err = newPool(cfg.Workers, g, cfg.MaxTokens); err != nil {
 		return nil, fmt.Errorf("nvme: worker scratch: %w", err)
@@ -165,25 +174,37 @@ func newStore(cfg Config, names []slabName, fds []int, direct bool, align sysio.
 		if cfg.WrapFile != nil {
 			f = cfg.WrapFile(p, f)
 		}
-		s.files = append(s.files, slabFile{path: p, f: f})
+		s.files = append(s.files, slabFile{path: p, f: f, sums: newChecksum(names[i].dir.key, cfg.ChecksumKey)})
 	}
 	return s, nil
 }
 
 // superFor is the superblock file i of s must have.
 func (s *Store) superFor(i int) superblock {
-	return superblock{version: superVersion, fileIndex: uint32(i), fileCount: uint32(len(s.files)),
+	sb := superblock{version: superVersion, fileIndex: uint32(i), fileCount: uint32(len(s.files)),
 		slotsPerFile: uint32(s.cfg.SlotsPerFile), blockBytes: uint32(s.cfg.BlockBytes),
 		maxTokens: uint32(s.cfg.MaxTokens), alignBytes: uint32(s.geom.alignBytes)}
+	sb.model, sb.label = modelDigest(s.cfg.Model)
+	return sb
 }
 
-// checkSupers reads every file's size and superblock and checks it against
-// superFor. writeSuper says which files need theirs written: a new (empty)
-// file, or, with Config.Reformat, one that does not decode.
-func (s *Store) checkSupers(fds []int) (writeSuper []bool, sizes []int64, err error) {
+// superAction is what Open does with a slab file's superblock.
+type superAction uint8
+
+const (
+	superKeep     superAction = iota // it is this store's: keep the file
+	superNew                         // the file is new (or empty): write it
+	superClear                       // another model's: clear the slots, then write it
+	superReformat                    // unusable, and Config.Reformat: empty the file, write it
+)
+
+// checkSupers reads every file's size and superblock and decides, for
+// each, what Open does with it (checkSuper). loose says which files group
+// or others may read or write.
+func (s *Store) checkSupers(fds []int, loose []bool) (acts []superAction, sizes []int64, err error) {
 	g := &s.geom
 	buf := s.pool.workers[0].hdr[:g.superBytes]
-	writeSuper = make([]bool, len(fds))
+	acts = make([]superAction, len(fds))
 	sizes = make([]int64, len(fds))
 	for i, fd := range fds {
 		p := s.files[i].path
@@ -196,41 +217,64 @@ func (s *Store) checkSupers(fds []int) (writeSuper []bool, sizes []int64, err er
 				return nil, nil, fmt.Errorf("nvme: read superblock of %s: %w", p, err)
 			}
 		}
-		if writeSuper[i], err = s.checkSuper(i, buf); err != nil {
+		if acts[i], err = s.checkSuper(i, buf, loose[i]); err != nil {
 			return nil, nil, err
 		}
 	}
-	return writeSuper, sizes, nil
+	return acts, sizes, nil
 }
 
-// checkSuper checks file i's superblock, read into buf, and reports
-// whether it is to be written.
-func (s *Store) checkSuper(i int, buf []byte) (write bool, err error) {
+// checkSuper decides what Open does with file i, whose superblock is read
+// into buf; loose says group or others may read or write the file. A file
+// Open cannot use is an error naming it, unless Config.Reformat.
+func (s *Store) checkSuper(i int, buf []byte, loose bool) (superAction, error) {
 	p := s.files[i].path
+	want := s.superFor(i)
 	sb, derr := decodeSuper(buf)
+	var why error
 	switch {
-	case derr == nil:
-		if err := sb.mismatch(s.superFor(i)); err != nil {
-			return false, fmt.Errorf("%w: %s %w", ErrConfig, p, err)
-		}
-		return false, nil
+	case loose:
+		why = fmt.Errorf("%w: %s may be read or written by group or others: whoever could write it may have planted blocks, so the tier cannot trust it; remove it, or set Config.Reformat to empty it and make it 0600", ErrUnsafeDir, p)
 	case errors.Is(derr, errEmptySlot):
-		return true, nil
-	case s.cfg.Reformat:
-		// The slots check themselves (they name their file and slot), so
-		// a damaged superblock costs nothing but its rewrite.
-		s.ctr.superRewritten.Add(1)
-		return true, nil
+		return superNew, nil
+	case derr != nil:
+		why = fmt.Errorf("%w: %s: its superblock does not decode (%w); Open changed nothing: set Config.Reformat to empty and reformat it, or move the file away", ErrConfig, p, derr)
+	case sb.version != superVersion && sb.version != superV2Version:
+		why = fmt.Errorf("%w: %s written with superblock version %d, this build writes %d; Open changed nothing: set Config.Reformat to empty and reformat it", ErrConfig, p, sb.version, superVersion)
 	default:
-		return false, fmt.Errorf("%w: %s: its superblock does not decode (%w); Open changed nothing: set Config.Reformat to rewrite it, or move the file away", ErrConfig, p, derr)
+		if err := sb.mismatch(want); err != nil {
+			why = fmt.Errorf("%w: %s %w; Open changed nothing: set Config.Reformat to empty and reformat it", ErrConfig, p, err)
+		}
 	}
+	switch {
+	case why == nil && sb.version == superVersion && sb.model == want.model:
+		return superKeep, nil
+	case why == nil:
+		s.info.Cleared = append(s.info.Cleared, ClearedFile{Path: p, WrittenFor: sb.label, Recorded: sb.version != superV2Version})
+		return superClear, nil
+	case s.cfg.Reformat:
+		s.ctr.superRewritten.Add(1)
+		return superReformat, nil
+	}
+	return superKeep, why
 }
 
-// prepareFile preallocates file i (open as fd, size bytes long), writes its
-// superblock if writeSuper, and syncs what changed.
-func (s *Store) prepareFile(i, fd int, writeSuper bool, size int64) error {
+// prepareFile makes file i (open as fd, size bytes long) ready as act
+// says: emptied (superReformat, and made 0600), preallocated, its new
+// superblock written (superNew, superReformat; superClear's waits for its
+// slots to be cleared: Store.writeSupers), and what changed synced.
+func (s *Store) prepareFile(i, fd int, act superAction, size int64) error {
 	g := &s.geom
 	p, f := s.files[i].path, s.files[i].f
+	if act == superReformat {
+		if err := sysio.Fchmod(fd, 0o600); err != nil {
+			return fmt.Errorf("nvme: reformat %s: %w", p, err)
+		}
+		if err := sysio.Truncate(fd, 0); err != nil {
+			return fmt.Errorf("nvme: reformat %s: %w", p, err)
+		}
+		size = 0
+	}
 	if size > 0 && size < g.fileBytes {
 		s.ctr.extended.Add(1)
 	}
@@ -239,20 +283,29 @@ func (s *Store) prepareFile(i, fd int, writeSuper bool, size int64) error {
 		return fmt.Errorf("nvme: preallocate %d bytes for %s: %w", g.fileBytes, p, err)
 	}
 	s.info.Preallocated = s.info.Preallocated && allocated
-	if writeSuper {
-		buf := s.pool.workers[0].hdr[:g.superBytes]
-		w := s.superFor(i)
-		encodeSuper(buf, &w)
-		if err := s.writeFull(f, [][]byte{buf}, 0); err != nil {
-			return fmt.Errorf("nvme: write superblock of %s: %w", p, err)
+	write := act == superNew || act == superReformat
+	if write {
+		if err := s.writeSuper(i); err != nil {
+			return err
 		}
 	}
-	if writeSuper || size != g.fileBytes {
+	if write || size != g.fileBytes {
 		// The superblock and the new size must be on disk before any
 		// slot write relies on them.
 		if err := f.Datasync(); err != nil {
 			return fmt.Errorf("nvme: sync %s: %w", p, err)
 		}
+	}
+	return nil
+}
+
+// writeSuper writes file i's superblock (the caller syncs).
+func (s *Store) writeSuper(i int) error {
+	buf := s.pool.workers[0].hdr[:s.geom.superBytes]
+	w := s.superFor(i)
+	encodeSuper(buf, &w)
+	if err := s.writeFull(s.files[i].f, [][]byte{buf}, 0); err != nil {
+		return fmt.Errorf("nvme: write superblock of %s: %w", s.files[i].path, err)
 	}
 	return nil
 }

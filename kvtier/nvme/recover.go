@@ -2,7 +2,9 @@ package nvme
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -46,6 +48,7 @@ func (s *Store) recover() error {
 		wg      sync.WaitGroup
 		ctx     = context.Background()
 		cleared = make([]atomic.Int64, len(s.files)) // headers cleared, per file
+		wiped   = make([]wipe, len(s.files))         // of files written for another model
 	)
 	for start := 0; start < n; start += recoverChunkSlots {
 		end := min(start+recoverChunkSlots, n)
@@ -58,6 +61,11 @@ func (s *Store) recover() error {
 			good, bad := 0, 0
 			for slot := start; slot < end; slot++ {
 				r := &res[slot]
+				if fi, _ := g.split(Slot(slot)); s.clearing[fi] {
+					r.outcome = scanEmpty
+					s.clearSlot(w, Slot(slot), &wiped[fi])
+					continue
+				}
 				r.outcome = s.scanSlot(w, Slot(slot), &r.h)
 				switch r.outcome {
 				case scanGood:
@@ -89,7 +97,18 @@ func (s *Store) recover() error {
 			}
 		}
 	}
+	if err := s.recordModel(wiped); err != nil {
+		return err
+	}
 
+	s.buildIndex(res)
+	return nil
+}
+
+// buildIndex makes the slot table, the key index and the free lists from
+// what the scan found.
+func (s *Store) buildIndex(res []scanResult) {
+	g := &s.geom
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range res {
@@ -128,6 +147,62 @@ func (s *Store) recover() error {
 		s.nfree += len(s.free[fi])
 	}
 	s.checkLocked()
+}
+
+// wipe is what recover did to a file written for another model.
+type wipe struct {
+	slots  atomic.Int64 // headers cleared
+	failed atomic.Bool  // a header could not be cleared
+}
+
+// clearSlot zeroes slot's header, in a file written for another model,
+// unless it reads back empty.
+func (s *Store) clearSlot(w *worker, slot Slot, wp *wipe) {
+	fi, idx := s.geom.split(slot)
+	f, off := s.files[fi].f, s.geom.slotOffset(idx)
+	hb := w.hdr[:s.geom.hdrBytes]
+	if err := s.readFull(f, [][]byte{hb}, off); err == nil && binary.LittleEndian.Uint64(hb) == 0 {
+		return
+	}
+	if err := s.writeFull(f, [][]byte{w.zero}, off); err != nil {
+		wp.failed.Store(true)
+		return
+	}
+	wp.slots.Add(1)
+}
+
+// recordModel makes the files recover cleared (written for another model)
+// this store's: their cleared headers are synced, then their superblocks,
+// which record Config.Model, are written and synced. In that order, a
+// crash leaves a file that still names the other model, and the next Open
+// clears it again. A header that could not be cleared fails Open.
+func (s *Store) recordModel(wiped []wipe) error {
+	for fi := range s.files {
+		if !s.clearing[fi] {
+			continue
+		}
+		p, f := s.files[fi].path, s.files[fi].f
+		if wiped[fi].failed.Load() {
+			return fmt.Errorf("nvme: %s was written for another model and a slot header could not be cleared (see Stats.WriteIOErrors): nothing of it is used", p)
+		}
+		if err := s.sync(f); err != nil {
+			return fmt.Errorf("nvme: clearing %s, written for another model: %w", p, err)
+		}
+		if err := s.writeSuper(fi); err != nil {
+			return err
+		}
+		if err := s.sync(f); err != nil {
+			return fmt.Errorf("nvme: clearing %s, written for another model: %w", p, err)
+		}
+		n := wiped[fi].slots.Load()
+		s.ctr.modelCleared.Add(uint64(n))
+		for i := range s.info.Cleared {
+			if s.info.Cleared[i].Path == p {
+				s.info.Cleared[i].Slots = int(n)
+			}
+		}
+		s.clearing[fi] = false
+	}
 	return nil
 }
 
@@ -154,7 +229,7 @@ func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 		return scanIOError
 	}
 	h.tokens = make([]uint32, 0, s.cfg.MaxTokens)
-	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.sums); err != nil {
+	if err := decodeHeader(hb, h, s.cfg.MaxTokens, s.files[fi].sums); err != nil {
 		switch {
 		case errors.Is(err, errEmptySlot):
 			return scanEmpty
@@ -186,7 +261,7 @@ func (s *Store) scanSlot(w *worker, slot Slot, h *header) scanOutcome {
 	if err := s.readFull(f, [][]byte{p}, off+int64(g.hdrBytes)); err != nil {
 		return scanIOError
 	}
-	if s.sums.payload(p[:h.payloadLen], h.wordSum) != h.payloadSum {
+	if s.files[fi].sums.payload(p[:h.payloadLen], h.wordSum) != h.payloadSum {
 		return scanCorrupt
 	}
 	return scanGood

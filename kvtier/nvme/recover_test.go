@@ -111,7 +111,7 @@ func TestReopenDropsDamagedSlots(t *testing.T) {
 	patchFile(t, path, g.slotOffset(int(slots[4])), func(b []byte) {
 		b[16] = 0 // version 0
 		n := headerBytes(int(b[20]))
-		sum := newChecksum(nil).sum(b[16:n])
+		sum := dirSums(t, dir).header(b[16:n])
 		for i := range 8 {
 			b[8+i] = byte(sum >> (8 * i))
 		}
@@ -182,7 +182,7 @@ func TestReopenTruncatedFile(t *testing.T) {
 func TestReopenCorruptSuperblock(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
-	slots := fillStore(t, cfg, 3)
+	fillStore(t, cfg, 3)
 	path := dir + "/kvtier-slab-000.kvs"
 	patchFile(t, path, 0, func(b []byte) { b[30] ^= 1 })
 	before, err := os.ReadFile(path)
@@ -196,12 +196,22 @@ func TestReopenCorruptSuperblock(t *testing.T) {
 	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 		t.Fatal("a refused Open changed the slab file")
 	}
+	// With it the file is emptied and formatted afresh: its blocks are
+	// gone (the superblock named its model, and it no longer does).
 	cfg.Reformat = true
 	s := mustOpen(t, cfg)
-	if st := s.Stats(); st.SuperblocksRewritten != 1 || st.Recovered != 3 {
+	if st := s.Stats(); st.SuperblocksRewritten != 1 || st.Recovered != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	checkBlock(t, s, slots[2], 2, 8192)
+	if _, ok := s.Lookup(2); ok {
+		t.Fatal("a block of the reformatted file survived")
+	}
+	writeKey(t, s, 9, 8192)
+	mustClose(t, s)
+	s = mustOpen(t, testConfig(dir))
+	if st := s.Stats(); st.SuperblocksRewritten != 0 || st.Recovered != 1 {
+		t.Fatalf("reopened after the reformat: %+v", st)
+	}
 }
 
 func TestReopenWithOtherGeometryChangesNothing(t *testing.T) {

@@ -69,6 +69,9 @@ type Stats struct {
 	DuplicateDrops uint64
 	// Recovered counts blocks found readable at Open.
 	Recovered uint64
+	// ModelCleared counts slots cleared at Open because their file had
+	// been written for another model (Config.Model, Info.Cleared).
+	ModelCleared uint64
 	// SuperblocksRewritten counts slab files whose superblock was corrupt
 	// and rewritten at Open; FilesExtended those that were shorter than
 	// their geometry (truncated) and were extended again.
@@ -80,7 +83,7 @@ type Stats struct {
 type counters struct {
 	reads, writes, readBytes, writeBytes, syscalls, syncs atomic.Uint64
 	corrupt, invalidated, version, duplicate, recovered   atomic.Uint64
-	superRewritten, extended                              atomic.Uint64
+	superRewritten, extended, modelCleared                atomic.Uint64
 	deferred, reported                                    atomic.Uint64
 	readErr, writeErr, syncErr                            [NumIOErrorKinds]atomic.Uint64
 }
@@ -91,7 +94,7 @@ func (c *counters) snapshot() Stats {
 		ReadBytes: c.readBytes.Load(), WriteBytes: c.writeBytes.Load(),
 		Syscalls: c.syscalls.Load(), Syncs: c.syncs.Load(),
 		CorruptDrops: c.corrupt.Load(), SlotsInvalidated: c.invalidated.Load(), VersionDrops: c.version.Load(),
-		DuplicateDrops: c.duplicate.Load(), Recovered: c.recovered.Load(),
+		DuplicateDrops: c.duplicate.Load(), Recovered: c.recovered.Load(), ModelCleared: c.modelCleared.Load(),
 		SuperblocksRewritten: c.superRewritten.Load(), FilesExtended: c.extended.Load(),
 		DeferredChecks: c.deferred.Load(), ReportedCorrupt: c.reported.Load(),
 	}

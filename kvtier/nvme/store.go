@@ -56,6 +56,22 @@ type Info struct {
 	// Keyed says the checksums are keyed (Config.ChecksumKey): the store
 	// then refuses word sums (WriteOp.WordSummed).
 	Keyed bool
+	// Cleared lists the slab files that had been written for another
+	// model than Config.Model (or by a version that recorded none) and
+	// whose slots Open cleared: a caller logs them.
+	Cleared []ClearedFile
+}
+
+// ClearedFile is a slab file whose slots Open cleared because it had been
+// written for another model.
+type ClearedFile struct {
+	Path string
+	// WrittenFor is the first 160 bytes of the Config.Model it had been
+	// written for; Recorded is false when its version recorded no model.
+	WrittenFor string
+	Recorded   bool
+	// Slots is how many slots held a block (and were cleared).
+	Slots int
 }
 
 type slotState uint8
@@ -80,6 +96,7 @@ type slotInfo struct {
 type slabFile struct {
 	path string
 	f    File
+	sums *checksum // its directory's
 }
 
 // Store is the NVMe tier. It is safe for concurrent use.
@@ -91,9 +108,11 @@ type Store struct {
 	direct bool
 	files  []slabFile
 	dirs   []*slabDir // held open (and locked) until Close
-	pool   *pool
-	sums   *checksum
-	ctr    counters
+	// clearing says which files Open clears (written for another model):
+	// set by openFiles, used by recover.
+	clearing []bool
+	pool     *pool
+	ctr      counters
 
 	// ops is held for reading by every operation and for writing by Close,
 	// so that Close waits for the I/O in flight.

@@ -163,7 +163,7 @@ func TestWordSumOnAKeyedStore(t *testing.T) {
 	}
 	var h header
 	hb := make([]byte, 512)
-	cs := newChecksum(cfg.ChecksumKey)
+	cs := newChecksum(dirSumsKey(t, cfg.Dirs[0]), cfg.ChecksumKey)
 	encodeHeader(hb, &header{version: formatVersion, wordSum: true, payloadLen: 1}, cs)
 	if err := decodeHeader(hb, &h, 16, cs); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("keyed and word-summed header: %v, want ErrCorrupt", err)

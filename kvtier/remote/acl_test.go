@@ -12,7 +12,7 @@ import (
 
 // aclCommands are the commands RedisConfig.Username's doc lists: all the
 // tier and its client need.
-var aclCommands = []string{"+get", "+set", "+exists", "+del", "+ping", "+cluster|slots", "+cluster|shards", "+hello"}
+var aclCommands = []string{"+getrange", "+set", "+exists", "+del", "+ping", "+cluster|slots", "+cluster|shards", "+hello"}
 
 // TestACLUserConfinedToItsPrefix: a deployment's ACL user works through the
 // tier under its prefix and cannot touch another prefix (a miss and a

@@ -149,6 +149,15 @@ func (c *Cache) Get(ctx context.Context, ops []ReadOp) {
 
 var errAbsent = errors.New("absent")
 
+// sizeOf says how long a value the store reported at got bytes is, for a
+// Dst of want bytes: past want, the store need not have read it all.
+func sizeOf(got, want int) string {
+	if got > want {
+		return fmt.Sprintf("more than %d", want)
+	}
+	return fmt.Sprint(got)
+}
+
 // check verifies what g read against m; dst holds the payload parts.
 func (c *Cache) check(g *GetOp, m *BlockMeta, dst []byte) error {
 	if g.Got[0] < 0 {
@@ -166,15 +175,15 @@ func (c *Cache) check(g *GetOp, m *BlockMeta, dst []byte) error {
 		return fmt.Errorf("%w: %w: block %#x: %s", ErrMiss, ErrCorrupt, m.Key, fmt.Sprintf(format, args...))
 	}
 	if g.Got[0] != HeaderBytes {
-		return corrupt("header is %d bytes, want %d", g.Got[0], HeaderBytes)
+		return corrupt("header is %s bytes, want %d", sizeOf(g.Got[0], HeaderBytes), HeaderBytes)
 	}
 	var h header
 	if err := decodeHeader(g.Dst[0], &h, c.sum); err != nil {
 		return corrupt("%v", err)
 	}
 	for p := range c.parts {
-		if g.Got[1+p] != len(g.Dst[1+p]) {
-			return corrupt("part %d is %d bytes, want %d", p, g.Got[1+p], len(g.Dst[1+p]))
+		if want := len(g.Dst[1+p]); g.Got[1+p] != want {
+			return corrupt("part %d is %s bytes, want %d", p, sizeOf(g.Got[1+p], want), want)
 		}
 	}
 	saltSum, tokSum, _ := digests(c.sum, m, nil)

@@ -29,6 +29,12 @@ type Config struct {
 	// written by someone without the key fails its check. Every server of
 	// a deployment MUST use the same key.
 	ChecksumKey []byte
+	// Model names the model whose blocks the prefix holds (the weights'
+	// digest or seed, the shapes, the KV dtype, the tokenizer, in one text:
+	// kvtier/stack builds it). CheckModel records it in the prefix and
+	// refuses a prefix that holds another model's blocks. Every server of
+	// a deployment MUST give the same.
+	Model string
 	// OpTimeout is each read's and each write's deadline (writes: for the
 	// existence check; the write itself is bounded by the store's
 	// connection timeout). A read past it is a miss. 0 means 500 ms.

@@ -16,7 +16,12 @@
 //     the NVMe tier's). A read checks all of it against what the caller
 //     asked for; a mismatch, a short or missing part, or a payload whose
 //     checksum differs is a miss, counted (Stats.Corrupt, Incomplete), and
-//     the value is deleted.
+//     the value is deleted. A value is read at most one byte past its
+//     expected size (GETRANGE), so an oversized one costs no memory.
+//   - A prefix holds one model's blocks: CheckModel records Config.Model
+//     (the weights, shapes, KV dtype, tokenizer) in <prefix>model and
+//     refuses a prefix that another model, or another deployment's
+//     ChecksumKey, wrote (ErrOtherModel).
 //   - A read never fails a request and never waits long: reads are
 //     pipelined, under one deadline (Config.OpTimeout); an error, timeout
 //     or store that does not answer is a miss. After BreakerFailures

@@ -20,9 +20,9 @@ type RedisConfig struct {
 	Addrs []string
 	// Username and Password are the ACL user's (Redis 6+). A deployment
 	// SHOULD have a user of its own limited to its key prefix, for example
-	// "ACL SETUSER kvt-prod on >secret ~kvt:prod:* +get +set +exists +del
-	// +ping +cluster|slots +cluster|shards +hello" (the client does not send
-	// CLIENT SETINFO, so the list is the same on every Redis version).
+	// "ACL SETUSER kvt-prod on >secret ~kvt:prod:* +getrange +set +exists
+	// +del +ping +cluster|slots +cluster|shards +hello" (the client does not
+	// send CLIENT SETINFO, so the list is the same on every Redis version).
 	// Empty: the default user.
 	Username, Password string
 	// TLS, when set, encrypts the connections (and, with client
@@ -107,8 +107,13 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 // tier with plain commands on the same connections.
 func (r *Redis) Client() rueidis.Client { return r.c }
 
-// Get implements Store. The GETs of all ops go out in one DoMulti, which
-// rueidis groups by node and pipelines; an op's keys share a slot.
+// Get implements Store. Each value is read with GETRANGE up to one byte
+// past its Dst, so that an oversized value (planted, or another
+// deployment's) is never read whole: two 200 MB values cost 200 MB of
+// memory each when read with GET. GETRANGE answers an absent key with an
+// empty string, which the tier never writes: that is an absent key. The
+// reads of all ops go out in one DoMulti, which rueidis groups by node and
+// pipelines; an op's keys share a slot.
 func (r *Redis) Get(ctx context.Context, ops []GetOp) {
 	n := 0
 	for i := range ops {
@@ -116,8 +121,8 @@ func (r *Redis) Get(ctx context.Context, ops []GetOp) {
 	}
 	cmds := make(rueidis.Commands, 0, n)
 	for i := range ops {
-		for _, k := range ops[i].Keys {
-			cmds = append(cmds, r.c.B().Get().Key(k).Build())
+		for k, key := range ops[i].Keys {
+			cmds = append(cmds, r.c.B().Getrange().Key(key).Start(0).End(int64(len(ops[i].Dst[k]))).Build())
 		}
 	}
 	res := r.c.DoMulti(ctx, cmds...)
@@ -130,11 +135,11 @@ func (r *Redis) Get(ctx context.Context, ops []GetOp) {
 			j++
 			b, err := m.AsBytes()
 			switch {
-			case rueidis.IsRedisNil(err):
+			case rueidis.IsRedisNil(err) || err == nil && len(b) == 0:
 				op.Got[k] = -1
 			case err != nil:
 				if op.Err == nil {
-					op.Err = fmt.Errorf("GET %s: %w", op.Keys[k], err)
+					op.Err = fmt.Errorf("GETRANGE %s: %w", op.Keys[k], err)
 				}
 				op.Got[k] = -1
 			default:

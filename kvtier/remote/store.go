@@ -18,8 +18,11 @@ type Store interface {
 	// Get reads each op's keys. The keys of one op share a hash tag (one
 	// shard) and SHOULD be read in one round trip; several ops SHOULD be
 	// pipelined together. Value i of an op is copied into Dst[i] and
-	// Got[i] is set to its length, or to -1 when the key is absent; a value
-	// longer than Dst[i] is not copied, and Got[i] says its length. A
+	// Got[i] is set to its length, or to -1 when the key is absent (an
+	// empty value may count as absent: the tier writes none). A value
+	// longer than Dst[i] is not copied and Got[i] is more than len(Dst[i]);
+	// the store SHOULD NOT read more of it than len(Dst[i])+1 bytes, so
+	// that an oversized value costs no more memory than a right one. A
 	// failure (timeout, lost connection) is op.Err; an absent key is not a
 	// failure. ctx's deadline bounds the whole call.
 	Get(ctx context.Context, ops []GetOp)

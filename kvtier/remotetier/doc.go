@@ -24,6 +24,9 @@
 //
 //   - Fetch and Publish never fail a request: a remote miss, timeout or
 //     open breaker is a block recomputed, a write dropped (both counted).
+//     A fetch that failed for a reason other than an absent block (the
+//     store did not answer, a value did not verify) is logged at Warn, at
+//     most once per reason every WarnEvery.
 //   - Nothing wrong is served: a fetched block is inserted through the
 //     manager, which verifies it by salt, parent and tokens like any other,
 //     and the remote store verifies what it returns (kvtier/remote).

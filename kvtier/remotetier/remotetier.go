@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +28,9 @@ type Tier struct {
 	known *lru.Cache[kvtier.Key, struct{}]
 
 	fetched, fetchMisses, published, notAdmitted atomic.Uint64
+
+	log  *slog.Logger
+	warn warnings
 }
 
 // Config configures a Tier.
@@ -46,6 +50,12 @@ type Config struct {
 	Admitter policy.Admitter[kvtier.Key]
 	// MaxFetchBlocks bounds the blocks one Fetch reads. 0 means 256.
 	MaxFetchBlocks int
+	// Logger receives a Warn line when a fetch fails for a reason other
+	// than an absent block: the store did not answer (or the breaker is
+	// open), or a value did not verify (forged, another deployment's, or
+	// damaged). At most one line per reason every WarnEvery, with the
+	// count since the last. Nil means slog.Default().
+	Logger *slog.Logger
 	// KnownBlocks sizes the set of blocks this server knows the remote
 	// holds (it fetched or published them), which Publish does not send
 	// again. A block the remote evicted is sent again once it has aged
@@ -102,8 +112,15 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 	if err != nil {
 		return nil, bad("KnownBlocks", "%v", err)
 	}
-	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known, log: log}, nil
 }
+
+// Cache is the remote tier the Tier reads and writes, for its Stats.
+func (r *Tier) Cache() *remote.Cache { return r.cache }
 
 // Stats returns the counters so far.
 func (r *Tier) Stats() Stats {
@@ -179,6 +196,7 @@ func (r *Tier) Fetch(ctx context.Context, salt kvtier.Salt, tokens []int32, l *k
 				return 0, fmt.Errorf("%w: Tier.Fetch: %w", kvtier.ErrBadInput, op.Err)
 			}
 			r.fetchMisses.Add(1)
+			r.warnFetch(op.Err)
 			end = min(end, pos[j])
 			continue
 		}

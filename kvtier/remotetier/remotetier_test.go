@@ -1,13 +1,15 @@
-package remotetier
+package remotetier_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/remotetier"
 )
 
 // TestMain stops the Redis Cluster redistest.Shared may start.
@@ -36,10 +39,16 @@ type server struct {
 	rng    *rand.Rand
 	tokens int32 // next token id
 	cache  *remote.Cache
-	rt     *Tier
+	rt     *remotetier.Tier
 }
 
 func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key]) *server {
+	return newServerWith(t, addrs, prefix, adm, nil)
+}
+
+// newServerWith is newServer with its remote and tier configurations as
+// edit leaves them.
+func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key], edit func(*remote.Config, *remotetier.Config)) *server {
 	t.Helper()
 	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true}),
 		want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
@@ -48,11 +57,17 @@ func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if f.cache, err = remote.New(remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: stacktest.PartBytes, OpTimeout: 10 * time.Second}); err != nil {
+	rc := remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: stacktest.PartBytes, OpTimeout: 10 * time.Second}
+	tc := remotetier.Config{HostSlot: f.hostSlot, Admitter: adm}
+	if edit != nil {
+		edit(&rc, &tc)
+	}
+	if f.cache, err = remote.New(rc); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.cache.Close() })
-	if f.rt, err = New(f.Manager, Config{Cache: f.cache, HostSlot: f.hostSlot, Admitter: adm}); err != nil {
+	tc.Cache = f.cache
+	if f.rt, err = remotetier.New(f.Manager, tc); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -261,17 +276,135 @@ func TestRemoteTierSeenTwiceAndPartialFetch(t *testing.T) {
 	}
 }
 
+// TestForgedValueUnderKeyIsRefused: a deployment whose remote checksums
+// are keyed fetches nothing a writer without its key put in its prefix
+// (another deployment's key, or none), however well framed: the values
+// are counted corrupt, deleted and logged at Warn, and the blocks are
+// recomputed. Its own servers' blocks still come through.
+func TestForgedValueUnderKeyIsRefused(t *testing.T) {
+	addrs := redistest.Shared(t)
+	key := []byte("the deployment's key, 32 bytes..")
+	for name, forgerKey := range map[string][]byte{"unkeyed": nil, "another key": []byte("a forger's key of at least 16")} {
+		t.Run(name, func(t *testing.T) {
+			prefix := remotePrefix(t)
+			var logs bytes.Buffer
+			keyed := func(rc *remote.Config, tc *remotetier.Config) {
+				rc.ChecksumKey = key
+				tc.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			}
+			forger := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, func(rc *remote.Config, _ *remotetier.Config) { rc.ChecksumKey = forgerKey })
+			forger.rng = rand.New(rand.NewPCG(66, 6)) // KV of its choosing
+			a := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, keyed)
+			b := newServerWith(t, addrs, prefix, policy.AlwaysAdmit[kvtier.Key]{}, keyed)
+			tokens := forger.request(4)
+			a.request(4)
+			b.request(4)
+			forger.serve(t, tokens)
+			if n := forger.publish(t, tokens); n != 4 {
+				t.Fatalf("the forger published %d blocks, want 4", n)
+			}
+			fetched, gpu, _ := b.onboard(t, tokens)
+			if fetched != 0 || len(gpu) != 0 {
+				t.Fatalf("the keyed server fetched %d forged blocks (%d on the GPU)", fetched, len(gpu))
+			}
+			if s := b.cache.Stats(); s.Corrupt != 4 || s.Hits != 0 {
+				t.Fatalf("b's remote tier: %+v, want the 4 forged values counted corrupt", s)
+			}
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "did not verify") {
+				t.Fatalf("no Warn line for the forged values; log:\n%s", logs.String())
+			}
+			// The forged values were deleted; the deployment's own blocks
+			// come through.
+			a.serve(t, tokens)
+			if n := a.publish(t, tokens); n != 4 {
+				t.Fatalf("a published %d blocks, want 4", n)
+			}
+			fetched, gpu, _ = b.onboard(t, tokens)
+			if fetched != 4 {
+				t.Fatalf("fetched %d of the deployment's blocks, want 4", fetched)
+			}
+			for k, got := range gpu {
+				if !bytes.Equal(got, a.want[k]) || bytes.Equal(got, forger.want[k]) {
+					t.Fatalf("block %#x: not the deployment's bytes", uint64(k))
+				}
+			}
+		})
+	}
+}
+
+// TestFetchFailuresWarn: a store that does not answer makes fetches miss
+// and says so at Warn, one line per WarnEvery with the count since the
+// last; an absent block says nothing.
+func TestFetchFailuresWarn(t *testing.T) {
+	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true}), want: map[kvtier.Key][]byte{}}
+	var logs bytes.Buffer
+	st := &downStore{}
+	c, err := remote.New(remote.Config{Store: st, BlockBytes: blockBytes, BreakerFailures: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if f.rt, err = remotetier.New(f.Manager, remotetier.Config{Cache: c, HostSlot: f.hostSlot, Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Unix(1000, 0)
+	f.rt.SetWarnClock(func() time.Time { return clock })
+	fetch := func() {
+		var l kvtier.Lease
+		tokens := f.request(2)
+		if err := f.Lookup(1, tokens, &l); err != nil {
+			t.Fatal(err)
+		}
+		defer f.Release(&l)
+		if _, err := f.rt.Fetch(context.Background(), 1, tokens, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.absent = true
+	fetch()
+	if logs.Len() != 0 {
+		t.Fatalf("an absent block logged:\n%s", logs.String())
+	}
+	st.absent = false
+	for range 3 {
+		fetch()
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "does not answer") || !strings.Contains(logs.String(), "blocks=1 ") {
+		t.Fatalf("3 failed fetches within WarnEvery: %d Warn lines, want 1, at the first block:\n%s", n, logs.String())
+	}
+	clock = clock.Add(remotetier.WarnEvery)
+	fetch()
+	if n := strings.Count(logs.String(), "level=WARN"); n != 2 || !strings.Contains(logs.String(), "blocks=6 ") {
+		t.Fatalf("after WarnEvery: %d Warn lines, want a second one counting the 6 blocks since the first:\n%s", n, logs.String())
+	}
+}
+
+// downStore fails every read, or finds nothing (absent).
+type downStore struct {
+	nopStore
+	absent bool
+}
+
+func (s *downStore) Get(ctx context.Context, ops []remote.GetOp) {
+	s.nopStore.Get(ctx, ops)
+	if !s.absent {
+		for i := range ops {
+			ops[i].Err = errors.New("connection refused")
+		}
+	}
+}
+
 func TestRemoteTierBadInput(t *testing.T) {
 	addrs := redistest.Shared(t)
 	f := newServer(t, addrs, remotePrefix(t), nil)
 	host := f.hostSlot
-	for name, cfg := range map[string]Config{
+	for name, cfg := range map[string]remotetier.Config{
 		"no cache":       {HostSlot: host},
 		"no host slot":   {Cache: f.cache},
 		"negative max":   {Cache: f.cache, HostSlot: host, MaxFetchBlocks: -1},
 		"negative known": {Cache: f.cache, HostSlot: host, KnownBlocks: -1},
 	} {
-		if _, err := New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
+		if _, err := remotetier.New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
@@ -280,7 +413,7 @@ func TestRemoteTierBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer big.Close()
-	if _, err := New(f.Manager, Config{Cache: big, HostSlot: host}); !errors.Is(err, kvtier.ErrConfig) {
+	if _, err := remotetier.New(f.Manager, remotetier.Config{Cache: big, HostSlot: host}); !errors.Is(err, kvtier.ErrConfig) {
 		t.Errorf("blocks larger than host slots: %v, want ErrConfig", err)
 	}
 	tokens := f.request(2)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/remotetier"
 )
 
 // Cache is a Manager wired to its parts by Open. The parts stay reachable
@@ -20,6 +22,15 @@ type Cache struct {
 	// Ranks are the parts of each GPU in rank order: one entry without
 	// tensor parallelism, Ranks[0] being the embedded GPUParts.
 	Ranks []*GPUParts
+	// Remote is the shared remote tier (Options.Remote), nil without one.
+	// Its Fetch and Publish take Cache.Salt's salts, as the Manager's
+	// calls do.
+	Remote *remotetier.Tier
+
+	model       string // Options.Model's identity
+	modelSalt   uint64 // its part of every salt (Salt)
+	remoteStore *remote.Redis
+	remoteCache *remote.Cache
 
 	log      *slog.Logger
 	growCtx  context.Context
@@ -82,8 +93,9 @@ func (c *Cache) growHost(start time.Time) {
 	}
 }
 
-// Close waits for every copy in flight (Drain), then closes the mover, the
-// copy engines, the NVMe store and the pinned host memory, in that order.
+// Close waits for every copy in flight (Drain), then closes the remote tier
+// (writing out its queue), the mover, the copy engines, the NVMe store and
+// the pinned host memory, in that order.
 // The Manager MUST NOT be used during or after Close.
 func (c *Cache) Close() error {
 	var errs []error
@@ -104,9 +116,10 @@ func (c *Cache) Close() error {
 	return err
 }
 
-// closeParts closes what Open built, most dependent first.
+// closeParts closes what Open built, most dependent first: the remote
+// tier (its queued writes flushed) before the GPUs' parts.
 func (c *Cache) closeParts() error {
-	var errs []error
+	errs := []error{c.closeRemote()}
 	for _, p := range c.Ranks {
 		errs = append(errs, p.close())
 	}

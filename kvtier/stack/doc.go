@@ -1,8 +1,8 @@
 // Package stack wires kvtier's parts into one cache for a server: Open
 // takes the device (or one per GPU for tensor parallelism), the server's KV
 // region and the tiers' sizes, and builds the pinned host pool, the copy
-// engines, the NVMe store, the devmover.Mover and the kvtier.Manager over
-// them, with sizes that agree. It is the one place that wires a device
+// engines, the NVMe store, the devmover.Mover, the kvtier.Manager and the
+// remote tier over them, with sizes that agree. It is the one place that wires a device
 // stack; servers, tools and tests use it instead of building the parts by
 // hand.
 //
@@ -17,6 +17,12 @@
 //     nothing: everything Open built before the error is closed again.
 //   - With an NVMe tier, payloads are checksummed on the GPU where the
 //     device can sum, on the CPU otherwise.
-//   - Close drains the copies in flight, then closes the mover, the engines,
-//     the store and the pinned memory, in that order.
+//   - The cache is bound to Options.Model: Cache.Salt folds it into every
+//     block's salt, the NVMe tier clears a directory written for another
+//     model (a Warn line names it), and the remote tier (Options.Remote)
+//     refuses a prefix that holds another model's blocks and warns when
+//     its checksums are unkeyed. A slab file the NVMe tier cannot use
+//     fails Open unless Options.NVMeReformat.
+//   - Close drains the copies in flight, then closes the remote tier, the
+//     mover, the engines, the store and the pinned memory, in that order.
 package stack

@@ -30,7 +30,7 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache{log: log}
+	c := &Cache{log: log, model: o.Model.String(), modelSalt: o.Model.salt()}
 	start := time.Now()
 	if err := c.build(ctx, &o, &s); err != nil {
 		if cerr := c.closeParts(); cerr != nil {
@@ -72,6 +72,7 @@ func (c *Cache) build(ctx context.Context, o *Options, s *sizes) error {
 			return err
 		}
 	}
+	c.logNVMe()
 	cfg, err := c.managerConfig(o, s)
 	if err != nil {
 		return err
@@ -86,8 +87,31 @@ func (c *Cache) build(ctx context.Context, o *Options, s *sizes) error {
 		}
 		c.log.Info("kvtier: adopted the blocks a previous run left on NVMe", "blocks", n, "found", len(rec))
 	}
+	if o.Remote != nil {
+		if err := c.openRemote(ctx, o, s.blockBytes); err != nil {
+			return err
+		}
+	}
 	c.growCtx, c.stopGrow = context.WithCancel(context.Background())
 	return c.SetUsableSlots(kvtier.Host, c.usableHostSlots())
+}
+
+// logNVMe says which NVMe slab files Open cleared because they had been
+// written for another model.
+func (c *Cache) logNVMe() {
+	for r, p := range c.Ranks {
+		if p.Store == nil {
+			continue
+		}
+		for _, f := range p.Store.Info().Cleared {
+			written := fmt.Sprintf("%q", f.WrittenFor)
+			if !f.Recorded {
+				written = "a version that recorded no model"
+			}
+			c.log.Warn("kvtier: NVMe tier written for another model: cleared (its blocks are not served)", "rank", r, "file", f.Path,
+				"written_for", written, "model", c.model, "blocks_cleared", f.Slots)
+		}
+	}
 }
 
 // rankDirs are the NVMe directories of rank r: dirs themselves, or with

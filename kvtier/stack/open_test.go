@@ -56,6 +56,9 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.GatherStaging = 4096 }, "Options.GatherStaging"},
 		{func(o *Options) { o.GatherStaging = 64 << 20 }, "GatherStaging 67108864"}, // more than the device has
 		{func(o *Options) { o.NVMeDirs, o.NVMeBytes = []string{"/nonexistent/kvtier"}, 1<<20 }, "nonexistent"},
+		{func(o *Options) { o.Model = Model{Shape: "tiny", DType: "bf16"} }, "Options.Model.Weights"},
+		{func(o *Options) { o.NVMeReformat = true }, "Options.NVMeReformat"},
+		{func(o *Options) { o.Remote = &RemoteOptions{} }, "Options.Remote.Addrs"},
 	} {
 		openRefuses(t, good, tc.edit, tc.want)
 	}

@@ -57,6 +57,23 @@ type Options struct {
 	NVMeGate func(drive *devmover.Mover) (kvtier.WriteGate, error)
 	// OnDriveIO: see devmover.Config.OnDriveIO (every rank's drive).
 	OnDriveIO func(write bool, bytes int64, d time.Duration)
+	// NVMeReformat empties and formats afresh an NVMe slab file Open
+	// cannot use as it is, instead of failing: a superblock that does not
+	// decode, a file written with another geometry (another NVMeBytes or
+	// BlockTokens, a block of another size) or that others may read or
+	// write (nvme.Config.Reformat). Its blocks are lost.
+	NVMeReformat bool
+	// Model names the model whose KV the cache holds (its weights, shapes,
+	// KV dtype and tokenizer). Every block's salt is folded with it
+	// (Cache.Salt); the NVMe tier records it, and a directory written for
+	// another model is cleared (logged at Warn, naming that model); the
+	// remote tier records it in its prefix and Open refuses a prefix that
+	// holds another model's blocks. Zero: no model named, and tiers
+	// written for a named one are cleared or refused just the same.
+	Model Model
+	// Remote, if set, adds the shared remote tier behind the host tier
+	// (Cache.Remote). Not with Shards yet.
+	Remote *RemoteOptions
 	// KeepNVMe keeps the blocks a previous run left in NVMeDirs and adopts
 	// them (see devmover.Config.KeepBlocks); otherwise they are freed.
 	// Not with Shards yet: adopting a block needs every rank's part of it
@@ -163,6 +180,13 @@ func (o *Options) check() error {
 		return optionErr("GatherStaging", "%d is negative", o.GatherStaging)
 	case o.NVMeBytes == 0 && (o.NVMeAdmitter != nil || o.NVMeGate != nil):
 		return optionErr("NVMeGate", "NVMeAdmitter or NVMeGate without an NVMe tier (NVMeBytes 0)")
+	case o.NVMeBytes == 0 && o.NVMeReformat:
+		return optionErr("NVMeReformat", "without an NVMe tier (NVMeBytes 0)")
 	}
-	return nil
+	if o.Remote != nil {
+		if err := o.Remote.check(max(1, len(o.Shards))); err != nil {
+			return err
+		}
+	}
+	return o.Model.check()
 }

@@ -116,7 +116,11 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, dirs []strin
 		StoreTokens: true, KeepBlocks: o.KeepNVMe, OnDriveIO: o.OnDriveIO}
 	if nvmeSlots > 0 {
 		perFile := (nvmeSlots + len(dirs) - 1) / len(dirs)
-		p.Store, err = nvme.Open(nvme.Config{Dirs: dirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens})
+		p.Store, err = nvme.Open(nvme.Config{Dirs: dirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens,
+			Model: o.Model.String(), Reformat: o.NVMeReformat})
+		if errors.Is(err, nvme.ErrConfig) || errors.Is(err, nvme.ErrUnsafeDir) {
+			return fmt.Errorf("%w (Options.NVMeReformat empties and reformats a slab file the tier cannot use)", err)
+		}
 		if err != nil {
 			return err
 		}

@@ -170,6 +170,12 @@ func (e *Engine) Submit(ctx context.Context, req *httpapi.Request, out *httpapi.
 	if n := len(req.Tokens) + req.MaxTokens - 1; n > e.cfg.ContextTokens || len(req.Tokens) == 0 || req.MaxTokens < 1 {
 		return fmt.Errorf("engine: request %s: %d prompt tokens and max_tokens %d do not fit the context of %d", req.ID, len(req.Tokens), req.MaxTokens, e.cfg.ContextTokens)
 	}
+	if e.cfg.Cache != nil {
+		// The tenant's salt folded with the model's: no block another
+		// model computed (an NVMe directory or remote prefix it wrote) is
+		// ever a hit. Every lookup and insert below uses req.Salt.
+		req.Salt = e.cfg.Cache.Salt(req.Salt)
+	}
 	s := &seq{req: req, ctx: ctx, out: out, noCache: req.NoCache || e.cfg.Strategy == costplan.None, submitted: time.Now()}
 	e.mu.Lock()
 	switch {

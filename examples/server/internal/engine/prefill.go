@@ -114,12 +114,14 @@ func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 		// local prefix comes into the host tier (s.look is looked up
 		// again), and the host blocks of this prompt are offered to it
 		// (write-behind; the admitter sends those seen twice). Neither
-		// fails the request.
+		// fails the request; remote misses and failures are counted and
+		// logged by the tier (remotetier: Warn), and what Fetch and
+		// Publish return (a lease they cannot use) is logged here.
 		if _, err := r.Fetch(s.ctx, s.req.Salt, cached, &s.look); err != nil {
-			e.log.Debug("engine: remote fetch", "request", s.req.ID, "err", err)
+			e.log.Warn("engine: remote fetch", "request", s.req.ID, "err", err)
 		}
 		if _, err := r.Publish(s.req.Salt, cached, &s.look); err != nil {
-			e.log.Debug("engine: remote publish", "request", s.req.ID, "err", err)
+			e.log.Warn("engine: remote publish", "request", s.req.ID, "err", err)
 		}
 	}
 	// The plan covers the whole prompt: the block of the last position,

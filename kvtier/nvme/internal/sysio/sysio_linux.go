@@ -43,6 +43,57 @@ func OpenDir(path string) (int, error) {
 	}
 }
 
+// OpenDirAt opens the directory name, a plain name in the directory dirfd,
+// with O_NOFOLLOW: a symbolic link fails with ELOOP (or ENOTDIR), and
+// anything but a directory with ENOTDIR.
+func OpenDirAt(dirfd int, name string) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, fmt.Errorf("open directory %s: %w", name, err)
+		}
+		return fd, nil
+	}
+}
+
+// MkdirAt creates the directory name in the directory dirfd with mode
+// perm (less the umask); an existing name is no error.
+func MkdirAt(dirfd int, name string, perm uint32) error {
+	if err := unix.Mkdirat(dirfd, name, perm); err != nil && err != unix.EEXIST {
+		return fmt.Errorf("mkdir %s: %w", name, err)
+	}
+	return nil
+}
+
+// IsLinkAt reports whether name, in the directory dirfd, is a symbolic
+// link (false when it does not exist).
+func IsLinkAt(dirfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+}
+
+// ENOTDIR is the errno of a directory open that met something else.
+var ENOTDIR error = unix.ENOTDIR
+
+// Fchmod sets fd's permission bits to perm.
+func Fchmod(fd int, perm uint32) error {
+	if err := unix.Fchmod(fd, perm); err != nil {
+		return fmt.Errorf("fchmod: %w", err)
+	}
+	return nil
+}
+
+// Truncate sets fd's size to sizeBytes.
+func Truncate(fd int, sizeBytes int64) error {
+	if err := unix.Ftruncate(fd, sizeBytes); err != nil {
+		return fmt.Errorf("ftruncate: %w", err)
+	}
+	return nil
+}
+
 // OpenAt opens name, a plain name in the directory dirfd, read-write with
 // O_NOFOLLOW (a symbolic link fails with ELOOP), creating it with mode 0600
 // where it is absent, and with O_DIRECT when direct is true. created says
@@ -81,11 +132,12 @@ func UnlinkAt(dirfd int, name string) error {
 
 // Stat is what the tier checks of a file or directory it opened.
 type Stat struct {
-	UID  uint32
-	Perm uint32 // the permission bits, 0o777 at most
-	Dir  bool
-	Reg  bool
-	Size int64
+	UID    uint32
+	Perm   uint32 // the permission bits, 0o777 at most
+	Sticky bool   // the sticky bit (a directory's: only owners remove names)
+	Dir    bool
+	Reg    bool
+	Size   int64
 }
 
 // Fstat describes fd.
@@ -94,7 +146,7 @@ func Fstat(fd int) (Stat, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Stat{}, fmt.Errorf("fstat: %w", err)
 	}
-	return Stat{UID: st.Uid, Perm: st.Mode & 0o777, Dir: st.Mode&unix.S_IFMT == unix.S_IFDIR,
+	return Stat{UID: st.Uid, Perm: st.Mode & 0o777, Sticky: st.Mode&unix.S_ISVTX != 0, Dir: st.Mode&unix.S_IFMT == unix.S_IFDIR,
 		Reg: st.Mode&unix.S_IFMT == unix.S_IFREG, Size: st.Size}, nil
 }
 

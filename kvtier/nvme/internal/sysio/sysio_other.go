@@ -13,17 +13,26 @@ var ELOOP error = ErrNotSupported
 
 // Stat is what the tier checks of a file or directory it opened.
 type Stat struct {
-	UID  uint32
-	Perm uint32
-	Dir  bool
-	Reg  bool
-	Size int64
+	UID    uint32
+	Perm   uint32
+	Sticky bool
+	Dir    bool
+	Reg    bool
+	Size   int64
 }
+
+// ENOTDIR stands for the errno of a directory open that met something else.
+var ENOTDIR error = ErrNotSupported
 
 // ErrLocked stands for the errno of a lock held elsewhere.
 var ErrLocked error = ErrNotSupported
 
-func OpenDir(path string) (int, error) { return -1, ErrNotSupported }
+func OpenDir(path string) (int, error)                  { return -1, ErrNotSupported }
+func OpenDirAt(dirfd int, name string) (int, error)     { return -1, ErrNotSupported }
+func IsLinkAt(dirfd int, name string) bool              { return false }
+func MkdirAt(dirfd int, name string, perm uint32) error { return ErrNotSupported }
+func Fchmod(fd int, perm uint32) error                  { return ErrNotSupported }
+func Truncate(fd int, sizeBytes int64) error            { return ErrNotSupported }
 func OpenAt(dirfd int, name string, direct bool) (int, bool, error) {
 	return -1, false, ErrNotSupported
 }
