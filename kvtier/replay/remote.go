@@ -209,7 +209,7 @@ func resize(s []bool, n int) []bool {
 // fetchDone puts r's fetched blocks into the host tier, looks r up again
 // and goes on with its start.
 func (e *engine) fetchDone(r *request) {
-	e.m.Release(&r.l1)
+	e.release(&r.l1)
 	var w kvtier.Lease
 	err := e.m.InsertKeys(r.salt, r.keys[:r.fetchEnd], kvtier.Host, &w)
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {

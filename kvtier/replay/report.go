@@ -28,6 +28,7 @@ type tally struct {
 	RecomputeSavedLink            time.Duration
 	MissBlocks, UncachedBlocks    int64
 	SpaceWaits                    int64
+	insertTries                   int64 // InsertKeys into the GPU, first tries and retries (space.go)
 	PlanErrors                    int64
 	DroppedOffloads               int64
 	Prefetched                    int64 // blocks copied from NVMe to the host tier for waiting requests
@@ -97,8 +98,10 @@ type StrategyResult struct {
 	// in the GPU (every slot in use).
 	MissBlocks     int64 `json:"miss_blocks"`
 	UncachedBlocks int64 `json:"uncached_blocks"`
-	// SpaceWaits counts requests that waited for demotions to free GPU
-	// slots (write-back).
+	// SpaceWaits counts the requests whose insert found too few GPU slots
+	// free, held by blocks that copies still read (offloads, write-through
+	// copies, write-back demotions), and that waited for those copies to
+	// free them (each request once, however often it waited).
 	SpaceWaits int64 `json:"space_waits"`
 	// DroppedOffloads are offloads refused because their link's queue was
 	// full (the link could not keep up).

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,6 +24,8 @@ type request struct {
 	inputTokens int
 	outTokens   int
 	prefetched  bool // first in line once: its NVMe blocks prefetched
+	waited      bool // it waited for GPU slots (space.go)
+	wakeAt      int64
 
 	l1, l2 kvtier.Lease // the looked-up prefix; the whole request in the GPU
 
@@ -114,6 +115,7 @@ func (e *engine) newRequest() *request {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
 	r.pendingLoads, r.landed, r.segs, r.segNext, r.computing, r.inserted, r.started = 0, 0, r.segs[:0], 0, false, false, 0
+	r.waited = false
 	if e.usesExt() {
 		if r.ext == nil {
 			r.ext = new(requestExt)
@@ -361,43 +363,6 @@ func (e *engine) blockCost(r *request, i int) time.Duration {
 	return e.fullBlockCost[i]
 }
 
-// insert reserves the request's blocks in the GPU and starts its prefill.
-// With write-back, a full GPU frees slots only once demotions complete: the
-// request then waits for them.
-func (e *engine) insert(r *request) {
-	err := e.m.InsertKeys(r.salt, r.keys, kvtier.GPU, &r.l2)
-	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		invariants.Failf("replay: InsertKeys: %v", err) // only ErrNoSpace is possible on valid input
-	}
-	if err != nil && e.inFlight > e.driveCopies { // copies of the GPU's may free slots
-		e.m.Release(&r.l2)
-		e.waiting = append(e.waiting, r)
-		e.res.SpaceWaits++
-		return
-	}
-	if err != nil {
-		e.res.UncachedBlocks += int64(len(r.keys) - r.l2.Len())
-	}
-	r.inserted = true
-	e.advance(r)
-}
-
-// retryWaiting retries the inserts of requests waiting for GPU space, in
-// arrival order. A request larger than the GPU fails until the GPU's
-// copies in flight are done (insert): it is not retried before.
-func (e *engine) retryWaiting() {
-	w := e.waiting
-	e.waiting, e.retry = e.retry[:0], w
-	for i, r := range w {
-		w[i] = nil
-		if int64(len(r.keys)) > e.gpuSlots && e.inFlight > e.driveCopies {
-			e.waiting = append(e.waiting, r)
-			continue
-		}
-		e.insert(r) // back onto e.waiting if still no space
-	}
-}
-
 // advance starts r's next segment once the loads it waits for have landed
 // and the segment before it is done; once every segment is done and every
 // load has landed, the prefill ends after the pass's own cost (a
@@ -465,7 +430,7 @@ func (e *engine) prefilled(r *request) {
 		if err := e.m.Wait(context.Background(), &r.l1); err != nil {
 			invariants.Failf("replay: a simulated copy failed: %v", err)
 		}
-		e.m.Release(&r.l1)
+		e.release(&r.l1)
 		if err := e.m.Commit(&r.l2, nil); err != nil {
 			invariants.Failf("replay: Commit: %v", err)
 		}
@@ -496,7 +461,7 @@ func (e *engine) decodeDone(r *request) {
 		if e.remote != nil {
 			e.remote.publish(r)
 		}
-		e.m.Release(&r.l2)
+		e.release(&r.l2)
 	}
 	e.free = append(e.free, r)
 }
