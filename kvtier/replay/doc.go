@@ -128,7 +128,9 @@
 //
 //   - The trace streams: the replay holds the requests in flight, never the
 //     trace, so memory does not grow with the trace's length (as long as
-//     the modelled server keeps up with it).
+//     the modelled server keeps up with it). A strategy whose requests in
+//     flight pass Config.MemoryBudget stops with a *BudgetError; the others
+//     are replayed and reported (Report.OverBudget names it).
 //   - Determinism: the same trace and Config give byte-identical JSON
 //     (Report holds no map and no wall-clock time), and byte-identical
 //     request records (Options.OnRequest, RequestLines: one RequestRecord

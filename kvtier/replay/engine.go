@@ -3,7 +3,6 @@ package replay
 import (
 	"fmt"
 	"time"
-	"unsafe"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
@@ -86,7 +85,10 @@ type engine struct {
 	// wake is the least count at which a waiting request may fit.
 	waiting, retry []*request
 	gpuFreed, wake int64
-	free           []*request
+	// free and keptLeases are done requests and their leases, kept for
+	// the next requests (budget.go).
+	free       []*request
+	keptLeases []*leasePair
 
 	src     *trace.Reader
 	next    trace.Request
@@ -275,9 +277,6 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		}
 	}()
 	e.src = src
-	if e.usesExt() {
-		e.flight.ext = int64(unsafe.Sizeof(requestExt{}))
-	}
 	if err := e.readNext(); err != nil {
 		return err
 	}
@@ -345,6 +344,9 @@ func (e *engine) afterEvent() error {
 	}
 	if e.clock.err != nil {
 		return e.clock.err
+	}
+	if e.flight.err != nil {
+		return e.flight.err
 	}
 	if e.recordErr != nil {
 		return e.recordErr

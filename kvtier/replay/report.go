@@ -72,6 +72,21 @@ type Report struct {
 	// Config.MemoryBudget.
 	PeakInFlightRequests int64 `json:"peak_in_flight_requests"`
 	PeakInFlightBytes    Bytes `json:"peak_in_flight_bytes"`
+	// OverBudget are the strategies whose replay stopped over
+	// Config.MemoryBudget, in the order replayed; Results holds those
+	// that finished.
+	OverBudget []OverBudget `json:"over_budget,omitempty"`
+}
+
+// OverBudget is a strategy whose replay passed Config.MemoryBudget.
+type OverBudget struct {
+	Strategy string `json:"strategy"`
+	// Line is how far the trace was read when it stopped, and
+	// InFlightRequests and InFlightBytes what was in flight then (the
+	// bytes an estimate of live heap, as PeakInFlightBytes).
+	Line             int   `json:"line"`
+	InFlightRequests int64 `json:"in_flight_requests"`
+	InFlightBytes    Bytes `json:"in_flight_bytes"`
 }
 
 // StrategyResult is one strategy's replay of the trace.
@@ -367,6 +382,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	r.writeHeader(&b)
 	r.writeTables(&b)
+	r.writeOverBudget(&b)
 	r.writeNotes(&b)
 	if r.RemoteSweep != nil {
 		r.RemoteSweep.writeText(&b, r.Results[0].Strategy)
@@ -393,7 +409,8 @@ func (r *Report) writeHeader(b *strings.Builder) {
 		writeMode(c.WriteThrough), c.NVMeAdmission)
 	fmt.Fprintf(b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
 	fmt.Fprintf(b, "copies: %s\n", moverNote(c.Mover))
-	fmt.Fprintf(b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
+	fmt.Fprintf(b, "memory: at most %d requests in flight, holding about %s of live heap (up to %dx that between collections), of a budget of %v\n",
+		r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), heapGrowth, budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
 		r.writeLoad(b)
 	}
@@ -451,6 +468,19 @@ func (r *Report) writeTables(b *strings.Builder) {
 			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
 	}
 	tw.Flush()
+}
+
+// writeOverBudget names the strategies that stopped over the memory
+// budget, and where.
+func (r *Report) writeOverBudget(b *strings.Builder) {
+	if len(r.OverBudget) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nNOT FINISHED, over the memory budget of %v (the tables hold the strategies that finished):\n", r.Config.MemoryBudget)
+	for _, o := range r.OverBudget {
+		fmt.Fprintf(b, "  %s: stopped at line %d of the trace, %d requests in flight holding about %s\n",
+			o.Strategy, o.Line, o.InFlightRequests, mib(int64(o.InFlightBytes)))
+	}
 }
 
 // writeNotes writes what follows the tables: the links, decode, holes,

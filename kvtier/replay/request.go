@@ -27,7 +27,11 @@ type request struct {
 	waited      bool // it waited for GPU slots (space.go)
 	wakeAt      int64
 
-	l1, l2 kvtier.Lease // the looked-up prefix; the whole request in the GPU
+	// l1 and l2 are its leases once started, of ls: the looked-up prefix,
+	// the whole request in the GPU; nil while queued (budget.go).
+	l1, l2 *kvtier.Lease
+	ls     *leasePair
+	held   int64 // its own bytes, as inFlight counts them
 
 	pendingLoads int // its loads not yet landed
 	landed       int // its loads landed: the first ones, in block order
@@ -42,14 +46,14 @@ type request struct {
 	passEnd   time.Duration // the pass's own cost and its read of the present tokens (plan)
 	fetchEnd  int           // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 	// ext is what only some replays need (Config.DecodeOnGPU,
-	// Options.OnRequest); nil in the others, so that the request, and the
-	// memory estimate of the requests in flight, stay as they were.
+	// Options.OnRequest); nil in the others, so that the request stays
+	// small.
 	ext *requestExt
 }
 
 // requestExt is the part of a request that only the replays with
 // Config.DecodeOnGPU or Options.OnRequest keep (engine.usesExt); the
-// memory estimate then counts it (budget.go).
+// memory estimate counts it (budget.go).
 type requestExt struct {
 	index      int64         // its position in the trace, from 0
 	firstToken time.Duration // its prefill ended
@@ -122,6 +126,7 @@ func (e *engine) newRequest() *request {
 		}
 		*r.ext = requestExt{index: e.res.Requests}
 	}
+	e.flight.resize(&r.held, r.bytes())
 	return r
 }
 
@@ -134,7 +139,8 @@ func (e *engine) blockTokensAt(r *request, i int) int {
 // arrive queues the arriving request for admission.
 func (e *engine) arrive() error {
 	r := e.newRequest()
-	if err := e.flight.arrive(len(r.keys), e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
+	e.flight.arrive()
+	if err := e.flight.check(e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
 		return err
 	}
 	if e.res.Requests == 0 {
@@ -225,6 +231,7 @@ func (e *engine) begin(r *request) {
 	if e.m == nil { // no prefix cache: prefill everything
 		r.inserted = true
 		e.plan(r)
+		e.held(r)
 		e.res.MissBlocks += int64(len(r.keys))
 		if x := r.ext; x != nil {
 			x.missed = len(r.keys)
@@ -232,7 +239,8 @@ func (e *engine) begin(r *request) {
 		e.advance(r)
 		return
 	}
-	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
+	e.takeLeases(r)
+	if err := e.m.LookupKeys(r.salt, r.keys, r.l1); err != nil {
 		invariants.Failf("replay: LookupKeys: %v", err) // the lease is always released
 	}
 	if e.remote != nil && e.fetch(r) {
@@ -247,7 +255,7 @@ func (e *engine) planAndLoad(r *request) {
 	if err := r.l1.SetTokens(r.inputTokens); err != nil {
 		invariants.Failf("replay: %v", err) // the trace reader checks keys against tokens
 	}
-	if err := e.m.Plan(&r.l1); err != nil {
+	if err := e.m.Plan(r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
 	}
 	if e.planned != nil {
@@ -269,9 +277,9 @@ func (e *engine) planAndLoad(r *request) {
 		}
 	}
 	if planned > 0 {
-		e.loading[&r.l1] = r
-		err := e.m.Onboard(&r.l1)
-		delete(e.loading, &r.l1)
+		e.loading[r.l1] = r
+		err := e.m.Onboard(r.l1)
+		delete(e.loading, r.l1)
 		if err != nil {
 			invariants.Failf("replay: Onboard: %v", err) // the GPU tier is always present
 		}
@@ -319,10 +327,14 @@ func (e *engine) planAndLoad(r *request) {
 func (e *engine) plan(r *request) {
 	loads, j := 0, 0 // j: the next looked-up block, in position order
 	computed, present := 0, 0
+	var found []kvtier.Block // none without a prefix cache
+	if r.l1 != nil {
+		found = r.l1.Blocks
+	}
 	for i := range r.keys {
 		tokens := e.blockTokensAt(r, i)
-		if j < r.l1.Len() && r.l1.Blocks[j].Position == i {
-			b := r.l1.Blocks[j]
+		if j < len(found) && found[j].Position == i {
+			b := found[j]
 			j++
 			if b.Loading {
 				loads++
@@ -427,11 +439,11 @@ func (e *engine) prefilled(r *request) {
 	if e.m != nil {
 		// Wait returns at once: every load of l1 has landed (and Wait
 		// would block the single-threaded replay otherwise).
-		if err := e.m.Wait(context.Background(), &r.l1); err != nil {
+		if err := e.m.Wait(context.Background(), r.l1); err != nil {
 			invariants.Failf("replay: a simulated copy failed: %v", err)
 		}
-		e.release(&r.l1)
-		if err := e.m.Commit(&r.l2, nil); err != nil {
+		e.release(r.l1)
+		if err := e.m.Commit(r.l2, nil); err != nil {
 			invariants.Failf("replay: Commit: %v", err)
 		}
 	}
@@ -451,17 +463,17 @@ func (e *engine) decodeDone(r *request) {
 		e.record(r)
 	}
 	e.gpuHeld -= int64(len(r.keys))
-	e.flight.done(len(r.keys))
+	e.flight.done()
 	if e.m != nil {
 		if e.m.CapacitySlots(kvtier.Host) > 0 {
-			if err := e.m.Offload(&r.l2, kvtier.Host); err != nil {
+			if err := e.m.Offload(r.l2, kvtier.Host); err != nil {
 				invariants.Failf("replay: Offload: %v", err)
 			}
 		}
 		if e.remote != nil {
 			e.remote.publish(r)
 		}
-		e.release(&r.l2)
+		e.release(r.l2)
 	}
-	e.free = append(e.free, r)
+	e.keep(r)
 }

@@ -26,12 +26,14 @@ const noWake = math.MaxInt64
 // insert reserves the request's blocks in the GPU and starts its prefill;
 // without the slots, while copies of the GPU's may free some, it waits.
 func (e *engine) insert(r *request) {
-	err := e.m.InsertKeys(r.salt, r.keys, kvtier.GPU, &r.l2)
+	err := e.m.InsertKeys(r.salt, r.keys, kvtier.GPU, r.l2)
 	e.res.insertTries++
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
 		invariants.Failf("replay: InsertKeys: %v", err) // only ErrNoSpace is possible on valid input
 	}
-	if err != nil && e.inFlight > e.driveCopies { // copies of the GPU's may free slots
+	e.held(r) // its leases and segments grew
+	// Copies of the GPU's may free slots.
+	if err != nil && e.inFlight > e.driveCopies {
 		e.wait(r)
 		return
 	}
@@ -51,7 +53,7 @@ func (e *engine) wait(r *request) {
 		e.res.SpaceWaits++
 	}
 	stop := r.l2.Len() // InsertKeys leases blocks in order, up to the one it found no slot for
-	e.release(&r.l2)
+	e.release(r.l2)
 	r.wakeAt = noWake
 	if int64(len(r.keys)) <= e.gpuSlots {
 		lacked := int64(0)
