@@ -70,6 +70,10 @@ type engine struct {
 	gpuSlots   int64 // the GPU's KV capacity in blocks
 
 	computeRunning int // requests running a segment of prefill
+	// memBlocked: the request first in line waits for GPU memory with a
+	// prefill slot free, since memBlockedAt (memoryWait).
+	memBlocked   bool
+	memBlockedAt time.Duration
 
 	// With Config.DecodeOnGPU (decode.go):
 	decoding []*request // the requests decoding, in the order they started

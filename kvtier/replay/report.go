@@ -40,7 +40,9 @@ type tally struct {
 	DecodeBusy                    time.Duration // the decode rounds on the GPU (Config.DecodeOnGPU)
 	DecodeSteps, MaxDecoding      int64
 	FirstArrival, LastArrival     time.Duration
-	Running, MaxRunning           int64 // requests prefilling or decoding
+	MemoryWait                    time.Duration // the first in line waited for GPU memory, a slot free
+	KVNeededBlocks                int64         // the most blocks it and those running needed then
+	Running, MaxRunning           int64         // requests prefilling or decoding
 	QueueWait                     time.Duration
 	End                           time.Duration
 	BlockBytes                    int64
@@ -130,9 +132,19 @@ type StrategyResult struct {
 	Links        []LinkResult        `json:"links"`
 	TTFT         results.Percentiles `json:"ttft"`
 	// PrefillBusySeconds is the GPU time spent prefilling; over SpanSeconds
-	// (first arrival to last request done) it is the prefill load.
+	// (the replay's span: first arrival to last request done) it is the
+	// prefill load. ArrivalSpanSeconds is the trace's: first arrival to
+	// last.
 	PrefillBusySeconds float64 `json:"prefill_busy_s"`
 	SpanSeconds        float64 `json:"span_s"`
+	ArrivalSpanSeconds float64 `json:"arrival_span_s"`
+	// GPUMemoryWaitSeconds is how long the request first in line waited
+	// for GPU memory for its blocks, in all, while a prefill could have
+	// started (a slot free); KVNeededBytes is the most KV it and the
+	// requests prefilling and decoding needed at once while it waited
+	// (per GPU): above the GPU tier, the replay is bound by KV memory.
+	GPUMemoryWaitSeconds float64 `json:"gpu_memory_wait_s"`
+	KVNeededBytes        int64   `json:"kv_needed_bytes"`
 	// OfferedPrefillLoad is the prefill work the trace offers, every prompt
 	// prefilled whole (no prefix cache, each at least a forward pass), over
 	// the span of its arrivals and the prefill slots (one GPU's capacity
@@ -314,14 +326,17 @@ func (e *engine) result() StrategyResult {
 			PrefillSavedSeconds: seconds(t.LoadSavedCompute)},
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
 			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
-		TTFT:               results.PercentilesOf(e.ttfts),
-		TTFTQuantiles:      quantiles(e.ttfts),
-		PrefillBusySeconds: seconds(t.PrefillBusy),
-		SpanSeconds:        seconds(t.End),
-		MaxInFlight:        t.MaxRunning,
-		DecodeBusySeconds:  seconds(t.DecodeBusy),
-		DecodeSteps:        t.DecodeSteps,
-		MaxDecoding:        t.MaxDecoding,
+		TTFT:                 results.PercentilesOf(e.ttfts),
+		TTFTQuantiles:        quantiles(e.ttfts),
+		PrefillBusySeconds:   seconds(t.PrefillBusy),
+		SpanSeconds:          seconds(t.End - t.FirstArrival),
+		ArrivalSpanSeconds:   seconds(t.LastArrival - t.FirstArrival),
+		GPUMemoryWaitSeconds: seconds(t.MemoryWait),
+		KVNeededBytes:        t.KVNeededBlocks * t.BlockBytes,
+		MaxInFlight:          t.MaxRunning,
+		DecodeBusySeconds:    seconds(t.DecodeBusy),
+		DecodeSteps:          t.DecodeSteps,
+		MaxDecoding:          t.MaxDecoding,
 	}
 	if span := t.LastArrival - t.FirstArrival; span > 0 {
 		r.OfferedPrefillLoad = seconds(t.OfferedPrefill) / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
@@ -398,8 +413,8 @@ func (r *Report) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, "trace %s (%s): ", r.Trace, r.Format)
 	if len(r.Results) > 0 {
 		res := &r.Results[0]
-		fmt.Fprintf(b, "%d requests, %d block references of %d tokens (%s each), %.0f s",
-			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.SpanSeconds)
+		fmt.Fprintf(b, "%d requests, %d block references of %d tokens (%s each), arriving over %.0f s; replayed (%s) over %.0f s, to the last request done",
+			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.ArrivalSpanSeconds, res.Strategy, res.SpanSeconds)
 	}
 	if r.SkippedLines > 0 {
 		fmt.Fprintf(b, ", %d bad lines skipped", r.SkippedLines)
@@ -410,9 +425,34 @@ func (r *Report) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
 	fmt.Fprintf(b, "copies: %s\n", moverNote(c.Mover))
 	fmt.Fprintf(b, "memory: at most %d requests in flight, holding about %s of live heap (up to %dx that between collections), of a budget of %v\n",
-		r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), heapGrowth, budgetNote(c.MemoryBudget))
+		r.PeakInFlightRequests, fmtBytes(int64(r.PeakInFlightBytes)), heapGrowth, budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
 		r.writeLoad(b)
+		r.writeKVMemory(b)
+	}
+	b.WriteString("\n")
+}
+
+// kvBoundShare is the share of the replay's span the request first in line
+// may wait for GPU memory, a prefill slot free, before the report calls
+// the replay bound by KV memory.
+const kvBoundShare = 0.1
+
+// writeKVMemory says, when requests waited for GPU memory, how long and
+// how much KV they needed, and flags a replay bound by it.
+func (r *Report) writeKVMemory(b *strings.Builder) {
+	res := &r.Results[0]
+	if res.GPUMemoryWaitSeconds == 0 {
+		return
+	}
+	share := 0.0
+	if res.SpanSeconds > 0 {
+		share = res.GPUMemoryWaitSeconds / res.SpanSeconds
+	}
+	fmt.Fprintf(b, "GPU KV memory (%s): the request first in line waited %s in all for GPU memory with a prefill slot free (%.0f%% of the replay's span); with the requests running it needed up to %s of KV at once, on a GPU tier of %s",
+		res.Strategy, fmtSeconds(res.GPUMemoryWaitSeconds), 100*share, fmtBytes(res.KVNeededBytes), r.Config.GPUBytes)
+	if share >= kvBoundShare {
+		b.WriteString(": BOUND BY GPU KV MEMORY; requests queue for it and TTFT grows with the trace")
 	}
 	b.WriteString("\n")
 }
@@ -421,6 +461,10 @@ func (r *Report) writeHeader(b *strings.Builder) {
 // is more than the GPU can serve.
 func (r *Report) writeLoad(b *strings.Builder) {
 	c := &r.Config
+	if res := &r.Results[0]; res.ArrivalSpanSeconds == 0 && res.Requests > 1 {
+		b.WriteString("offered prefill load: every request arrives at once, so the trace offers no rate; they queue\n")
+		return
+	}
 	load := r.Results[0].OfferedPrefillLoad
 	per := "of the GPU's prefill capacity"
 	if c.PrefillSlots == 0 {
@@ -479,7 +523,7 @@ func (r *Report) writeOverBudget(b *strings.Builder) {
 	fmt.Fprintf(b, "\nNOT FINISHED, over the memory budget of %v (the tables hold the strategies that finished):\n", r.Config.MemoryBudget)
 	for _, o := range r.OverBudget {
 		fmt.Fprintf(b, "  %s: stopped at line %d of the trace, %d requests in flight holding about %s\n",
-			o.Strategy, o.Line, o.InFlightRequests, mib(int64(o.InFlightBytes)))
+			o.Strategy, o.Line, o.InFlightRequests, fmtBytes(int64(o.InFlightBytes)))
 	}
 }
 

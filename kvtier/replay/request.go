@@ -211,7 +211,26 @@ func (e *engine) admit() {
 		e.gpuHeld += int64(len(r.keys))
 		e.begin(r)
 	}
+	e.memoryWait()
 	e.prefetch()
+}
+
+// memoryWait times the waits of the request first in line for GPU memory
+// while a prefill could start, and the KV it and those running needed.
+func (e *engine) memoryWait() {
+	slots := e.cfg.PrefillSlots
+	blocked := e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) && e.mayPrefill()
+	if blocked {
+		need := e.gpuHeld + int64(len(e.admitQueue[e.admitHead].keys))
+		e.res.KVNeededBlocks = max(e.res.KVNeededBlocks, need)
+	}
+	switch {
+	case blocked && !e.memBlocked:
+		e.memBlocked, e.memBlockedAt = true, e.now
+	case !blocked && e.memBlocked:
+		e.memBlocked = false
+		e.res.MemoryWait += e.now - e.memBlockedAt
+	}
 }
 
 // fits reports whether the GPU can hold r's blocks now, beside those of
