@@ -22,32 +22,33 @@ type tally struct {
 	UsedBlocks, LoadedBlocks      int64
 	LoadsFrom                     [kvtier.NumTiers]int64
 	TokensReused                  int64
-	LoadSavedCompute              time.Duration
+	LoadSavedCompute              results.DurationSum
 	RecomputedBlocks              int64
 	ForcedRecomputes              int64
-	RecomputeSavedLink            time.Duration
+	RecomputeSavedLink            results.DurationSum
 	MissBlocks, UncachedBlocks    int64
 	SpaceWaits                    int64
 	insertTries                   int64 // InsertKeys into the GPU, first tries and retries (space.go)
 	PlanErrors                    int64
 	DroppedOffloads               int64
 	Prefetched                    int64 // blocks copied from NVMe to the host tier for waiting requests
-	PlannedTime, PlannedLoadAll   time.Duration
-	PlannedRecomputeAll           time.Duration
-	PrefillBusy                   time.Duration
-	OfferedPrefill                time.Duration // every prompt prefilled whole, no cache
-	OfferedDecode                 time.Duration // every decode step (Config.DecodeOnGPU)
-	DecodeBusy                    time.Duration // the decode rounds on the GPU (Config.DecodeOnGPU)
-	DecodeSteps, MaxDecoding      int64
-	FirstArrival, LastArrival     time.Duration
-	MemoryWait                    time.Duration // the first in line waited for GPU memory, a slot free
-	KVNeededBlocks                int64         // the most blocks it and those running needed then
-	Running, MaxRunning           int64         // requests prefilling or decoding
-	QueueWait                     time.Duration
-	End                           time.Duration
-	BlockBytes                    int64
-	CapacityBlocks                [kvtier.NumTiers]int64
-	copies                        [kvtier.NumTiers][kvtier.NumTiers]int64
+	// Sums over requests, which a time.Duration cannot always hold.
+	PlannedTime, PlannedLoadAll results.DurationSum
+	PlannedRecomputeAll         results.DurationSum
+	PrefillBusy                 results.DurationSum
+	OfferedPrefill              results.DurationSum // every prompt prefilled whole, no cache
+	OfferedDecode               results.DurationSum // every decode step (Config.DecodeOnGPU)
+	DecodeBusy                  results.DurationSum // the decode rounds on the GPU (Config.DecodeOnGPU)
+	DecodeSteps, MaxDecoding    int64
+	FirstArrival, LastArrival   time.Duration
+	MemoryWait                  time.Duration // the first in line waited for GPU memory, a slot free
+	KVNeededBlocks              int64         // the most blocks it and those running needed then
+	Running, MaxRunning         int64         // requests prefilling or decoding
+	QueueWait                   results.DurationSum
+	End                         time.Duration
+	BlockBytes                  int64
+	CapacityBlocks              [kvtier.NumTiers]int64
+	copies                      [kvtier.NumTiers][kvtier.NumTiers]int64
 }
 
 // Report is a replay's outcome: the trace, the configuration, and one
@@ -315,7 +316,7 @@ func (e *engine) result() StrategyResult {
 		SpaceWaits:      t.SpaceWaits,
 		DroppedOffloads: t.DroppedOffloads,
 		PlanErrors:      t.PlanErrors,
-		QueueSeconds:    seconds(t.QueueWait / time.Duration(max(1, t.Requests))),
+		QueueSeconds:    t.QueueWait.MeanSeconds(t.Requests),
 		HitRatio: TierRatios{
 			GPU: ratio(t.HitBlocks[kvtier.GPU], t.Blocks), Host: ratio(t.HitBlocks[kvtier.Host], t.Blocks),
 			NVMe:    ratio(t.HitBlocks[kvtier.NVMe], t.Blocks),
@@ -323,25 +324,27 @@ func (e *engine) result() StrategyResult {
 		},
 		CapacityBlocks: TierCounts{t.CapacityBlocks[kvtier.GPU], t.CapacityBlocks[kvtier.Host], t.CapacityBlocks[kvtier.NVMe]},
 		Loads: LoadResult{Blocks: t.LoadedBlocks, FromHost: t.LoadsFrom[kvtier.Host], FromNVMe: t.LoadsFrom[kvtier.NVMe],
-			PrefillSavedSeconds: seconds(t.LoadSavedCompute)},
+			PrefillSavedSeconds: t.LoadSavedCompute.Seconds()},
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
-			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
+			LinkSavedSeconds: t.RecomputeSavedLink.Seconds()},
 		TTFT:                 results.PercentilesOf(e.ttfts),
 		TTFTQuantiles:        quantiles(e.ttfts),
-		PrefillBusySeconds:   seconds(t.PrefillBusy),
+		PrefillBusySeconds:   t.PrefillBusy.Seconds(),
 		SpanSeconds:          seconds(t.End - t.FirstArrival),
 		ArrivalSpanSeconds:   seconds(t.LastArrival - t.FirstArrival),
 		GPUMemoryWaitSeconds: seconds(t.MemoryWait),
 		KVNeededBytes:        t.KVNeededBlocks * t.BlockBytes,
 		MaxInFlight:          t.MaxRunning,
-		DecodeBusySeconds:    seconds(t.DecodeBusy),
+		DecodeBusySeconds:    t.DecodeBusy.Seconds(),
 		DecodeSteps:          t.DecodeSteps,
 		MaxDecoding:          t.MaxDecoding,
 	}
 	if span := t.LastArrival - t.FirstArrival; span > 0 {
-		r.OfferedPrefillLoad = seconds(t.OfferedPrefill) / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
+		r.OfferedPrefillLoad = t.OfferedPrefill.Seconds() / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
 		if e.cfg.DecodeOnGPU { // one prefill slot
-			r.OfferedGPULoad = seconds(t.OfferedPrefill+t.OfferedDecode) / seconds(span)
+			all := t.OfferedPrefill
+			all.AddSum(t.OfferedDecode)
+			r.OfferedGPULoad = all.Seconds() / seconds(span)
 		}
 	}
 	for from := range kvtier.NumTiers {
@@ -365,9 +368,9 @@ func (e *engine) result() StrategyResult {
 			BusySeconds: seconds(s.busyTime)})
 	}
 	if e.strategy == costplan.Cost && t.Requests > 0 {
-		n := time.Duration(t.Requests)
-		r.Plan = &PlanTotals{MeanPlannedSeconds: seconds(t.PlannedTime / n),
-			MeanLoadAllSeconds: seconds(t.PlannedLoadAll / n), MeanRecomputeAllSeconds: seconds(t.PlannedRecomputeAll / n)}
+		n := t.Requests
+		r.Plan = &PlanTotals{MeanPlannedSeconds: t.PlannedTime.MeanSeconds(n),
+			MeanLoadAllSeconds: t.PlannedLoadAll.MeanSeconds(n), MeanRecomputeAllSeconds: t.PlannedRecomputeAll.MeanSeconds(n)}
 	}
 	if e.m != nil {
 		mt := e.m.Metrics()

@@ -1,10 +1,12 @@
 package replay
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -50,5 +52,33 @@ func TestHeaderSpansAndKVMemoryBound(t *testing.T) {
 	b.Reset()
 	if err := rep.WriteText(&b); err != nil || strings.Contains(b.String(), "GPU KV memory") {
 		t.Fatalf("a replay that never waited for GPU memory says it did (%v):\n%s", err, b.String())
+	}
+}
+
+// The report's means over requests do not wrap: seven requests of 10^9
+// tokens queue for up to 98 years each, and their waits summed as a
+// time.Duration went past its 292 years, giving a mean queue wait of
+// -1.3e9 s (and, before, a mean TTFT of -868,076,497 s).
+func TestMeansOfHugeRequests(t *testing.T) {
+	e, err := newEngine(DefaultConfig(), costplan.Cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = time.Duration(math.MaxInt64/7) + time.Hour
+	for range 7 {
+		e.res.Requests++
+		e.res.QueueWait.Add(d)
+		e.res.PlannedTime.Add(d)
+		e.res.PlannedLoadAll.Add(d)
+		e.res.PlannedRecomputeAll.Add(d)
+		e.ttfts = append(e.ttfts, d)
+	}
+	res := e.result()
+	want := d.Seconds()
+	for name, got := range map[string]float64{"queue": res.QueueSeconds, "TTFT": res.TTFT.Mean, "planned": res.Plan.MeanPlannedSeconds,
+		"load all": res.Plan.MeanLoadAllSeconds, "recompute all": res.Plan.MeanRecomputeAllSeconds} {
+		if math.Abs(got-want) > 1e-9*want {
+			t.Errorf("mean %s %v s, want %v s", name, got, want)
+		}
 	}
 }

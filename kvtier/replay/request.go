@@ -147,9 +147,9 @@ func (e *engine) arrive() error {
 		e.res.FirstArrival = r.arrival
 	}
 	e.res.LastArrival = r.arrival
-	e.res.OfferedPrefill += e.prefill.Time(r.inputTokens, 0)
+	e.res.OfferedPrefill.Add(e.prefill.Time(r.inputTokens, 0))
 	if e.cfg.DecodeOnGPU {
-		e.res.OfferedDecode += time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
+		e.res.OfferedDecode.Add(time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime))
 	}
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
@@ -285,9 +285,9 @@ func (e *engine) planAndLoad(r *request) {
 		if x := r.ext; x != nil {
 			x.planned = est.Time
 		}
-		e.res.PlannedTime += est.Time
-		e.res.PlannedLoadAll += est.LoadAllTime
-		e.res.PlannedRecomputeAll += est.RecomputeAllTime
+		e.res.PlannedTime.Add(est.Time)
+		e.res.PlannedLoadAll.Add(est.LoadAllTime)
+		e.res.PlannedRecomputeAll.Add(est.RecomputeAllTime)
 	}
 	planned := 0 // loads the plan asked for
 	for _, b := range r.l1.Blocks {
@@ -319,11 +319,11 @@ func (e *engine) planAndLoad(r *request) {
 			e.res.LoadsFrom[b.Tier]++
 			loaded[b.Tier]++
 			e.res.TokensReused += int64(e.blockTokensAt(r, i))
-			e.res.LoadSavedCompute += e.blockCost(r, i)
+			e.res.LoadSavedCompute.Add(e.blockCost(r, i))
 		default: // Recompute: chosen, or forced when no GPU slot was free
 			e.res.RecomputedBlocks++
 			recomputed++
-			e.res.RecomputeSavedLink += e.loadTime[b.Tier]
+			e.res.RecomputeSavedLink.Add(e.loadTime[b.Tier])
 		}
 	}
 	e.res.ForcedRecomputes += int64(planned) // Onboard found no GPU slot for them
@@ -411,7 +411,7 @@ func (e *engine) advance(r *request) {
 		}
 		r.computing = true
 		e.computeRunning++
-		e.res.PrefillBusy += sg.d
+		e.res.PrefillBusy.Add(sg.d)
 		e.schedule(event{at: e.now + sg.d, kind: evComputeDone, r: r, phase: phaseSegment})
 		return
 	}
@@ -448,7 +448,7 @@ func (e *engine) prefilled(r *request) {
 		x.firstToken = e.now + handling
 	}
 	e.ttfts = append(e.ttfts, e.now+handling-r.arrival)
-	e.res.QueueWait += r.started - r.arrival
+	e.res.QueueWait.Add(r.started - r.arrival)
 	e.inPrefill--
 	if e.cfg.DecodeOnGPU {
 		defer e.prefilledOnGPU(r)
