@@ -92,10 +92,10 @@ func promptsSharing(n, keys int, gap time.Duration) Source {
 // budget; with one it keeps up.
 func TestOverBudgetKeepsTheOthers(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.MemoryBudget = 256 << 10
-	rep, err := Run(promptsSharing(300, 64, 4*time.Millisecond), cfg, Options{})
+	cfg.MemoryBudget = 96 << 10
+	rep, err := Run(promptsSharing(200, 32, 4*time.Millisecond), cfg, Options{})
 	var be *BudgetError
-	if !errors.As(err, &be) || !strings.Contains(err.Error(), "strategy none") || !strings.Contains(err.Error(), "over the memory budget of 256KiB") {
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "strategy none") || !strings.Contains(err.Error(), "over the memory budget of 96KiB") {
 		t.Fatalf("error %v, want none's over the budget", err)
 	}
 	if rep == nil || len(rep.OverBudget) != 1 || rep.OverBudget[0].Strategy != "none" {
@@ -104,8 +104,8 @@ func TestOverBudgetKeepsTheOthers(t *testing.T) {
 	var got []string
 	for _, r := range rep.Results {
 		got = append(got, r.Strategy)
-		if r.Requests != 300 {
-			t.Errorf("%s replayed %d requests of 300", r.Strategy, r.Requests)
+		if r.Requests != 200 {
+			t.Errorf("%s replayed %d requests of 200", r.Strategy, r.Requests)
 		}
 	}
 	if want := []string{"cost", "reload", "recompute", "gpu-only"}; !slices.Equal(got, want) {
@@ -116,7 +116,7 @@ func TestOverBudgetKeepsTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := b.String()
-	for _, want := range []string{"NOT FINISHED, over the memory budget of 256KiB", "  none: stopped at line ", "\n       cost ", "\n   gpu-only "} {
+	for _, want := range []string{"NOT FINISHED, over the memory budget of 96KiB", "  none: stopped at line ", "\n       cost ", "\n   gpu-only "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the text report lacks %q:\n%s", want, text)
 		}
