@@ -36,6 +36,7 @@ import (
 // options are the command's flags.
 type options struct {
 	kvtier, baseline, machine, out, note string
+	commit, baselineCommit               string
 	requests, rounds                     int
 }
 
@@ -47,6 +48,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "runs of each binary and mover")
 	flag.StringVar(&o.machine, "machine", "local", "machine name for the results files")
 	flag.StringVar(&o.note, "note", "", "a line on the machine, for the results")
+	flag.StringVar(&o.commit, "commit", "", "the commit -kvtier was built from (empty: what its build info says, if anything)")
+	flag.StringVar(&o.baselineCommit, "baseline-commit", "", "the commit -baseline was built from (empty: what its build info says)")
 	flag.StringVar(&o.out, "out", "benchmarks/results", "directory for replayscale-<machine>.json and .md")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -69,17 +72,21 @@ func run(o options) error {
 	if o.requests < 1 || o.rounds < 1 {
 		return fmt.Errorf("-requests %d, -rounds %d: both must be at least 1", o.requests, o.rounds)
 	}
-	bins := []struct{ label, path string }{{"", o.kvtier}}
+	type binary struct{ label, path, commit string }
+	bins := []binary{{"", o.kvtier, o.commit}}
 	if o.baseline != "" {
-		bins = append(bins, struct{ label, path string }{"baseline ", o.baseline})
+		bins = append(bins, binary{"baseline ", o.baseline, o.baselineCommit})
 	}
 	var vs []*variant
 	for _, b := range bins {
 		if _, err := os.Stat(b.path); err != nil {
 			return err
 		}
+		if b.commit == "" {
+			b.commit = commitOf(b.path)
+		}
 		for _, m := range []string{"device", "model"} {
-			vs = append(vs, &variant{name: fmt.Sprintf("%s%s (%s)", b.label, m, commitOf(b.path)), bin: b.path, mover: m})
+			vs = append(vs, &variant{name: fmt.Sprintf("%s%s (%s)", b.label, m, b.commit), bin: b.path, mover: m})
 		}
 	}
 	for round := range o.rounds {
@@ -123,13 +130,14 @@ func measure(v *variant, requests, round int) error {
 	return nil
 }
 
-// commitOf is the commit bin was built from, as its build info says.
+// commitOf is the commit bin was built from, as its build info says
+// ("commit unknown" when it says none: built with -buildvcs=false).
 func commitOf(bin string) string {
 	bi, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return "commit unknown"
 	}
-	rev, dirty := "unknown", false
+	rev, dirty := "commit unknown", false
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
@@ -148,7 +156,11 @@ func commitOf(bin string) string {
 // movers, then the measured binary's, each device mover against the model
 // mover of its binary, and the measured binary against the baseline.
 func write(o options, vs []*variant) error {
-	f := results.New("replayscale", o.machine, commitOf(o.kvtier))
+	commit := o.commit
+	if commit == "" {
+		commit = commitOf(o.kvtier)
+	}
+	f := results.New("replayscale", o.machine, commit)
 	f.Command = fmt.Sprintf("go run ./benchmarks/replayscale -kvtier %s -baseline %q -rounds %d -machine %s; each run: KVTIER %s",
 		o.kvtier, o.baseline, o.rounds, o.machine, strings.Join(args(o.requests, "MOVER"), " "))
 	if o.note != "" {
