@@ -35,9 +35,10 @@ import (
 
 // options are the command's flags.
 type options struct {
-	kvtier, baseline, machine, out, note string
-	commit, baselineCommit               string
-	requests, rounds                     int
+	kvtier, baseline, machine, out string
+	commit, baselineCommit         string
+	notes                          []string
+	requests, rounds               int
 }
 
 func main() {
@@ -47,7 +48,10 @@ func main() {
 	flag.IntVar(&o.requests, "requests", 10000, "requests of the agentic generator")
 	flag.IntVar(&o.rounds, "rounds", 3, "runs of each binary and mover")
 	flag.StringVar(&o.machine, "machine", "local", "machine name for the results files")
-	flag.StringVar(&o.note, "note", "", "a line on the machine, for the results")
+	flag.Func("note", "a line on the machine or the binaries, for the results (repeatable)", func(s string) error {
+		o.notes = append(o.notes, s)
+		return nil
+	})
 	flag.StringVar(&o.commit, "commit", "", "the commit -kvtier was built from (empty: what its build info says, if anything)")
 	flag.StringVar(&o.baselineCommit, "baseline-commit", "", "the commit -baseline was built from (empty: what its build info says)")
 	flag.StringVar(&o.out, "out", "benchmarks/results", "directory for replayscale-<machine>.json and .md")
@@ -161,11 +165,8 @@ func write(o options, vs []*variant) error {
 		commit = commitOf(o.kvtier)
 	}
 	f := results.New("replayscale", o.machine, commit)
-	f.Command = fmt.Sprintf("go run ./benchmarks/replayscale -kvtier %s -baseline %q -rounds %d -machine %s; each run: KVTIER %s",
-		o.kvtier, o.baseline, o.rounds, o.machine, strings.Join(args(o.requests, "MOVER"), " "))
-	if o.note != "" {
-		f.Notes = append(f.Notes, o.note)
-	}
+	f.Command += "; each run: KVTIER " + strings.Join(args(o.requests, "MOVER"), " ")
+	f.Notes = append(f.Notes, o.notes...)
 	f.Notes = append(f.Notes,
 		"CPU is user plus system time of the process and RSS its peak (wait4's rusage, as /usr/bin/time -v reports them); the default configuration (8B, 40 GiB GPU KV, host 256 GiB, NVMe 2 TiB, the cost strategy and four baselines)",
 		"ratio: a device row's is its binary's model mover's figure over its own (0.5: twice the model's); the measured binary's rows against the baseline's are the baseline's figure over this one's (above 1: less than before)")
