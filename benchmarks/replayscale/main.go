@@ -134,6 +134,19 @@ func measure(v *variant, requests, round int) error {
 	return nil
 }
 
+// commandLine is this run's command as typed: go run and the flags, a
+// flag with a space quoted.
+func commandLine() string {
+	parts := []string{"go run ./benchmarks/replayscale"}
+	for _, a := range os.Args[1:] {
+		if strings.ContainsAny(a, " '\"") {
+			a = strconv.Quote(a)
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
 // commitOf is the commit bin was built from, as its build info says
 // ("commit unknown" when it says none: built with -buildvcs=false).
 func commitOf(bin string) string {
@@ -165,7 +178,7 @@ func write(o options, vs []*variant) error {
 		commit = commitOf(o.kvtier)
 	}
 	f := results.New("replayscale", o.machine, commit)
-	f.Command += "; each run: KVTIER " + strings.Join(args(o.requests, "MOVER"), " ")
+	f.Command = commandLine() + "; each run: KVTIER " + strings.Join(args(o.requests, "MOVER"), " ")
 	f.Notes = append(f.Notes, o.notes...)
 	f.Notes = append(f.Notes,
 		"CPU is user plus system time of the process and RSS its peak (wait4's rusage, as /usr/bin/time -v reports them); the default configuration (8B, 40 GiB GPU KV, host 256 GiB, NVMe 2 TiB, the cost strategy and four baselines)",
