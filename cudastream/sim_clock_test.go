@@ -424,3 +424,43 @@ func TestSimNextEvent(t *testing.T) {
 		t.Fatalf("events observed complete at %v, want [%v %v]: the second copy queues for the engine (EventCost 0)", ends, one, 2*one)
 	}
 }
+
+// A TimingOnly batch keeps one span per memory it touches, not one per
+// descriptor (10,000 descriptors from two registered ranges into one
+// allocation: two spans), and costs as many descriptors as it has; the
+// merged spans still track their memory (unregistering one while the
+// batch is queued faults the stream).
+func TestSimTimingOnlyBatchSpans(t *testing.T) {
+	const descs, size = 10000, 4096
+	link := H200Link()
+	s, err := NewSim(SimConfig{MemoryBytes: descs * size, TimingOnly: true, Clock: SimVirtualClock, Link: link})
+	must(t, err)
+	defer s.Close()
+	p := mustAlloc(t, s, descs*size)
+	host := make([]byte, descs*size)
+	a, b := host[:descs*size/2], host[descs*size/2:]
+	must(t, s.HostRegister(a))
+	must(t, s.HostRegister(b))
+	ops := make([]Copy, descs)
+	for i := range ops {
+		ops[i] = Copy{Dst: uint64(p) + uint64(i*size), Src: HostAddr(host[i*size:]), Bytes: size}
+	}
+	st := mustStream(t, s, 0)
+	must(t, st.CopyBatch(HostToDevice, ops))
+	ss := st.(*simStream)
+	s.mu.Lock()
+	spans := len(ss.q[ss.head].spans)
+	s.mu.Unlock()
+	if spans != 2 {
+		t.Fatalf("a TimingOnly batch of %d descriptors over two host ranges keeps %d spans, want 2", descs, spans)
+	}
+	total := float64(descs * size)
+	bw := time.Duration(total/(49.4*gib)*1e9 + 0.5)
+	if end, want := eventTime(t, s, st), link.CopyLatency+descs*link.DescriptorCost+bw+link.EventCost; end != want {
+		t.Fatalf("the batch ends at %v, want %v (every descriptor priced)", end, want)
+	}
+	must(t, st.CopyBatch(HostToDevice, ops))
+	must(t, s.HostUnregister(b))
+	wantSimError(t, st.Synchronize(), "cuStreamSynchronize", ErrIllegalAddress)
+	must(t, s.HostUnregister(a))
+}

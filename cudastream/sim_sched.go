@@ -30,6 +30,16 @@ type simSpan struct {
 	dstHost, srcHost *simHostRange
 }
 
+// moves reports whether sp moves bytes (both sides backed).
+func (sp *simSpan) moves() bool { return sp.dst != nil && sp.src != nil }
+
+// joins reports whether next, after sp in one op, may be tracked by sp:
+// neither moves bytes and both touch the same memory.
+func (sp *simSpan) joins(next *simSpan) bool {
+	return !sp.moves() && !next.moves() && sp.dstMem == next.dstMem && sp.srcMem == next.srcMem &&
+		sp.dstHost == next.dstHost && sp.srcHost == next.srcHost
+}
+
 func (sp *simSpan) freed() bool {
 	return (sp.dstMem != nil && sp.dstMem.freed) || (sp.srcMem != nil && sp.srcMem.freed) ||
 		(sp.dstHost != nil && sp.dstHost.gone) || (sp.srcHost != nil && sp.srcHost.gone)
@@ -292,7 +302,7 @@ func (s *Sim) finish(st *simStream, op *simOp) {
 		if st.faultCode == 0 {
 			for i := range op.spans {
 				sp := &op.spans[i]
-				if sp.dst != nil && sp.src != nil {
+				if sp.moves() {
 					copy(sp.dst, sp.src)
 				}
 			}

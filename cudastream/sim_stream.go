@@ -258,12 +258,16 @@ const (
 
 // enqueueMany checks ops and enqueues them as one operation: a batch, a
 // copy kernel's launches or the rows of a strided copy. Called with sim.mu
-// held.
+// held. A descriptor that moves no bytes (TimingOnly) joins the span of
+// the one before it when both touch the same memory: the op then keeps a
+// span per memory it touches, not per descriptor, as its completion only
+// checks and counts that memory.
 func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, cost simCost) error {
 	s := st.sim
 	op := s.newOp(simOpCopy, call)
 	op.dir = kind
 	var total int64
+	descriptors := 0
 	for i, c := range ops {
 		sp, err := s.batchSpan(call, kind, c)
 		if err != nil {
@@ -271,11 +275,14 @@ func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, cost si
 			return fmt.Errorf("descriptor %d of %d: %w", i, len(ops), err)
 		}
 		if c.Bytes > 0 {
-			op.spans = append(op.spans, sp)
+			descriptors++
+			if n := len(op.spans); n == 0 || !op.spans[n-1].joins(&sp) {
+				op.spans = append(op.spans, sp)
+			}
 		}
 		total += c.Bytes
 	}
-	if len(op.spans) == 0 {
+	if descriptors == 0 {
 		// Only zero-sized descriptors: the device enqueues nothing.
 		s.putOp(op)
 		return nil
@@ -287,7 +294,7 @@ func (st *simStream) enqueueMany(call string, kind CopyKind, ops []Copy, cost si
 	case simCostOne:
 		op.cost = s.link.copyCost(kind, true, total, 0)
 	default:
-		op.cost = s.link.copyCost(kind, true, total, len(op.spans))
+		op.cost = s.link.copyCost(kind, true, total, descriptors)
 	}
 	s.enqueue(st, op)
 	return nil

@@ -92,7 +92,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if bar != nil {
 		bar.Finish()
 	}
-	if err != nil {
+	if err != nil && rep == nil {
 		fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
 		var le *trace.LineError
 		var ce *replay.ConfigError
@@ -101,6 +101,17 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+	// With err, some strategies stopped over the memory budget: the
+	// report of the others is printed all the same, then the error.
+	if code := writeReplay(a, rep, records, stdout, stderr); code != 0 || err == nil {
+		return code
+	}
+	fmt.Fprintf(stderr, "kvtier replay: %v\n", err)
+	return 1
+}
+
+// writeReplay writes rep where a asks, and ends the requests file.
+func writeReplay(a replayArgs, rep *replay.Report, records *requestsFile, stdout, stderr io.Writer) int {
 	if records != nil {
 		if err := records.close(); err != nil {
 			fmt.Fprintf(stderr, "kvtier replay: --requests-out: %v\n", err)
@@ -115,6 +126,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "kvtier replay: wrote %s\n", strings.Join(files, ", "))
 	}
+	var err error
 	if a.json {
 		err = rep.WriteJSON(stdout)
 	} else {
@@ -232,7 +244,7 @@ func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.Fla
 	fs.BoolVar(&c.Baselines, "baselines", def.Baselines, "also replay under the other strategies")
 	fs.StringVar(&c.Calibration, "calibration", def.Calibration, "a calibration file (`kvtier calc --write-calibration`, a server's, or `kvtier probe --json`): measured prefill and links replace the presets")
 	fs.Uint64Var(&f.seed, "seed", 0, "with --generate: the generator's seed (default: the workload's, 1; the bundled trace is chat with seed 1)")
-	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold (estimated), e.g. 4GiB; a burst past it is an error, not an OOM (0: no limit)")
+	fs.Var(&c.MemoryBudget, "memory-budget", "memory the requests in flight may hold, e.g. 4GiB: their live heap, estimated, twice over for the collector's headroom; a strategy that passes it stops with an error naming it (not an OOM), the others are reported (0: no limit)")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON (byte-identical for the same trace and flags)")
 	fs.StringVar(&f.plotDir, "plot", "", "write TTFT (and --sweep-host) plots as SVG and PNG into this directory")
 	fs.StringVar(&f.sweep, "sweep-host", "", "comma-separated host capacities to replay the chosen strategy at, e.g. 0,64GiB,256GiB,1TiB")

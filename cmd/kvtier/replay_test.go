@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"kvtier.dev/kvtier/replay"
 	"kvtier.dev/kvtier/trace"
@@ -365,6 +366,37 @@ func TestReplayParseSource(t *testing.T) {
 			t.Errorf("%q: %v", c.args, err)
 		case c.want == "" && a.src.Name != c.name:
 			t.Errorf("%q: source %q, want %q", c.args, a.src.Name, c.name)
+		}
+	}
+}
+
+// A replay whose no-cache baseline passes --memory-budget prints the
+// strategies that finished, names the one that did not, and exits 1 with
+// the error. Without a cache the GPU cannot keep up with these prompts
+// (all but their last block shared) and the queue grows past the budget.
+func TestReplayOverBudgetPrintsTheOthers(t *testing.T) {
+	var b []byte
+	for i := range 200 {
+		req := trace.Request{Arrival: time.Duration(i) * 4 * time.Millisecond, BlockTokens: 16, InputTokens: 32 * 16, OutputTokens: 1,
+			Keys: make([]uint64, 32)}
+		for k := range req.Keys {
+			req.Keys[k] = uint64(k) + 1
+		}
+		req.Keys[31] = uint64(1000 + i)
+		b = trace.AppendNative(b, &req)
+	}
+	path := filepath.Join(t.TempDir(), "shared.jsonl")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runReplayArgs(t, "--trace", path, "--memory-budget", "96KiB")
+	if code != 1 || !strings.Contains(errs, "strategy none") || !strings.Contains(errs, "over the memory budget of 96KiB") {
+		t.Fatalf("exit %d, stderr %q; want 1 and none's error", code, errs)
+	}
+	for _, want := range []string{"\n       cost ", "\n     reload ", "\n  recompute ", "\n   gpu-only ",
+		"NOT FINISHED, over the memory budget of 96KiB", "\n  none: stopped at line "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -150,15 +150,15 @@ func plansSeeTheQueuedLoads(t *testing.T, mover string) {
 	for _, d := range e.ttfts {
 		ttfts += d
 	}
-	t.Logf("alone: %d recomputed; %d together: %d recomputed, planned %v in all, replayed %v",
-		lone.res.RecomputedBlocks, requests, e.res.RecomputedBlocks, e.res.PlannedTime, ttfts)
+	t.Logf("alone: %d recomputed; %d together: %d recomputed, planned %v s in all, replayed %v",
+		lone.res.RecomputedBlocks, requests, e.res.RecomputedBlocks, e.res.PlannedTime.Seconds(), ttfts)
 	if e.res.RecomputedBlocks <= requests*lone.res.RecomputedBlocks {
 		t.Errorf("%d requests together recomputed %d blocks, %d alone each: the queue was not seen",
 			requests, e.res.RecomputedBlocks, lone.res.RecomputedBlocks)
 	}
 	// Request i waits behind the i onboards before its own.
 	issue := time.Duration(requests*(requests+1)/2) * e.issueCost(blocks)
-	if p := e.res.PlannedTime; ttfts < p-p/100 || ttfts > p+p/100+issue {
+	if p := time.Duration(e.res.PlannedTime.Seconds() * 1e9); ttfts < p-p/100 || ttfts > p+p/100+issue {
 		t.Errorf("planned %v behind the queue, replayed %v (device issue costs at most %v)", p, ttfts, issue)
 	}
 	if e.res.PlanErrors != 0 {

@@ -153,12 +153,14 @@ type Config struct {
 	Calibration string `json:"calibration"`
 
 	// MemoryBudget bounds the memory of the requests in flight (arrived
-	// and not done), e.g. "4GiB", by an estimate from above: about 2.2 KiB
-	// for a request of 16 blocks. The trace is read lazily, so this is what
-	// grows when the modelled server falls behind or the trace bursts
-	// (300,000 requests of 16 blocks at one timestamp: about 0.6 GiB);
-	// past the budget the replay stops with an error that says so, and the
-	// report gives the peak. 0 means no limit.
+	// and not done), e.g. "4GiB": their live heap as the replay estimates
+	// it, about 0.3 KiB for a request of 16 blocks while it waits and 3 KiB
+	// once it starts (its leases), twice over for the collector's
+	// headroom. The trace is read lazily, so this is what grows when the
+	// modelled server falls behind or the trace bursts (300,000 requests of
+	// 16 blocks at one timestamp: about 0.1 GiB live); a strategy that
+	// passes the budget stops with an error that says so, the others are
+	// reported (Run), and the report gives the peak. 0 means no limit.
 	MemoryBudget Bytes `json:"memory_budget"`
 }
 

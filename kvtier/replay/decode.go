@@ -73,7 +73,7 @@ func (e *engine) startRound() {
 	clear(e.decoding[len(kept):])
 	e.decoding = kept
 	e.res.DecodeSteps += int64(n)
-	e.res.DecodeBusy += at - e.now
+	e.res.DecodeBusy.Add(at - e.now)
 	e.schedule(event{at: at, kind: evRoundDone})
 }
 

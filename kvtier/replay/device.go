@@ -347,6 +347,7 @@ func (r *relay) Complete(i int, err error) {
 	if err != nil {
 		d.fail(fmt.Errorf("replay: mover device: %v slot %d to %v slot %d: %w", op.From, op.FromSlot, op.To, op.ToSlot, err))
 	}
+	e.copiedFromGPU(&op)
 	parent.Complete(pi, err) // may submit more copies (write-through)
 	if req != nil {
 		req.pendingLoads--

@@ -25,7 +25,9 @@
 //     by its tokens), load everything (costplan.Reload) or recompute
 //     everything not on the GPU (costplan.Recompute);
 //  3. submits its loads (Onboard), and reserves GPU slots for every block it
-//     will compute (InsertKeys);
+//     will compute (InsertKeys); when copies still hold the slots it needs,
+//     it waits until they have freed as many as it lacked, and is tried
+//     again then, not after every copy (space.go);
 //  4. executes the plan as kvtier/cost's Planner models it: the loads cross
 //     the GPU's ingress one after another in block order, and each
 //     recomputed block runs (kvtier/cost's prefill time, attention
@@ -127,7 +129,9 @@
 //
 //   - The trace streams: the replay holds the requests in flight, never the
 //     trace, so memory does not grow with the trace's length (as long as
-//     the modelled server keeps up with it).
+//     the modelled server keeps up with it). A strategy whose requests in
+//     flight pass Config.MemoryBudget stops with a *BudgetError; the others
+//     are replayed and reported (Report.OverBudget names it).
 //   - Determinism: the same trace and Config give byte-identical JSON
 //     (Report holds no map and no wall-clock time), and byte-identical
 //     request records (Options.OnRequest, RequestLines: one RequestRecord

@@ -3,7 +3,6 @@ package replay
 import (
 	"fmt"
 	"time"
-	"unsafe"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
@@ -71,24 +70,29 @@ type engine struct {
 	gpuSlots   int64 // the GPU's KV capacity in blocks
 
 	computeRunning int // requests running a segment of prefill
+	// memBlocked: the request first in line waits for GPU memory with a
+	// prefill slot free, since memBlockedAt (memoryWait).
+	memBlocked   bool
+	memBlockedAt time.Duration
 
 	// With Config.DecodeOnGPU (decode.go):
 	decoding []*request // the requests decoding, in the order they started
 	inRound  bool       // a decode round is running on the GPU
 
-	inFlight int        // copies submitted and not completed
-	waiting  []*request // requests waiting for GPU space (write-back)
-	retry    []*request // the other buffer of waiting
+	inFlight int // copies submitted and not completed
 	// driveCopies are the copies of inFlight between the host tier and
 	// the drive (writes, prefetches): none frees or takes a GPU slot.
 	driveCopies int
-	// driveOnly marks an event that moved nothing in or out of the GPU (a
-	// copy on the drive's channel): it frees no GPU slot, so the waiting
-	// inserts are not retried after it, unless it was the last copy of the
-	// GPU's in flight. (Retrying after each of the drive's copies cost
-	// every waiting request's lookup per copy.)
-	driveOnly bool
-	free      []*request
+	// Requests waiting for GPU slots (space.go), in arrival order, and
+	// the other buffer of waiting; gpuFreed counts the slots the copies
+	// out of the GPU and the released leases may have freed so far, and
+	// wake is the least count at which a waiting request may fit.
+	waiting, retry []*request
+	gpuFreed, wake int64
+	// free and keptLeases are done requests and their leases, kept for
+	// the next requests (budget.go).
+	free       []*request
+	keptLeases []*leasePair
 
 	src     *trace.Reader
 	next    trace.Request
@@ -112,7 +116,7 @@ func newEngine(cfg Config, strategy costplan.Strategy) (*engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &engine{cfg: cfg, strategy: strategy}
+	e := &engine{cfg: cfg, strategy: strategy, wake: noWake}
 	var err error
 	if e.model, err = cost.LookupModel(cfg.Model); err != nil {
 		return nil, cfgErr("model", "%v", err)
@@ -277,9 +281,6 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		}
 	}()
 	e.src = src
-	if e.usesExt() {
-		e.flight.ext = int64(unsafe.Sizeof(requestExt{}))
-	}
 	if err := e.readNext(); err != nil {
 		return err
 	}
@@ -308,7 +309,6 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		}
 		ev := e.events.pop()
 		e.now = ev.at
-		e.driveOnly = ev.kind == evCopyDone && e.serving[ev.ch].hostDrive
 		if e.dev != nil { // nothing of the device's ends by then: move its clock only
 			if err := e.dev.setClock(ev.at); err != nil {
 				return err
@@ -340,15 +340,17 @@ func (e *engine) run(src *trace.Reader) (err error) {
 // afterEvent is what follows every event: the requests that waited for
 // space or a prefill slot go on, and the first error stops the replay.
 func (e *engine) afterEvent() error {
-	if len(e.waiting) > 0 && (!e.driveOnly || e.inFlight == e.driveCopies) {
+	if e.slotsMayFit() {
 		e.retryWaiting()
 	}
-	e.driveOnly = false
 	if e.admitHead < len(e.admitQueue) {
 		e.admit() // a release or a copy may have made room
 	}
 	if e.clock.err != nil {
 		return e.clock.err
+	}
+	if e.flight.err != nil {
+		return e.flight.err
 	}
 	if e.recordErr != nil {
 		return e.recordErr

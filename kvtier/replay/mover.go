@@ -83,6 +83,7 @@ func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
 		// this one is dropped, as an offload engine does when its
 		// queue is full. The manager frees the destination slot.
 		e.res.DroppedOffloads++
+		e.copiedFromGPU(op)
 		t.Complete(i, errOffloadDropped)
 		return
 	}
@@ -145,6 +146,7 @@ func (e *engine) copyDone(ch channel) {
 		e.kick(ch)
 		return
 	}
+	e.copiedFromGPU(&j.t.Ops[j.op])
 	j.t.Complete(j.op, nil) // may submit more copies (write-through)
 	if r := j.req; r != nil {
 		r.pendingLoads--

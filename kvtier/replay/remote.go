@@ -135,7 +135,7 @@ func (e *engine) fetch(r *request) bool {
 	rl.found, rl.inHost = resize(rl.found, n), resize(rl.inHost, n)
 	for i, b := range r.l1.Blocks {
 		rl.found[b.Position] = true
-		_, rl.inHost[b.Position] = e.m.ReadySlot(&r.l1, i, kvtier.Host)
+		_, rl.inHost[b.Position] = e.m.ReadySlot(r.l1, i, kvtier.Host)
 	}
 	first := 0 // the local prefix: [0, first)
 	for first < n && rl.found[first] {
@@ -209,7 +209,7 @@ func resize(s []bool, n int) []bool {
 // fetchDone puts r's fetched blocks into the host tier, looks r up again
 // and goes on with its start.
 func (e *engine) fetchDone(r *request) {
-	e.m.Release(&r.l1)
+	e.release(r.l1)
 	var w kvtier.Lease
 	err := e.m.InsertKeys(r.salt, r.keys[:r.fetchEnd], kvtier.Host, &w)
 	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
@@ -224,7 +224,7 @@ func (e *engine) fetchDone(r *request) {
 		invariants.Failf("replay: Commit: %v", err)
 	}
 	e.m.Release(&w)
-	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
+	if err := e.m.LookupKeys(r.salt, r.keys, r.l1); err != nil {
 		invariants.Failf("replay: LookupKeys: %v", err)
 	}
 	r.floorAt = e.now + e.floor

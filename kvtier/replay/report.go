@@ -22,29 +22,33 @@ type tally struct {
 	UsedBlocks, LoadedBlocks      int64
 	LoadsFrom                     [kvtier.NumTiers]int64
 	TokensReused                  int64
-	LoadSavedCompute              time.Duration
+	LoadSavedCompute              results.DurationSum
 	RecomputedBlocks              int64
 	ForcedRecomputes              int64
-	RecomputeSavedLink            time.Duration
+	RecomputeSavedLink            results.DurationSum
 	MissBlocks, UncachedBlocks    int64
 	SpaceWaits                    int64
+	insertTries                   int64 // InsertKeys into the GPU, first tries and retries (space.go)
 	PlanErrors                    int64
 	DroppedOffloads               int64
 	Prefetched                    int64 // blocks copied from NVMe to the host tier for waiting requests
-	PlannedTime, PlannedLoadAll   time.Duration
-	PlannedRecomputeAll           time.Duration
-	PrefillBusy                   time.Duration
-	OfferedPrefill                time.Duration // every prompt prefilled whole, no cache
-	OfferedDecode                 time.Duration // every decode step (Config.DecodeOnGPU)
-	DecodeBusy                    time.Duration // the decode rounds on the GPU (Config.DecodeOnGPU)
-	DecodeSteps, MaxDecoding      int64
-	FirstArrival, LastArrival     time.Duration
-	Running, MaxRunning           int64 // requests prefilling or decoding
-	QueueWait                     time.Duration
-	End                           time.Duration
-	BlockBytes                    int64
-	CapacityBlocks                [kvtier.NumTiers]int64
-	copies                        [kvtier.NumTiers][kvtier.NumTiers]int64
+	// Sums over requests, which a time.Duration cannot always hold.
+	PlannedTime, PlannedLoadAll results.DurationSum
+	PlannedRecomputeAll         results.DurationSum
+	PrefillBusy                 results.DurationSum
+	OfferedPrefill              results.DurationSum // every prompt prefilled whole, no cache
+	OfferedDecode               results.DurationSum // every decode step (Config.DecodeOnGPU)
+	DecodeBusy                  results.DurationSum // the decode rounds on the GPU (Config.DecodeOnGPU)
+	DecodeSteps, MaxDecoding    int64
+	FirstArrival, LastArrival   time.Duration
+	MemoryWait                  time.Duration // the first in line waited for GPU memory, a slot free
+	KVNeededBlocks              int64         // the most blocks it and those running needed then
+	Running, MaxRunning         int64         // requests prefilling or decoding
+	QueueWait                   results.DurationSum
+	End                         time.Duration
+	BlockBytes                  int64
+	CapacityBlocks              [kvtier.NumTiers]int64
+	copies                      [kvtier.NumTiers][kvtier.NumTiers]int64
 }
 
 // Report is a replay's outcome: the trace, the configuration, and one
@@ -71,6 +75,21 @@ type Report struct {
 	// Config.MemoryBudget.
 	PeakInFlightRequests int64 `json:"peak_in_flight_requests"`
 	PeakInFlightBytes    Bytes `json:"peak_in_flight_bytes"`
+	// OverBudget are the strategies whose replay stopped over
+	// Config.MemoryBudget, in the order replayed; Results holds those
+	// that finished.
+	OverBudget []OverBudget `json:"over_budget,omitempty"`
+}
+
+// OverBudget is a strategy whose replay passed Config.MemoryBudget.
+type OverBudget struct {
+	Strategy string `json:"strategy"`
+	// Line is how far the trace was read when it stopped, and
+	// InFlightRequests and InFlightBytes what was in flight then (the
+	// bytes an estimate of live heap, as PeakInFlightBytes).
+	Line             int   `json:"line"`
+	InFlightRequests int64 `json:"in_flight_requests"`
+	InFlightBytes    Bytes `json:"in_flight_bytes"`
 }
 
 // StrategyResult is one strategy's replay of the trace.
@@ -97,8 +116,10 @@ type StrategyResult struct {
 	// in the GPU (every slot in use).
 	MissBlocks     int64 `json:"miss_blocks"`
 	UncachedBlocks int64 `json:"uncached_blocks"`
-	// SpaceWaits counts requests that waited for demotions to free GPU
-	// slots (write-back).
+	// SpaceWaits counts the requests whose insert found too few GPU slots
+	// free, held by blocks that copies still read (offloads, write-through
+	// copies, write-back demotions), and that waited for those copies to
+	// free them (each request once, however often it waited).
 	SpaceWaits int64 `json:"space_waits"`
 	// DroppedOffloads are offloads refused because their link's queue was
 	// full (the link could not keep up).
@@ -112,9 +133,19 @@ type StrategyResult struct {
 	Links        []LinkResult        `json:"links"`
 	TTFT         results.Percentiles `json:"ttft"`
 	// PrefillBusySeconds is the GPU time spent prefilling; over SpanSeconds
-	// (first arrival to last request done) it is the prefill load.
+	// (the replay's span: first arrival to last request done) it is the
+	// prefill load. ArrivalSpanSeconds is the trace's: first arrival to
+	// last.
 	PrefillBusySeconds float64 `json:"prefill_busy_s"`
 	SpanSeconds        float64 `json:"span_s"`
+	ArrivalSpanSeconds float64 `json:"arrival_span_s"`
+	// GPUMemoryWaitSeconds is how long the request first in line waited
+	// for GPU memory for its blocks, in all, while a prefill could have
+	// started (a slot free); KVNeededBytes is the most KV it and the
+	// requests prefilling and decoding needed at once while it waited
+	// (per GPU): above the GPU tier, the replay is bound by KV memory.
+	GPUMemoryWaitSeconds float64 `json:"gpu_memory_wait_s"`
+	KVNeededBytes        int64   `json:"kv_needed_bytes"`
 	// OfferedPrefillLoad is the prefill work the trace offers, every prompt
 	// prefilled whole (no prefix cache, each at least a forward pass), over
 	// the span of its arrivals and the prefill slots (one GPU's capacity
@@ -285,7 +316,7 @@ func (e *engine) result() StrategyResult {
 		SpaceWaits:      t.SpaceWaits,
 		DroppedOffloads: t.DroppedOffloads,
 		PlanErrors:      t.PlanErrors,
-		QueueSeconds:    seconds(t.QueueWait / time.Duration(max(1, t.Requests))),
+		QueueSeconds:    t.QueueWait.MeanSeconds(t.Requests),
 		HitRatio: TierRatios{
 			GPU: ratio(t.HitBlocks[kvtier.GPU], t.Blocks), Host: ratio(t.HitBlocks[kvtier.Host], t.Blocks),
 			NVMe:    ratio(t.HitBlocks[kvtier.NVMe], t.Blocks),
@@ -293,22 +324,27 @@ func (e *engine) result() StrategyResult {
 		},
 		CapacityBlocks: TierCounts{t.CapacityBlocks[kvtier.GPU], t.CapacityBlocks[kvtier.Host], t.CapacityBlocks[kvtier.NVMe]},
 		Loads: LoadResult{Blocks: t.LoadedBlocks, FromHost: t.LoadsFrom[kvtier.Host], FromNVMe: t.LoadsFrom[kvtier.NVMe],
-			PrefillSavedSeconds: seconds(t.LoadSavedCompute)},
+			PrefillSavedSeconds: t.LoadSavedCompute.Seconds()},
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
-			LinkSavedSeconds: seconds(t.RecomputeSavedLink)},
-		TTFT:               results.PercentilesOf(e.ttfts),
-		TTFTQuantiles:      quantiles(e.ttfts),
-		PrefillBusySeconds: seconds(t.PrefillBusy),
-		SpanSeconds:        seconds(t.End),
-		MaxInFlight:        t.MaxRunning,
-		DecodeBusySeconds:  seconds(t.DecodeBusy),
-		DecodeSteps:        t.DecodeSteps,
-		MaxDecoding:        t.MaxDecoding,
+			LinkSavedSeconds: t.RecomputeSavedLink.Seconds()},
+		TTFT:                 results.PercentilesOf(e.ttfts),
+		TTFTQuantiles:        quantiles(e.ttfts),
+		PrefillBusySeconds:   t.PrefillBusy.Seconds(),
+		SpanSeconds:          seconds(t.End - t.FirstArrival),
+		ArrivalSpanSeconds:   seconds(t.LastArrival - t.FirstArrival),
+		GPUMemoryWaitSeconds: seconds(t.MemoryWait),
+		KVNeededBytes:        t.KVNeededBlocks * t.BlockBytes,
+		MaxInFlight:          t.MaxRunning,
+		DecodeBusySeconds:    t.DecodeBusy.Seconds(),
+		DecodeSteps:          t.DecodeSteps,
+		MaxDecoding:          t.MaxDecoding,
 	}
 	if span := t.LastArrival - t.FirstArrival; span > 0 {
-		r.OfferedPrefillLoad = seconds(t.OfferedPrefill) / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
+		r.OfferedPrefillLoad = t.OfferedPrefill.Seconds() / seconds(span) / float64(max(1, e.cfg.PrefillSlots))
 		if e.cfg.DecodeOnGPU { // one prefill slot
-			r.OfferedGPULoad = seconds(t.OfferedPrefill+t.OfferedDecode) / seconds(span)
+			all := t.OfferedPrefill
+			all.AddSum(t.OfferedDecode)
+			r.OfferedGPULoad = all.Seconds() / seconds(span)
 		}
 	}
 	for from := range kvtier.NumTiers {
@@ -332,9 +368,9 @@ func (e *engine) result() StrategyResult {
 			BusySeconds: seconds(s.busyTime)})
 	}
 	if e.strategy == costplan.Cost && t.Requests > 0 {
-		n := time.Duration(t.Requests)
-		r.Plan = &PlanTotals{MeanPlannedSeconds: seconds(t.PlannedTime / n),
-			MeanLoadAllSeconds: seconds(t.PlannedLoadAll / n), MeanRecomputeAllSeconds: seconds(t.PlannedRecomputeAll / n)}
+		n := t.Requests
+		r.Plan = &PlanTotals{MeanPlannedSeconds: t.PlannedTime.MeanSeconds(n),
+			MeanLoadAllSeconds: t.PlannedLoadAll.MeanSeconds(n), MeanRecomputeAllSeconds: t.PlannedRecomputeAll.MeanSeconds(n)}
 	}
 	if e.m != nil {
 		mt := e.m.Metrics()
@@ -364,6 +400,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	r.writeHeader(&b)
 	r.writeTables(&b)
+	r.writeOverBudget(&b)
 	r.writeNotes(&b)
 	if r.RemoteSweep != nil {
 		r.RemoteSweep.writeText(&b, r.Results[0].Strategy)
@@ -379,8 +416,8 @@ func (r *Report) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, "trace %s (%s): ", r.Trace, r.Format)
 	if len(r.Results) > 0 {
 		res := &r.Results[0]
-		fmt.Fprintf(b, "%d requests, %d block references of %d tokens (%s each), %.0f s",
-			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.SpanSeconds)
+		fmt.Fprintf(b, "%d requests, %d block references of %d tokens (%s each), arriving over %.0f s; replayed (%s) over %.0f s, to the last request done",
+			res.Requests, res.Blocks, r.BlockTokens, Bytes(r.BlockBytes), res.ArrivalSpanSeconds, res.Strategy, res.SpanSeconds)
 	}
 	if r.SkippedLines > 0 {
 		fmt.Fprintf(b, ", %d bad lines skipped", r.SkippedLines)
@@ -390,9 +427,35 @@ func (r *Report) writeHeader(b *strings.Builder) {
 		writeMode(c.WriteThrough), c.NVMeAdmission)
 	fmt.Fprintf(b, "decode %v per token%s; %s\n", c.DecodeTokenTime, decodeNote(c), prefillNote(c.PrefillSlots))
 	fmt.Fprintf(b, "copies: %s\n", moverNote(c.Mover))
-	fmt.Fprintf(b, "memory: at most %d requests in flight, about %s, of a budget of %v\n", r.PeakInFlightRequests, mib(int64(r.PeakInFlightBytes)), budgetNote(c.MemoryBudget))
+	fmt.Fprintf(b, "memory: at most %d requests in flight, holding about %s of live heap (up to %dx that between collections), of a budget of %v\n",
+		r.PeakInFlightRequests, fmtBytes(int64(r.PeakInFlightBytes)), heapGrowth, budgetNote(c.MemoryBudget))
 	if len(r.Results) > 0 {
 		r.writeLoad(b)
+		r.writeKVMemory(b)
+	}
+	b.WriteString("\n")
+}
+
+// kvBoundShare is the share of the replay's span the request first in line
+// may wait for GPU memory, a prefill slot free, before the report calls
+// the replay bound by KV memory.
+const kvBoundShare = 0.1
+
+// writeKVMemory says, when requests waited for GPU memory, how long and
+// how much KV they needed, and flags a replay bound by it.
+func (r *Report) writeKVMemory(b *strings.Builder) {
+	res := &r.Results[0]
+	if res.GPUMemoryWaitSeconds == 0 {
+		return
+	}
+	share := 0.0
+	if res.SpanSeconds > 0 {
+		share = res.GPUMemoryWaitSeconds / res.SpanSeconds
+	}
+	fmt.Fprintf(b, "GPU KV memory (%s): the request first in line waited %s in all for GPU memory with a prefill slot free (%.0f%% of the replay's span); with the requests running it needed up to %s of KV at once, on a GPU tier of %s",
+		res.Strategy, fmtSeconds(res.GPUMemoryWaitSeconds), 100*share, fmtBytes(res.KVNeededBytes), r.Config.GPUBytes)
+	if share >= kvBoundShare {
+		b.WriteString(": BOUND BY GPU KV MEMORY; requests queue for it and TTFT grows with the trace")
 	}
 	b.WriteString("\n")
 }
@@ -401,6 +464,10 @@ func (r *Report) writeHeader(b *strings.Builder) {
 // is more than the GPU can serve.
 func (r *Report) writeLoad(b *strings.Builder) {
 	c := &r.Config
+	if res := &r.Results[0]; res.ArrivalSpanSeconds == 0 && res.Requests > 1 {
+		b.WriteString("offered prefill load: every request arrives at once, so the trace offers no rate; they queue\n")
+		return
+	}
 	load := r.Results[0].OfferedPrefillLoad
 	per := "of the GPU's prefill capacity"
 	if c.PrefillSlots == 0 {
@@ -448,6 +515,19 @@ func (r *Report) writeTables(b *strings.Builder) {
 			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
 	}
 	tw.Flush()
+}
+
+// writeOverBudget names the strategies that stopped over the memory
+// budget, and where.
+func (r *Report) writeOverBudget(b *strings.Builder) {
+	if len(r.OverBudget) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nNOT FINISHED, over the memory budget of %v (the tables hold the strategies that finished):\n", r.Config.MemoryBudget)
+	for _, o := range r.OverBudget {
+		fmt.Fprintf(b, "  %s: stopped at line %d of the trace, %d requests in flight holding about %s\n",
+			o.Strategy, o.Line, o.InFlightRequests, fmtBytes(int64(o.InFlightBytes)))
+	}
 }
 
 // writeNotes writes what follows the tables: the links, decode, holes,

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,8 +24,14 @@ type request struct {
 	inputTokens int
 	outTokens   int
 	prefetched  bool // first in line once: its NVMe blocks prefetched
+	waited      bool // it waited for GPU slots (space.go)
+	wakeAt      int64
 
-	l1, l2 kvtier.Lease // the looked-up prefix; the whole request in the GPU
+	// l1 and l2 are its leases once started, of ls: the looked-up prefix,
+	// the whole request in the GPU; nil while queued (budget.go).
+	l1, l2 *kvtier.Lease
+	ls     *leasePair
+	held   int64 // its own bytes, as inFlight counts them
 
 	pendingLoads int // its loads not yet landed
 	landed       int // its loads landed: the first ones, in block order
@@ -41,14 +46,14 @@ type request struct {
 	passEnd   time.Duration // the pass's own cost and its read of the present tokens (plan)
 	fetchEnd  int           // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 	// ext is what only some replays need (Config.DecodeOnGPU,
-	// Options.OnRequest); nil in the others, so that the request, and the
-	// memory estimate of the requests in flight, stay as they were.
+	// Options.OnRequest); nil in the others, so that the request stays
+	// small.
 	ext *requestExt
 }
 
 // requestExt is the part of a request that only the replays with
 // Config.DecodeOnGPU or Options.OnRequest keep (engine.usesExt); the
-// memory estimate then counts it (budget.go).
+// memory estimate counts it (budget.go).
 type requestExt struct {
 	index      int64         // its position in the trace, from 0
 	firstToken time.Duration // its prefill ended
@@ -114,12 +119,14 @@ func (e *engine) newRequest() *request {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
 	r.pendingLoads, r.landed, r.segs, r.segNext, r.computing, r.inserted, r.started = 0, 0, r.segs[:0], 0, false, false, 0
+	r.waited = false
 	if e.usesExt() {
 		if r.ext == nil {
 			r.ext = new(requestExt)
 		}
 		*r.ext = requestExt{index: e.res.Requests}
 	}
+	e.flight.resize(&r.held, r.bytes())
 	return r
 }
 
@@ -132,16 +139,17 @@ func (e *engine) blockTokensAt(r *request, i int) int {
 // arrive queues the arriving request for admission.
 func (e *engine) arrive() error {
 	r := e.newRequest()
-	if err := e.flight.arrive(len(r.keys), e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
+	e.flight.arrive()
+	if err := e.flight.check(e.cfg.MemoryBudget, e.name, e.src.Line()); err != nil {
 		return err
 	}
 	if e.res.Requests == 0 {
 		e.res.FirstArrival = r.arrival
 	}
 	e.res.LastArrival = r.arrival
-	e.res.OfferedPrefill += e.prefill.Time(r.inputTokens, 0)
+	e.res.OfferedPrefill.Add(e.prefill.Time(r.inputTokens, 0))
 	if e.cfg.DecodeOnGPU {
-		e.res.OfferedDecode += time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime)
+		e.res.OfferedDecode.Add(time.Duration(max(0, r.outTokens-1)) * time.Duration(e.cfg.DecodeTokenTime))
 	}
 	e.res.Requests++
 	e.res.InputTokens += int64(r.inputTokens)
@@ -203,7 +211,26 @@ func (e *engine) admit() {
 		e.gpuHeld += int64(len(r.keys))
 		e.begin(r)
 	}
+	e.memoryWait()
 	e.prefetch()
+}
+
+// memoryWait times the waits of the request first in line for GPU memory
+// while a prefill could start, and the KV it and those running needed.
+func (e *engine) memoryWait() {
+	slots := e.cfg.PrefillSlots
+	blocked := e.admitHead < len(e.admitQueue) && (slots == 0 || e.inPrefill < slots) && e.mayPrefill()
+	if blocked {
+		need := e.gpuHeld + int64(len(e.admitQueue[e.admitHead].keys))
+		e.res.KVNeededBlocks = max(e.res.KVNeededBlocks, need)
+	}
+	switch {
+	case blocked && !e.memBlocked:
+		e.memBlocked, e.memBlockedAt = true, e.now
+	case !blocked && e.memBlocked:
+		e.memBlocked = false
+		e.res.MemoryWait += e.now - e.memBlockedAt
+	}
 }
 
 // fits reports whether the GPU can hold r's blocks now, beside those of
@@ -223,6 +250,7 @@ func (e *engine) begin(r *request) {
 	if e.m == nil { // no prefix cache: prefill everything
 		r.inserted = true
 		e.plan(r)
+		e.held(r)
 		e.res.MissBlocks += int64(len(r.keys))
 		if x := r.ext; x != nil {
 			x.missed = len(r.keys)
@@ -230,7 +258,8 @@ func (e *engine) begin(r *request) {
 		e.advance(r)
 		return
 	}
-	if err := e.m.LookupKeys(r.salt, r.keys, &r.l1); err != nil {
+	e.takeLeases(r)
+	if err := e.m.LookupKeys(r.salt, r.keys, r.l1); err != nil {
 		invariants.Failf("replay: LookupKeys: %v", err) // the lease is always released
 	}
 	if e.remote != nil && e.fetch(r) {
@@ -245,7 +274,7 @@ func (e *engine) planAndLoad(r *request) {
 	if err := r.l1.SetTokens(r.inputTokens); err != nil {
 		invariants.Failf("replay: %v", err) // the trace reader checks keys against tokens
 	}
-	if err := e.m.Plan(&r.l1); err != nil {
+	if err := e.m.Plan(r.l1); err != nil {
 		e.res.PlanErrors++ // the manager loaded every cached block instead
 	}
 	if e.planned != nil {
@@ -256,9 +285,9 @@ func (e *engine) planAndLoad(r *request) {
 		if x := r.ext; x != nil {
 			x.planned = est.Time
 		}
-		e.res.PlannedTime += est.Time
-		e.res.PlannedLoadAll += est.LoadAllTime
-		e.res.PlannedRecomputeAll += est.RecomputeAllTime
+		e.res.PlannedTime.Add(est.Time)
+		e.res.PlannedLoadAll.Add(est.LoadAllTime)
+		e.res.PlannedRecomputeAll.Add(est.RecomputeAllTime)
 	}
 	planned := 0 // loads the plan asked for
 	for _, b := range r.l1.Blocks {
@@ -267,9 +296,9 @@ func (e *engine) planAndLoad(r *request) {
 		}
 	}
 	if planned > 0 {
-		e.loading[&r.l1] = r
-		err := e.m.Onboard(&r.l1)
-		delete(e.loading, &r.l1)
+		e.loading[r.l1] = r
+		err := e.m.Onboard(r.l1)
+		delete(e.loading, r.l1)
 		if err != nil {
 			invariants.Failf("replay: Onboard: %v", err) // the GPU tier is always present
 		}
@@ -290,11 +319,11 @@ func (e *engine) planAndLoad(r *request) {
 			e.res.LoadsFrom[b.Tier]++
 			loaded[b.Tier]++
 			e.res.TokensReused += int64(e.blockTokensAt(r, i))
-			e.res.LoadSavedCompute += e.blockCost(r, i)
+			e.res.LoadSavedCompute.Add(e.blockCost(r, i))
 		default: // Recompute: chosen, or forced when no GPU slot was free
 			e.res.RecomputedBlocks++
 			recomputed++
-			e.res.RecomputeSavedLink += e.loadTime[b.Tier]
+			e.res.RecomputeSavedLink.Add(e.loadTime[b.Tier])
 		}
 	}
 	e.res.ForcedRecomputes += int64(planned) // Onboard found no GPU slot for them
@@ -317,10 +346,14 @@ func (e *engine) planAndLoad(r *request) {
 func (e *engine) plan(r *request) {
 	loads, j := 0, 0 // j: the next looked-up block, in position order
 	computed, present := 0, 0
+	var found []kvtier.Block // none without a prefix cache
+	if r.l1 != nil {
+		found = r.l1.Blocks
+	}
 	for i := range r.keys {
 		tokens := e.blockTokensAt(r, i)
-		if j < r.l1.Len() && r.l1.Blocks[j].Position == i {
-			b := r.l1.Blocks[j]
+		if j < len(found) && found[j].Position == i {
+			b := found[j]
 			j++
 			if b.Loading {
 				loads++
@@ -361,43 +394,6 @@ func (e *engine) blockCost(r *request, i int) time.Duration {
 	return e.fullBlockCost[i]
 }
 
-// insert reserves the request's blocks in the GPU and starts its prefill.
-// With write-back, a full GPU frees slots only once demotions complete: the
-// request then waits for them.
-func (e *engine) insert(r *request) {
-	err := e.m.InsertKeys(r.salt, r.keys, kvtier.GPU, &r.l2)
-	if err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		invariants.Failf("replay: InsertKeys: %v", err) // only ErrNoSpace is possible on valid input
-	}
-	if err != nil && e.inFlight > e.driveCopies { // copies of the GPU's may free slots
-		e.m.Release(&r.l2)
-		e.waiting = append(e.waiting, r)
-		e.res.SpaceWaits++
-		return
-	}
-	if err != nil {
-		e.res.UncachedBlocks += int64(len(r.keys) - r.l2.Len())
-	}
-	r.inserted = true
-	e.advance(r)
-}
-
-// retryWaiting retries the inserts of requests waiting for GPU space, in
-// arrival order. A request larger than the GPU fails until the GPU's
-// copies in flight are done (insert): it is not retried before.
-func (e *engine) retryWaiting() {
-	w := e.waiting
-	e.waiting, e.retry = e.retry[:0], w
-	for i, r := range w {
-		w[i] = nil
-		if int64(len(r.keys)) > e.gpuSlots && e.inFlight > e.driveCopies {
-			e.waiting = append(e.waiting, r)
-			continue
-		}
-		e.insert(r) // back onto e.waiting if still no space
-	}
-}
-
 // advance starts r's next segment once the loads it waits for have landed
 // and the segment before it is done; once every segment is done and every
 // load has landed, the prefill ends after the pass's own cost (a
@@ -415,7 +411,7 @@ func (e *engine) advance(r *request) {
 		}
 		r.computing = true
 		e.computeRunning++
-		e.res.PrefillBusy += sg.d
+		e.res.PrefillBusy.Add(sg.d)
 		e.schedule(event{at: e.now + sg.d, kind: evComputeDone, r: r, phase: phaseSegment})
 		return
 	}
@@ -452,7 +448,7 @@ func (e *engine) prefilled(r *request) {
 		x.firstToken = e.now + handling
 	}
 	e.ttfts = append(e.ttfts, e.now+handling-r.arrival)
-	e.res.QueueWait += r.started - r.arrival
+	e.res.QueueWait.Add(r.started - r.arrival)
 	e.inPrefill--
 	if e.cfg.DecodeOnGPU {
 		defer e.prefilledOnGPU(r)
@@ -462,11 +458,11 @@ func (e *engine) prefilled(r *request) {
 	if e.m != nil {
 		// Wait returns at once: every load of l1 has landed (and Wait
 		// would block the single-threaded replay otherwise).
-		if err := e.m.Wait(context.Background(), &r.l1); err != nil {
+		if err := e.m.Wait(context.Background(), r.l1); err != nil {
 			invariants.Failf("replay: a simulated copy failed: %v", err)
 		}
-		e.m.Release(&r.l1)
-		if err := e.m.Commit(&r.l2, nil); err != nil {
+		e.release(r.l1)
+		if err := e.m.Commit(r.l2, nil); err != nil {
 			invariants.Failf("replay: Commit: %v", err)
 		}
 	}
@@ -486,17 +482,17 @@ func (e *engine) decodeDone(r *request) {
 		e.record(r)
 	}
 	e.gpuHeld -= int64(len(r.keys))
-	e.flight.done(len(r.keys))
+	e.flight.done()
 	if e.m != nil {
 		if e.m.CapacitySlots(kvtier.Host) > 0 {
-			if err := e.m.Offload(&r.l2, kvtier.Host); err != nil {
+			if err := e.m.Offload(r.l2, kvtier.Host); err != nil {
 				invariants.Failf("replay: Offload: %v", err)
 			}
 		}
 		if e.remote != nil {
 			e.remote.publish(r)
 		}
-		e.m.Release(&r.l2)
+		e.release(r.l2)
 	}
-	e.free = append(e.free, r)
+	e.keep(r)
 }

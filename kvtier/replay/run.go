@@ -74,7 +74,12 @@ type Options struct {
 }
 
 // Run replays src under cfg's strategy and, with cfg.Baselines, under every
-// other strategy, and returns the report.
+// other strategy, and returns the report. A strategy whose replay passes
+// Config.MemoryBudget stops there and the others go on: Run then returns
+// the report of those that finished, with Report.OverBudget naming the
+// others, and an error that wraps each one's *BudgetError (a sweep that
+// passes it ends the sweeps the same way; none runs when the chosen
+// strategy passed it). Any other error returns no report.
 func Run(src Source, cfg Config, opts Options) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -89,8 +94,17 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Trace: src.Name, Config: cfg}
+	var over []error
 	for _, s := range order {
 		res, info, err := runOne(src, cfg, s, opts.Progress, nil, opts.OnRequest)
+		var be *BudgetError
+		if errors.As(err, &be) {
+			rep.OverBudget = append(rep.OverBudget, OverBudget{Strategy: s.String(), Line: be.Line, InFlightRequests: be.Requests, InFlightBytes: be.Bytes})
+			rep.PeakInFlightRequests = max(rep.PeakInFlightRequests, be.Requests)
+			rep.PeakInFlightBytes = max(rep.PeakInFlightBytes, be.Bytes)
+			over = append(over, fmt.Errorf("replay: strategy %s: %w", s, err))
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -99,23 +113,39 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 		rep.PeakInFlightRequests = max(rep.PeakInFlightRequests, info.peakRequests)
 		rep.PeakInFlightBytes = max(rep.PeakInFlightBytes, Bytes(info.peakBytes))
 	}
+	if len(rep.OverBudget) > 0 && rep.OverBudget[0].Strategy == chosen.String() {
+		return rep, errors.Join(over...) // the sweeps replay the chosen strategy again
+	}
+	if err := sweeps(rep, src, cfg, chosen, opts); err != nil {
+		var be *BudgetError
+		if !errors.As(err, &be) {
+			return nil, err
+		}
+		over = append(over, err)
+	}
+	return rep, errors.Join(over...)
+}
+
+// sweeps replays the chosen strategy at each host capacity and remote tier
+// size of opts, into rep.
+func sweeps(rep *Report, src Source, cfg Config, chosen costplan.Strategy, opts Options) error {
 	for _, host := range opts.SweepHost {
 		c := cfg
 		c.HostBytes = host
 		res, _, err := runOne(src, c, chosen, opts.Progress, nil, nil)
 		if err != nil {
-			return nil, fmt.Errorf("replay: sweep at host %v: %w", host, err)
+			return fmt.Errorf("replay: sweep at host %v: %w", host, err)
 		}
 		rep.HostSweep = append(rep.HostSweep, SweepPoint{HostBytes: host, HitRatio: res.HitRatio, TTFT: res.TTFT})
 	}
 	if len(opts.SweepRemote) > 0 {
 		sw, err := sweepRemote(src, cfg, chosen, opts)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rep.RemoteSweep = sw
 	}
-	return rep, nil
+	return nil
 }
 
 type runInfo struct {
