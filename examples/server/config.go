@@ -56,6 +56,7 @@ type config struct {
 	remoteUser, remotePasswordFile, remoteChecksumKeyFile string
 	remoteTLS                                             bool
 	remoteTLSCA, remoteTLSCert, remoteTLSKey              string
+	remoteFetchTimeout, remoteOpTimeout                   time.Duration
 	nvmeReformat                                          bool // stack.Options.NVMeReformat
 
 	costGPU, costLink, costNVMe string
@@ -146,6 +147,8 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.remoteTLSCA, "remote-tls-ca", "", "with -remote: TLS, verifying the nodes against the CA certificates in this PEM file")
 	fs.StringVar(&c.remoteTLSCert, "remote-tls-cert", "", "with -remote: TLS, with this PEM client certificate (and -remote-tls-key)")
 	fs.StringVar(&c.remoteTLSKey, "remote-tls-key", "", "with -remote: the PEM key of -remote-tls-cert (mode 0600)")
+	fs.DurationVar(&c.remoteOpTimeout, "remote-op-timeout", 500*time.Millisecond, "with -remote: each read's and write's deadline on the cluster (a node that does not answer in it counts towards the breaker)")
+	fs.DurationVar(&c.remoteFetchTimeout, "remote-fetch-timeout", time.Second, "with -remote: the most a request waits for its blocks from the remote tier (fetched while it waits in line, off the model's goroutine: other requests prefill and decode meanwhile); then it recomputes what did not come")
 	fs.BoolVar(&c.nvmeReformat, "nvme-reformat", false, "empty and reformat an -nvme-dir slab file the tier cannot use instead of refusing to start: a damaged superblock, a file written with another -nvme or -block-tokens (or model size), or one others may read or write (its blocks are lost)")
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
 	fs.BoolVar(&c.exactRows, "exact-rows", false, "on the GPU, run the linear layers' products at exactly a pass's rows instead of padding them to a few dozen row buckets (whose shapes -warm-up runs once before listening: on the H200 a pass of a shape cuBLAS has not run yet took 54 ms against 15 for its repeats)")
@@ -191,6 +194,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("-remote with -strategy %v: it loads nothing from the host tier, where fetched blocks land", c.strategy)
 	case c.remotePrefix == "":
 		return errors.New("-remote-prefix is empty: give each deployment a prefix of its own")
+	case c.remoteFetchTimeout <= 0:
+		return fmt.Errorf("-remote-fetch-timeout %v: must be positive", c.remoteFetchTimeout)
+	case c.remoteOpTimeout <= 0:
+		return fmt.Errorf("-remote-op-timeout %v: must be positive", c.remoteOpTimeout)
 	case c.remote == "" && c.remoteFlag() != "":
 		return fmt.Errorf("%s without -remote: there is no remote tier to use it", c.remoteFlag())
 	case (c.remoteTLSCert == "") != (c.remoteTLSKey == ""):

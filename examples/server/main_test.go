@@ -453,6 +453,8 @@ func TestArgs(t *testing.T) {
 		{[]string{"-warm-up=maybe"}, `invalid boolean value "maybe" for -warm-up`},
 		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},
 		{[]string{"-remote-prefix", ""}, `-remote-prefix is empty`},
+		{[]string{"-remote-fetch-timeout", "0s"}, `-remote-fetch-timeout 0s: must be positive`},
+		{[]string{"-remote-op-timeout", "-1s"}, `-remote-op-timeout -1s: must be positive`},
 		{[]string{"-gpu-kv", "lots"}, `-gpu-kv`},
 		{[]string{"-cost-calibration-out", "cal.json"}, `-cost-calibration-out: the cost model has no preset of tiny`},
 		{[]string{"-model", "llama-3.1-8b", "-cost-learn=false", "-cost-calibration-out", "cal.json"}, `-cost-calibration-out with -cost-learn=false`},

@@ -24,7 +24,7 @@ func remoteOptions(c *config) (*stack.RemoteOptions, error) {
 	if c.remote == "" {
 		return nil, nil
 	}
-	r := &stack.RemoteOptions{Addrs: strings.Split(c.remote, ","), Prefix: c.remotePrefix, Username: c.remoteUser}
+	r := &stack.RemoteOptions{Addrs: strings.Split(c.remote, ","), Prefix: c.remotePrefix, Username: c.remoteUser, OpTimeout: c.remoteOpTimeout}
 	if c.remotePasswordFile != "" {
 		pw, err := readSecret("-remote-password-file", c.remotePasswordFile)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/remote"
@@ -33,6 +34,9 @@ type RemoteOptions struct {
 	// without it fails its check and is never served. Without it, anyone
 	// who can write the prefix can forge blocks, and Open logs a warning.
 	ChecksumKey []byte
+	// OpTimeout is each remote read's and write's deadline (0: the
+	// remote package's, 500 ms).
+	OpTimeout time.Duration
 }
 
 // ErrRemote marks Open's errors that come from the remote tier (it did
@@ -45,6 +49,8 @@ func (r *RemoteOptions) check(shards int) error {
 	switch {
 	case len(r.Addrs) == 0:
 		return optionErr("Remote.Addrs", "is empty: name some of the cluster's nodes")
+	case r.OpTimeout < 0:
+		return optionErr("Remote.OpTimeout", "%v is negative", r.OpTimeout)
 	case shards > 1:
 		return optionErr("Remote", "with %d shards: the remote tier of a tensor-parallel cache is not supported yet", shards)
 	}
@@ -68,7 +74,7 @@ func (c *Cache) connectRemote(ctx context.Context, o *Options, blockBytes int64)
 		return fmt.Errorf("Options.Remote: %w", err)
 	}
 	c.remoteStore = st
-	rc, err := remote.New(remote.Config{Store: st, Prefix: r.Prefix, BlockBytes: int(blockBytes), ChecksumKey: r.ChecksumKey, Model: o.Model.String()})
+	rc, err := remote.New(remote.Config{Store: st, Prefix: r.Prefix, BlockBytes: int(blockBytes), ChecksumKey: r.ChecksumKey, Model: o.Model.String(), OpTimeout: r.OpTimeout})
 	if err != nil {
 		return fmt.Errorf("Options.Remote: %w", err)
 	}

@@ -47,10 +47,15 @@ type Config struct {
 	// ContextTokens is the longest sequence, prompt plus generated tokens,
 	// e.g. 16384.
 	ContextTokens int
-	// Remote, if set, is the shared remote tier behind Cache: a lookup's
-	// missing blocks are fetched from it into the host tier, and the host
-	// blocks a prompt finds are published to it.
+	// Remote, if set, is the shared remote tier behind Cache: a request's
+	// missing blocks are fetched from it into the host tier while it
+	// waits, off the scheduler's goroutine, and the host blocks a prompt
+	// finds are published to it.
 	Remote *remotetier.Tier
+	// RemoteTimeout bounds a request's remote fetch as a whole; the
+	// request waits for it (others prefill and decode meanwhile), then
+	// recomputes what did not come. 0 means 1 s.
+	RemoteTimeout time.Duration
 	// Strategy says how the cache is used (see Strategy).
 	Strategy costplan.Strategy
 	// MaxQueue is the most requests waiting to prefill; one more gets
@@ -186,6 +191,7 @@ func (e *Engine) Submit(ctx context.Context, req *httpapi.Request, out *httpapi.
 		e.mu.Unlock()
 		return fmt.Errorf("engine: %d requests waiting: %w", len(e.queue), httpapi.ErrQueueFull)
 	}
+	e.startFetch(s)
 	e.queue = append(e.queue, s)
 	var head *seq
 	if e.prefilling.Load() {
@@ -230,10 +236,9 @@ func (e *Engine) run() {
 	defer close(e.done)
 	var active []*seq
 	for {
-		if s := e.next(len(active)); s != nil {
-			if e.prefill(s) {
-				active = append(active, s)
-			}
+		s := e.next(len(active))
+		if s != nil && e.prefill(s) {
+			active = append(active, s)
 		}
 		kept := active[:0]
 		for _, s := range active {
@@ -247,35 +252,42 @@ func (e *Engine) run() {
 			continue
 		}
 		e.mu.Lock()
-		idle := len(e.queue) == 0
+		empty := len(e.queue) == 0
 		closed := e.closed
 		e.mu.Unlock()
-		if idle && closed {
+		if empty && closed {
 			return
 		}
-		if idle {
+		if empty || s == nil { // nothing queued, or nothing ready: a fetch's end or Submit wakes it
 			<-e.wake
 		}
 	}
 }
 
-// next pops the oldest queued request if a sequence may start: fewer than
-// MaxBatch generating and the scratch slots it may need free.
+// next pops the oldest queued request whose remote fetch has ended, if a
+// sequence may start: fewer than MaxBatch generating and the scratch
+// slots it may need free. A request still fetching is passed over, not
+// waited for.
 func (e *Engine) next(active int) *seq {
 	if active >= e.cfg.MaxBatch {
 		return nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.queue) == 0 {
+	i := 0
+	for i < len(e.queue) && !e.queue[i].fetchDone() {
+		i++
+	}
+	if i == len(e.queue) {
 		return nil
 	}
-	s := e.queue[0]
+	s := e.queue[i]
 	if e.scratch.free() < e.cfg.Model.Blocks(s.positions()) {
 		return nil // the decodes under way free scratch slots as they end
 	}
-	e.queue[0] = nil
-	e.queue = e.queue[1:]
+	copy(e.queue[i:], e.queue[i+1:])
+	e.queue[len(e.queue)-1] = nil
+	e.queue = e.queue[:len(e.queue)-1]
 	e.prefetch(e.headLocked()) // it waits for s's prefill at least
 	return s
 }

@@ -99,8 +99,8 @@ func (e *Engine) attempt(s *seq, lost []bool) ([]float32, int32, error) {
 	return e.forward(s, p, &lc, lost)
 }
 
-// lookupAndLoad looks up the prompt's first full blocks (fetching from the
-// remote tier first), plans the whole prompt, starts the loads and
+// lookupAndLoad looks up the prompt's first full blocks (what the remote
+// tier had is in the host tier by now: startFetch), plans the whole prompt, starts the loads and
 // reserves the blocks to compute.
 func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 	m, prompt := e.cfg.Cache, s.req.Tokens
@@ -110,16 +110,11 @@ func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 	}
 	s.leased = true
 	if r := e.cfg.Remote; r != nil {
-		// The shared tier first: what other servers computed past the
-		// local prefix comes into the host tier (s.look is looked up
-		// again), and the host blocks of this prompt are offered to it
-		// (write-behind; the admitter sends those seen twice). Neither
-		// fails the request; remote misses and failures are counted and
-		// logged by the tier (remotetier: Warn), and what Fetch and
-		// Publish return (a lease they cannot use) is logged here.
-		if _, err := r.Fetch(s.ctx, s.req.Salt, cached, &s.look); err != nil {
-			e.log.Warn("engine: remote fetch", "request", s.req.ID, "err", err)
-		}
+		// What the remote tier had of the prompt came into the host tier
+		// while s waited (startFetch). The host blocks it finds are offered
+		// to the remote tier (write-behind; the admitter sends those seen
+		// twice); that fails no request, and what Publish returns (a lease
+		// it cannot use) is logged here.
 		if _, err := r.Publish(s.req.Salt, cached, &s.look); err != nil {
 			e.log.Warn("engine: remote publish", "request", s.req.ID, "err", err)
 		}

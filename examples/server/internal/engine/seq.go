@@ -23,9 +23,12 @@ type seq struct {
 	leased  bool // look and ins hold blocks until the sequence ends
 	// prefetched: Engine.prefetch has taken it (under Engine.mu).
 	prefetched bool
-	sent       int
-	usage      httpapi.Usage
-	forward    time.Duration // the prefill's forward passes
+	// fetched, when not nil, is closed once its remote fetch has ended
+	// (Engine.startFetch); it is not prefilled before.
+	fetched chan struct{}
+	sent    int
+	usage   httpapi.Usage
+	forward time.Duration // the prefill's forward passes
 	// submitted is when Submit queued it (after the HTTP side parsed it).
 	submitted time.Time
 }
