@@ -52,8 +52,8 @@ func (m *Manager) CachedPrefixKeys(salt Salt, keys []Key) PrefixInfo {
 	return m.cachedPrefix(salt, keys, nil)
 }
 
-// cachedPrefix walks keys as lookup does (holes included) under one
-// stripe's read lock, writing nothing but its result.
+// cachedPrefix walks keys as lookup does (holes included, index probes in
+// batches) under one stripe's read lock, writing nothing but its result.
 func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo {
 	p := PrefixInfo{Blocks: len(keys)}
 	bt := m.blockTokens
@@ -61,38 +61,53 @@ func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo
 	for t := range NumTiers {
 		open[t] = m.tiers[t].present
 	}
+	const batch = 16
+	var refs [batch]uint32
+	var found [batch]bool
 	st := &m.stripes[0]
 	m.rlock(st)
 	parent := Key(0)
 	holes := 0
-	for i, k := range keys {
-		idx, ok := m.index.find(salt, k)
-		var r *record
-		if ok {
-			ref := BlockRef(idx)
-			r = m.recs.at(ref)
-			var tok []int32
-			if tokens != nil {
-				tok = tokens[i*bt : (i+1)*bt]
-			}
-			ok = m.verify(ref, r, salt, parent, i, tok) && r.flags&flagInvalid == 0 && r.best() != NumTiers
+blocks:
+	for base := 0; base < len(keys); base += batch {
+		n := min(batch, len(keys)-base)
+		for j := range n {
+			refs[j], found[j] = m.index.find(salt, keys[base+j])
 		}
-		for t := range NumTiers {
-			if open[t] && ok && r.state[t] == stateReady {
-				p.Prefix[t] += bt
+		for j := range n {
+			i := base + j
+			ok := found[j]
+			best := NumTiers
+			var r *record
+			if ok {
+				ref := BlockRef(refs[j])
+				r = m.recs.at(ref)
+				var tok []int32
+				if tokens != nil {
+					tok = tokens[i*bt : (i+1)*bt]
+				}
+				if m.verify(ref, r, salt, parent, i, tok) && r.flags&flagInvalid == 0 {
+					best = r.best()
+				}
+				ok = best != NumTiers
+			}
+			for t := range NumTiers {
+				if open[t] && ok && r.state[t] == stateReady {
+					p.Prefix[t] += bt
+				} else {
+					open[t] = false
+				}
+			}
+			if ok {
+				p.Cached[best] += bt
 			} else {
-				open[t] = false
+				if holes == m.maxHoles {
+					break blocks
+				}
+				holes++
 			}
+			parent = keys[i]
 		}
-		if ok {
-			p.Cached[r.best()] += bt
-		} else {
-			if holes == m.maxHoles {
-				break
-			}
-			holes++
-		}
-		parent = k
 	}
 	m.runlock(st)
 	return p
