@@ -30,6 +30,8 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; 0 means 16 MiB (a 128k-token
 	// prompt as an id array is about 1 MiB).
 	MaxBodyBytes int64
+	// KV, when set, serves the /v1/kv routes over the cache (kv.go).
+	KV *KV
 }
 
 // API serves the routes of the package doc over a Backend. It is an
@@ -43,6 +45,11 @@ type API struct {
 	defaultMax   int
 	maxBodyBytes int64
 	nextID       atomic.Uint64
+	kv           *KV
+	// streams ends when Drain begins: long-lived streams (/v1/kv/events)
+	// stop then, as they are not requests in flight.
+	streams    context.Context
+	endStreams context.CancelFunc
 
 	mu       sync.Mutex
 	inFlight int
@@ -85,6 +92,12 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("POST "+openai.CompletionsPath, a.completions)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.streams, a.endStreams = context.WithCancel(context.Background())
+	if cfg.KV != nil {
+		if err := a.kvRoutes(cfg.KV); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -99,6 +112,7 @@ func (a *API) Registry() *prometheus.Registry { return a.reg }
 // ctx is done. The caller then shuts the HTTP server down and closes the
 // engine (finishing its write-backs). Drain may be called more than once.
 func (a *API) Drain(ctx context.Context) error {
+	a.endStreams()
 	a.mu.Lock()
 	if !a.draining {
 		a.draining = true
