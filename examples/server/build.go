@@ -158,7 +158,8 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		return nil, err
 	}
 	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
-		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy)}
+		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy),
+		EventBuffer: c.kvEventBuffer}
 	var model *cost.Planner
 	if c.strategy == costplan.Cost || c.strategy.LowerTiers() {
 		if model, err = costModel(c, s, p.cal); err != nil {

@@ -111,7 +111,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if err != nil {
 		return errors.Join(err, p.close())
 	}
-	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens})
+	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens, KV: kvRoutes(p, s)})
 	if err != nil {
 		return errors.Join(err, eng.Close(), p.close())
 	}
