@@ -105,6 +105,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 				func() float64 { return float64(p.nvme.breakEven(blocks)) }))
 		}
 	}
+	if err := startKVEvents(c, p, reg); err != nil {
+		return errors.Join(err, p.close())
+	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
 		MaxBatch: c.maxBatch, PrefetchBlocks: c.prefetchBlocks, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
