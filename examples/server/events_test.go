@@ -124,7 +124,7 @@ func TestVLLMConsumerFollowsTheServer(t *testing.T) {
 		}
 		return m[1]
 	}
-	c := vllmtest.Start(t, addr("zmq"), addr("replay"), "kv-events", 0)
+	c := vllmtest.Start(t, addr("zmq"), addr("replay"), "kv-events", false)
 	// 12 prompts of 10 blocks and 2 tenants: more than the GPU tier's 32
 	// blocks and the host tier's 64.
 	var pool []asked

@@ -12,9 +12,13 @@ says "until N", prints its state as one JSON line once it has seen message
 N (or, without a replay socket, after a gap, nothing more came for 5
 seconds: N was lost too). It ends at the end of stdin.
 
-usage: consumer.py PUB_ADDR REPLAY_ADDR|- TOPIC SLOW_SECONDS
+usage: consumer.py PUB_ADDR REPLAY_ADDR|- TOPIC PAUSED
+
+With PAUSED 1 it reads nothing (and lets libzmq queue one message at
+most) until stdin says "go": a subscriber that falls behind.
 """
 import json
+import os
 import sys
 import time
 
@@ -92,6 +96,31 @@ class Index:
             m.pop(h, None)
 
 
+class Lines:
+    """Lines of stdin read straight from its descriptor, so that polling it
+    sees every line (sys.stdin's buffer would hide those read ahead)."""
+
+    def __init__(self):
+        self.buf = b""
+        self.lines = []
+        self.eof = False
+
+    def fill(self):
+        data = os.read(0, 4096)
+        if not data:
+            self.eof = True
+        self.buf += data
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            self.lines.append(line.decode())
+
+    def wait(self):
+        """The next line, waiting for it; None at the end."""
+        while not self.lines and not self.eof:
+            self.fill()
+        return self.lines.pop(0) if self.lines else None
+
+
 def replay(sock, start, idx, upto):
     """Asks for every kept message from start on; applies those before upto."""
     sock.send_multipart([b"", start.to_bytes(8, "big")])
@@ -111,10 +140,10 @@ def replay(sock, start, idx, upto):
 
 
 def main():
-    pub, replay_addr, topic, slow = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    pub, replay_addr, topic, paused = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, 100000)
+    sub.setsockopt(zmq.RCVHWM, 1 if paused else 100000)
     sub.connect("tcp://" + pub)
     sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
     rep = None
@@ -122,13 +151,14 @@ def main():
         rep = ctx.socket(zmq.DEALER)
         rep.connect("tcp://" + replay_addr)
     print("subscribed", flush=True)
-    if slow > 0:
-        time.sleep(slow)
+    stdin = Lines()
+    if paused and stdin.wait() != "go":
+        return
     idx = Index()
     until = None
     poller = zmq.Poller()
     poller.register(sub, zmq.POLLIN)
-    poller.register(sys.stdin, zmq.POLLIN)
+    poller.register(0, zmq.POLLIN)
     heard = time.monotonic()
     while True:
         if until is not None and idx.last >= until:
@@ -160,11 +190,12 @@ def main():
                     idx.gaps.append([idx.last + 1, seq - 1])
                 idx.apply(seq, payload)
             else:
-                line = sys.stdin.readline()
-                if not line:
-                    return
-                until = int(line.split()[1])
-                heard = time.monotonic()
+                stdin.fill()
+        if until is None and stdin.lines:
+            until = int(stdin.lines.pop(0).split()[1])
+            heard = time.monotonic()
+        if until is None and stdin.eof:
+            return
 
 
 def report(idx):

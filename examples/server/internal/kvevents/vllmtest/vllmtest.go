@@ -62,16 +62,20 @@ func Python(t testing.TB) string {
 }
 
 // Start runs the consumer on the PUB socket at pub (and the replay socket
-// at replay, "" for none), subscribed to topic, sleeping slowSeconds
-// before it reads anything; it returns once the consumer has subscribed.
-func Start(t testing.TB, pub, replay, topic string, slowSeconds float64) *Consumer {
+// at replay, "" for none), subscribed to topic; it returns once the
+// consumer has subscribed. A paused consumer reads nothing (and libzmq
+// queues one message for it at most) until Resume.
+func Start(t testing.TB, pub, replay, topic string, paused bool) *Consumer {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
 	if replay == "" {
 		replay = "-"
 	}
-	cmd := exec.Command(Python(t), filepath.Join(filepath.Dir(self), "consumer.py"), pub, replay, topic,
-		strconv.FormatFloat(slowSeconds, 'f', -1, 64))
+	p := "0"
+	if paused {
+		p = "1"
+	}
+	cmd := exec.Command(Python(t), filepath.Join(filepath.Dir(self), "consumer.py"), pub, replay, topic, p)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -95,6 +99,14 @@ func Start(t testing.TB, pub, replay, topic string, slowSeconds float64) *Consum
 		t.Fatalf("the consumer did not start: %q %v", c.out.Text(), c.out.Err())
 	}
 	return c
+}
+
+// Resume lets a paused consumer read.
+func (c *Consumer) Resume() {
+	c.t.Helper()
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // Until returns the consumer's state once it has seen message last (or
