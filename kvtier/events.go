@@ -3,6 +3,7 @@ package kvtier
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -117,6 +118,11 @@ func (e *eventLog) add(rec eventRec, tokens []int32) {
 		e.mu.Lock()
 		e.held = true
 	}
+	e.put(rec, tokens)
+}
+
+// put writes the next event into the ring. mu.
+func (e *eventLog) put(rec eventRec, tokens []int32) {
 	e.last++
 	i := int(e.last & uint64(len(e.ring)-1))
 	if tokens != nil {
@@ -126,7 +132,8 @@ func (e *eventLog) add(rec eventRec, tokens []int32) {
 	e.ring[i] = rec
 }
 
-// release ends the writer's hold, waking the subscribers that wait.
+// release ends the writer's hold (or Announce's), waking the subscribers
+// that wait.
 func (e *eventLog) release() {
 	e.held = false
 	for _, s := range e.subs {
@@ -175,6 +182,35 @@ func (m *Manager) noteInvalid(ref BlockRef) {
 			m.emitBlock(BlockRemoved, t, ref)
 		}
 	}
+}
+
+// Announce adds an event of the shared remote tier (Remote), which the
+// manager does not hold: its adapter announces a block stored there once
+// a write of it completed or found it there, or removed once it found it
+// gone. b identifies the block (Peek's fields); tokens are its token ids
+// or nil. The stream being off, it does nothing.
+func (m *Manager) Announce(kind EventKind, t Tier, b BlockInfo, tokens []int32) error {
+	switch {
+	case t != Remote:
+		return fmt.Errorf("%w: Announce: tier %v is the manager's to announce; only %v is not", ErrBadInput, t, Remote)
+	case kind != BlockStored && kind != BlockRemoved:
+		return fmt.Errorf("%w: Announce: kind %v (want BlockStored or BlockRemoved)", ErrBadInput, kind)
+	case b.Position < 0 || b.Position > math.MaxUint32:
+		return fmt.Errorf("%w: Announce: block %#x: position %d", ErrBadInput, uint64(b.Key), b.Position)
+	case tokens != nil && len(tokens) != m.blockTokens:
+		return fmt.Errorf("%w: Announce: block %#x: %d tokens in a block of %d", ErrBadInput, uint64(b.Key), len(tokens), m.blockTokens)
+	}
+	e := m.events
+	if e == nil {
+		return nil
+	}
+	if kind != BlockStored {
+		tokens = nil
+	}
+	e.mu.Lock() // the manager's writer may hold it: it never waits for us
+	e.put(eventRec{key: b.Key, parent: b.Parent, salt: b.Salt, pos: uint32(b.Position), kind: kind, tier: t}, tokens)
+	e.release()
+	return nil
 }
 
 // Subscription reads a Manager's events in order (Manager.Subscribe). It

@@ -408,3 +408,50 @@ func benchInsertEvictEvents(b *testing.B, subscribe bool) {
 		b.ReportMetric(float64(<-read)/float64(b.N), "events-read/op")
 	}
 }
+
+// TestAnnounceRemote: the remote tier's adapter announces blocks there, in
+// the manager's order; a tier the manager holds, or a bad block, is refused
+// and announces nothing.
+func TestAnnounceRemote(t *testing.T) {
+	m, _ := eventsManager(t, 4, 4, 16, false)
+	s, err := m.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := BlockInfo{Key: 7, Parent: 6, Salt: 2, Position: 3}
+	if err := m.Announce(BlockStored, Remote, b, []int32{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Announce(BlockRemoved, Remote, b, []int32{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		kind   EventKind
+		tier   Tier
+		b      BlockInfo
+		tokens []int32
+	}{
+		{BlockStored, GPU, b, nil},
+		{TierCleared, Remote, b, nil},
+		{BlockStored, Remote, BlockInfo{Key: 1, Position: -1}, nil},
+		{BlockStored, Remote, b, []int32{1, 2, 3}},
+	} {
+		if err := m.Announce(bad.kind, bad.tier, bad.b, bad.tokens); !errors.Is(err, ErrBadInput) {
+			t.Errorf("Announce(%v, %v, %+v, %v): %v", bad.kind, bad.tier, bad.b, bad.tokens, err)
+		}
+	}
+	evs, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].Kind != BlockStored || evs[0].Tier != Remote || evs[0].Key != 7 || evs[0].Parent != 6 ||
+		evs[0].Salt != 2 || evs[0].FirstToken != 6 || !slices.Equal(evs[0].Tokens, []int32{1, 2}) ||
+		evs[1].Kind != BlockRemoved || evs[1].Tokens != nil || Remote.String() != "remote" {
+		t.Fatalf("announced %+v", evs)
+	}
+	off := oneTier(t, GPU, 4, 2)
+	if err := off.Announce(BlockStored, Remote, b, nil); err != nil {
+		t.Fatalf("Announce with the stream off: %v", err)
+	}
+}

@@ -136,7 +136,13 @@ func openRemote(c *config, p *parts) (*remotetier.Tier, error) {
 		return nil, fmt.Errorf("-remote: %w", err)
 	}
 	p.closers = append(p.closers, st.Close)
-	rc, err := remote.New(remote.Config{Store: st, Prefix: c.remotePrefix, BlockBytes: int(cache.Host.SlotBytes)})
+	announce := func(b remote.BlockMeta) { // the remote tier in the cache's events
+		info := kvtier.BlockInfo{Key: kvtier.Key(b.Key), Parent: kvtier.Key(b.Parent), Salt: kvtier.Salt(b.Salt), Position: b.Position}
+		if err := cache.Manager.Announce(kvtier.BlockStored, kvtier.Remote, info, b.Tokens); err != nil {
+			c.log.Debug("server: remote block not announced", "key", b.Key, "err", err)
+		}
+	}
+	rc, err := remote.New(remote.Config{Store: st, Prefix: c.remotePrefix, BlockBytes: int(cache.Host.SlotBytes), OnStored: announce})
 	if err != nil {
 		return nil, fmt.Errorf("-remote: %w", err)
 	}

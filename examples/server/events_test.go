@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +20,7 @@ import (
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/kvevents/vllmtest"
 	"kvtier.dev/internal/openai"
+	"kvtier.dev/internal/redistest"
 	"kvtier.dev/kvtier"
 )
 
@@ -206,4 +212,46 @@ func TestKVEventArgs(t *testing.T) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// TestRemoteBlocksAnnounced: blocks the server publishes to the shared
+// remote tier (a real Redis Cluster) are announced in its events, tier
+// remote, once written.
+func TestRemoteBlocksAnnounced(t *testing.T) {
+	addrs := strings.Join(redistest.Shared(t), ",")
+	prefix := fmt.Sprintf("kvserve-events-test-%d:", time.Now().UnixNano())
+	s := start(t, testArgs("-remote", addrs, "-remote-prefix", prefix, "-gpu-kv", "256KiB")...)
+	client := &http.Client{Timeout: 60 * time.Second}
+	resp, err := client.Get(s.url + httpapi.KVPath + "events?from=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := tokenPrompt(5, 61) // 15 full blocks before the last
+	for range 3 {           // the second time a request finds them in the host tier: published
+		s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(1)})
+	}
+	sc := bufio.NewScanner(resp.Body)
+	keys, _ := kvtier.NewHasher(4)
+	want := map[string]bool{}
+	for _, k := range keys.AppendKeys(nil, 0, 0, p.Tokens[:60]) {
+		want["0x"+strconv.FormatUint(uint64(k), 16)] = true
+	}
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev httpapi.KVEvent
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Tier == "remote" {
+			if ev.Kind != "BlockStored" || !want[ev.Key] || len(ev.TokenIDs) != 4 {
+				t.Fatalf("remote event %+v is not a block of the prompt", ev)
+			}
+			return
+		}
+	}
+	t.Fatalf("no remote block announced: %v", sc.Err())
 }
