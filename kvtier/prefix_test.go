@@ -164,5 +164,8 @@ func BenchmarkCachedPrefix4K(b *testing.B) {
 	if n := len(times); n > 0 {
 		b.ReportMetric(float64(times[n*99/100].Nanoseconds()), "p99-ns")
 		b.ReportMetric(float64(times[n/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(times[n*90/100].Nanoseconds()), "p90-ns")
+		b.ReportMetric(float64(times[n*95/100].Nanoseconds()), "p95-ns")
+		b.ReportMetric(float64(times[n*98/100].Nanoseconds()), "p98-ns")
 	}
 }
