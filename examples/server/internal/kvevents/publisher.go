@@ -70,6 +70,7 @@ type Publisher struct {
 	upto     uint64
 	progress chan struct{}
 	conns    map[net.Conn]struct{}
+	closed   bool // Close began: connections accepted now are closed at once
 
 	messages, events, dropped, lost, replays atomic.Uint64
 }
@@ -160,6 +161,7 @@ func (p *Publisher) Close() error {
 		err = errors.Join(err, p.replay.Close())
 	}
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		c.Close()
 	}
@@ -178,6 +180,11 @@ func (p *Publisher) acceptLoop(l net.Listener, serve func(net.Conn)) {
 			return
 		}
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(1)
