@@ -86,7 +86,7 @@ type eventRec struct {
 // subscribers take it to copy out at most eventChunk events.
 type eventLog struct {
 	mu   sync.Mutex
-	held bool // the writer holds mu; written under the manager's write lock
+	held bool // the writer holds mu; read and written under the manager's write lock only
 	ring []eventRec
 	toks []int32 // ring[i]'s tokens: toks[i*bt : (i+1)*bt]
 	bt   int
@@ -132,10 +132,15 @@ func (e *eventLog) put(rec eventRec, tokens []int32) {
 	e.ring[i] = rec
 }
 
-// release ends the writer's hold (or Announce's), waking the subscribers
-// that wait.
+// release ends the writer's hold, waking the subscribers that wait.
 func (e *eventLog) release() {
 	e.held = false
+	e.wake()
+	e.mu.Unlock()
+}
+
+// wake wakes the subscribers that wait. mu.
+func (e *eventLog) wake() {
 	for _, s := range e.subs {
 		if s.waiting {
 			s.waiting = false
@@ -145,7 +150,6 @@ func (e *eventLog) release() {
 			}
 		}
 	}
-	e.mu.Unlock()
 }
 
 // emitBlock announces that record ref's copy in tier t became readable
@@ -207,9 +211,11 @@ func (m *Manager) Announce(kind EventKind, t Tier, b BlockInfo, tokens []int32) 
 	if kind != BlockStored {
 		tokens = nil
 	}
-	e.mu.Lock() // the manager's writer may hold it: it never waits for us
+	// Not under the write lock: mu alone, and held (the writer's) untouched.
+	e.mu.Lock()
 	e.put(eventRec{key: b.Key, parent: b.Parent, salt: b.Salt, pos: uint32(b.Position), kind: kind, tier: t}, tokens)
-	e.release()
+	e.wake()
+	e.mu.Unlock()
 	return nil
 }
 

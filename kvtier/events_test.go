@@ -455,3 +455,47 @@ func TestAnnounceRemote(t *testing.T) {
 		t.Fatalf("Announce with the stream off: %v", err)
 	}
 }
+
+// TestAnnounceWhileTheManagerWrites: announcements from another goroutine
+// interleave with the manager's own events, every one numbered once.
+func TestAnnounceWhileTheManagerWrites(t *testing.T) {
+	m, _ := eventsManager(t, 8, 8, 1<<12, false)
+	s, err := m.Subscribe(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 300 {
+			if err := m.Announce(BlockStored, Remote, BlockInfo{Key: Key(i + 1)}, nil); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range 300 {
+		insertReady(t, m, 1, toks(1, 2, int32(2*i)), GPU) // stored, and from the 9th on an eviction
+	}
+	<-done
+	remote, next := 0, uint64(1)
+	for next <= m.EventStats().Last {
+		evs, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Seq != next {
+				t.Fatalf("event %d after %d", ev.Seq, next-1)
+			}
+			next++
+			if ev.Tier == Remote {
+				remote++
+			}
+		}
+	}
+	if remote != 300 || s.Lost() != 0 {
+		t.Fatalf("%d remote events of 300, %d lost", remote, s.Lost())
+	}
+}
