@@ -10,9 +10,12 @@
 // Routes: POST /v1/completions (prompt as text, byte-level tokens, or token
 // ids; max_tokens; stream; user or salt select the tenant, whose KV is never
 // shared with another's; no_cache for a reference answer), GET /metrics
-// (kvtier's series and the server's), GET /healthz. See
-// internal/httpapi for the status codes and internal/engine for the
-// scheduler and the path of a request through kvtier.
+// (kvtier's series and the server's), GET /healthz, and for routers
+// POST /v1/kv/lookup (how much of a prompt each tier holds) and GET
+// /v1/kv/events (the cache's block events; -kv-events-zmq also publishes
+// them in vLLM's wire format). See internal/httpapi for the status codes
+// and internal/engine for the scheduler and the path of a request through
+// kvtier.
 //
 // Without a GPU (or with -device cpu) the model runs on the CPU, the
 // reference backend, and kvtier's copies go through the simulated device
