@@ -51,6 +51,11 @@ type Config struct {
 	// request whose blocks 3 and 7 were evicted still gets 4-6 and 8-...
 	MaxHoleBlocks  int
 	DisableMetrics bool // counters off: Metrics returns zeros
+	// EventBuffer turns the event stream on (Manager.Subscribe): the ring
+	// keeps the last EventBuffer events (rounded up to a power of two) for
+	// subscribers that fall behind. 65,536 events of 16-token blocks take
+	// 6 MiB. 0: no events.
+	EventBuffer int
 }
 
 // Errors returned by the manager. Wrapped errors name the field, block or
@@ -76,6 +81,9 @@ func (c *Config) validate() ([NumTiers]uint32, error) {
 	}
 	if c.BlockTokens <= 0 || c.BlockTokens > MaxBlockTokens {
 		return slots, configErr("BlockTokens", "%d is not in [1, %d]", c.BlockTokens, MaxBlockTokens)
+	}
+	if c.EventBuffer < 0 || c.EventBuffer > maxEventBuffer || c.EventBuffer*c.BlockTokens > maxEventBufferToken {
+		return slots, configErr("EventBuffer", "%d is not in [0, %d], or keeps more than %d tokens of %d-token blocks", c.EventBuffer, maxEventBuffer, maxEventBufferToken, c.BlockTokens)
 	}
 	present := 0
 	for t := range NumTiers {

@@ -18,6 +18,9 @@
 //     collector never scans. Recency from lookups is approximate, within
 //     bounds (docs/design-notes.md, "The block manager's concurrency").
 //   - Nothing on a request's path waits on the host for a copy.
+//   - With Config.EventBuffer, every block that becomes readable in a tier,
+//     or stops being so, is announced in order (Subscribe); the manager
+//     never waits for a subscriber, which loses what it falls behind.
 //
 // A request's path:
 //

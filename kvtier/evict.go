@@ -164,6 +164,9 @@ func (m *Manager) invalidate(ref BlockRef) bool {
 	if r.flags&flagInvalid != 0 {
 		return false
 	}
+	if m.events != nil {
+		m.noteInvalid(ref)
+	}
 	r.flags |= flagInvalid
 	m.metrics.invalidated()
 	if r.refs == 0 {
@@ -270,6 +273,9 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 	r := m.recs.at(ref)
 	old := r.state[t]
 	r.state[t] = s
+	if m.events != nil {
+		m.noteState(ref, t, old, s)
+	}
 	g := &m.gauges
 	switch {
 	case old == stateNone && s != stateNone:

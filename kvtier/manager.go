@@ -52,6 +52,7 @@ type Manager struct {
 	gpuWritten []Event
 	metrics    *counters
 	gauges     gauges
+	events     *eventLog // nil: no event stream
 	// admitters is set when a tier has an Admitter; lookups then keep
 	// their keys so that Release can record them.
 	admitters bool
@@ -131,6 +132,15 @@ func New(cfg Config) (*Manager, error) {
 		m.admitters = m.admitters || tc.Admitter != nil
 		ts.evictable = func(v BlockRef) bool { return m.recs.at(v).evictableIn(t) }
 		below = t
+	}
+	if cfg.EventBuffer > 0 {
+		m.events = newEventLog(cfg.EventBuffer, cfg.BlockTokens)
+		for t := range NumTiers {
+			if m.tiers[t].present {
+				m.events.add(eventRec{kind: TierCleared, tier: t}, nil)
+			}
+		}
+		m.events.release()
 	}
 	return m, nil
 }

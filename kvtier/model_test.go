@@ -246,12 +246,13 @@ func runModel(t *testing.T, writeThrough bool, shards, workers, steps int, seed 
 		}
 		mover = sm
 	}
-	cfg := Config{BlockTokens: modelBT, Mover: mover, WriteThrough: writeThrough}
+	cfg := Config{BlockTokens: modelBT, Mover: mover, WriteThrough: writeThrough, EventBuffer: 1 << 20}
 	cfg.Tiers[GPU] = tierCfg(t, 6)
 	cfg.Tiers[Host] = tierCfg(t, 12)
 	cfg.Tiers[NVMe] = tierCfg(t, 24)
 	cfg.Tiers[NVMe].Admitter = &countAdmitter{seen: map[Key]int{}}
 	m := mustNew(t, cfg)
+	events := followEvents(t, m) // a router's index of the blocks, checked at the end
 	rng := rand.New(rand.NewPCG(seed, 0))
 	w := &modelWorld{m: m, shards: fs, t: t}
 	for range 10 {
@@ -318,6 +319,7 @@ func runModel(t *testing.T, writeThrough bool, shards, workers, steps int, seed 
 		}
 	}
 	m.check(t)
+	events()
 	if shards > 1 {
 		w.checkAllOrNone()
 	}

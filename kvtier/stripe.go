@@ -100,6 +100,9 @@ func (m *Manager) lock() {
 }
 
 func (m *Manager) unlock() {
+	if e := m.events; e != nil && e.held {
+		e.release()
+	}
 	m.policyMu.Unlock()
 	for i := len(m.stripes) - 1; i >= 0; i-- {
 		m.stripes[i].mu.Unlock()

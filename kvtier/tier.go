@@ -10,6 +10,10 @@ const (
 	Host                 // the pinned host pool
 	NVMe                 // slab files on local drives
 	NumTiers             // counts the tiers; not a tier
+
+	// Remote names the shared remote tier (kvtier/remotetier) in events.
+	// The manager holds nothing there: no method takes it as a tier.
+	Remote = NumTiers
 )
 
 // String returns the tier's name as it appears in errors and metrics.
@@ -21,6 +25,8 @@ func (t Tier) String() string {
 		return "host"
 	case NVMe:
 		return "nvme"
+	case Remote:
+		return "remote"
 	}
 	return fmt.Sprintf("tier(%d)", uint8(t))
 }

@@ -139,7 +139,8 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 	}
 	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
 		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy),
-		Model: modelIdentity(c, m), NVMeReformat: c.nvmeReformat && s.nvmeBytes > 0 && c.strategy != costplan.GPUOnly}
+		Model: modelIdentity(c, m), NVMeReformat: c.nvmeReformat && s.nvmeBytes > 0 && c.strategy != costplan.GPUOnly,
+		EventBuffer: c.kvEventBuffer}
 	if o.Remote, err = remoteOptions(c); err != nil {
 		return nil, err
 	}

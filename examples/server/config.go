@@ -68,6 +68,13 @@ type config struct {
 	exactRows         bool // gpu.Options.ExactRows
 	warmUp            bool // run gpu.Model.WarmUp before listening
 
+	// The cache's events: the ring's size (-kv-events-buffer, 0: none),
+	// and vLLM's wire format on ZMQ (-kv-events-zmq, -kv-events-replay).
+	kvEventBuffer               int
+	kvEventsZMQ, kvEventsReplay string
+	kvEventsTopic               string
+	kvEventsReplayBatches       int
+
 	maxQueue, maxBatch, defaultMaxTokens int
 	drainTimeout                         time.Duration
 	http                                 httpFlags
@@ -153,6 +160,11 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
 	fs.BoolVar(&c.exactRows, "exact-rows", false, "on the GPU, run the linear layers' products at exactly a pass's rows instead of padding them to a few dozen row buckets (whose shapes -warm-up runs once before listening: on the H200 a pass of a shape cuBLAS has not run yet took 54 ms against 15 for its repeats)")
 	fs.BoolVar(&c.warmUp, "warm-up", true, "on the GPU, before listening, run one pass of each row bucket up to -context and short passes after growing prefixes (106 passes, 9 s, for llama-3.1-8b at -context 16400 on the H200) (nothing with -exact-rows)")
+	fs.IntVar(&c.kvEventBuffer, "kv-events-buffer", 1<<16, "events of the cache (blocks stored in or removed from a tier) kept for subscribers that fall behind: GET /v1/kv/events and -kv-events-zmq (0: no events)")
+	fs.StringVar(&c.kvEventsZMQ, "kv-events-zmq", "", "also publish the cache's events in vLLM's wire format (msgpack EventBatch over a ZMQ PUB socket, ZMTP 3.1) on this address (host:port), for KV-aware routers built for vLLM")
+	fs.StringVar(&c.kvEventsReplay, "kv-events-replay", "", "with -kv-events-zmq: serve replays of missed batches on a ZMQ ROUTER socket at this address (host:port), as vLLM's replay endpoint")
+	fs.StringVar(&c.kvEventsTopic, "kv-events-topic", "kv-events", "with -kv-events-zmq: the topic of the published messages")
+	fs.IntVar(&c.kvEventsReplayBatches, "kv-events-replay-batches", 10000, "with -kv-events-replay: the batches kept for replay")
 	fs.IntVar(&c.maxQueue, "max-queue", 64, "requests waiting to prefill; one more gets 429")
 	fs.IntVar(&c.maxBatch, "max-batch", 16, "sequences decoding at once")
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
@@ -206,6 +218,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("-max-hole-blocks %d is negative", c.maxHoles)
 	case c.prefetchBlocks < 0:
 		return fmt.Errorf("-prefetch-blocks %d is negative", c.prefetchBlocks)
+	case c.kvEventBuffer < 0 || c.kvEventBuffer > 1<<24:
+		return fmt.Errorf("-kv-events-buffer %d: want 0 to %d", c.kvEventBuffer, 1<<24)
+	case c.kvEventsZMQ != "" && c.kvEventBuffer == 0:
+		return errors.New("-kv-events-zmq with -kv-events-buffer 0: there are no events to publish")
+	case c.kvEventsReplay != "" && c.kvEventsZMQ == "":
+		return errors.New("-kv-events-replay without -kv-events-zmq: there is nothing to replay")
+	case c.kvEventsReplayBatches < 1:
+		return fmt.Errorf("-kv-events-replay-batches %d: want at least 1", c.kvEventsReplayBatches)
 	case c.maxQueue < 1:
 		return fmt.Errorf("-max-queue %d: want at least 1", c.maxQueue)
 	case c.maxBatch < 1:

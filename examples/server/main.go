@@ -10,9 +10,12 @@
 // Routes: POST /v1/completions (prompt as text, byte-level tokens, or token
 // ids; max_tokens; stream; user or salt select the tenant, whose KV is never
 // shared with another's; no_cache for a reference answer), GET /metrics
-// (kvtier's series and the server's), GET /healthz. See
-// internal/httpapi for the status codes and internal/engine for the
-// scheduler and the path of a request through kvtier.
+// (kvtier's series and the server's), GET /healthz, and for routers
+// POST /v1/kv/lookup (how much of a prompt each tier holds) and GET
+// /v1/kv/events (the cache's block events; -kv-events-zmq also publishes
+// them in vLLM's wire format). See internal/httpapi for the status codes
+// and internal/engine for the scheduler and the path of a request through
+// kvtier.
 //
 // Without a GPU (or with -device cpu) the model runs on the CPU, the
 // reference backend, and kvtier's copies go through the simulated device
@@ -111,6 +114,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 				func() float64 { return float64(p.nvme.breakEven(blocks)) }))
 		}
 	}
+	if err := startKVEvents(c, p, reg); err != nil {
+		return errors.Join(err, p.close())
+	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, RemoteTimeout: c.remoteFetchTimeout, CacheSlots: s.cacheSlots,
 		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
 		MaxBatch: c.maxBatch, PrefetchBlocks: c.prefetchBlocks, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
@@ -118,7 +124,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 		return errors.Join(err, p.close())
 	}
 	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens,
-		BodyTimeout: c.http.bodyTimeout, WriteTimeout: c.http.writeTimeout})
+		BodyTimeout: c.http.bodyTimeout, WriteTimeout: c.http.writeTimeout, KV: kvRoutes(p, s)})
 	if err != nil {
 		return errors.Join(err, eng.Close(), p.close())
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	BreakerCooldown time.Duration
 	// Now is the clock of the breaker; nil means time.Now.
 	Now func() time.Time
+	// OnStored, when set, is called by a writer with each queued block it
+	// wrote or found in the store already: the server announces it in its
+	// cache's events (kvtier.Manager.Announce). It MUST be quick, and MUST
+	// NOT keep meta.Tokens.
+	OnStored func(meta BlockMeta)
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -117,6 +117,7 @@ func (c *Cache) write(j *job, scratch *[]byte) bool {
 	if found[0] {
 		c.br.success()
 		c.stats.dedup.Add(1)
+		c.stored(&j.meta)
 		return true
 	}
 	payload := *j.buf
@@ -143,6 +144,7 @@ func (c *Cache) write(j *job, scratch *[]byte) bool {
 		c.br.success()
 		c.stats.written.Add(1)
 		c.stats.bytesWritten.Add(uint64(len(payload)))
+		c.stored(&j.meta)
 		return true
 	case errors.Is(err, ErrStoreFull):
 		// The store answered: it is healthy, only full. Its eviction
@@ -155,6 +157,12 @@ func (c *Cache) write(j *job, scratch *[]byte) bool {
 		c.br.failure()
 		c.stats.writeErrs.Add(1)
 		return false
+	}
+}
+
+func (c *Cache) stored(meta *BlockMeta) {
+	if c.cfg.OnStored != nil {
+		c.cfg.OnStored(*meta)
 	}
 }
 

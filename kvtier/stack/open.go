@@ -134,7 +134,8 @@ func rankDirs(dirs []string, r int, perRank bool) ([]string, error) {
 // (a ShardedMover over the GPUs' with several), and each tier's size and
 // policy.
 func (c *Cache) managerConfig(o *Options, s *sizes) (kvtier.Config, error) {
-	cfg := kvtier.Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, MaxHoleBlocks: o.MaxHoleBlocks, Mover: c.Mover, Planner: o.Planner}
+	cfg := kvtier.Config{BlockTokens: o.BlockTokens, WriteThrough: o.WriteThrough, MaxHoleBlocks: o.MaxHoleBlocks, Mover: c.Mover, Planner: o.Planner,
+		EventBuffer: o.EventBuffer}
 	if len(c.Ranks) > 1 {
 		movers := make([]kvtier.Mover, len(c.Ranks))
 		for r, p := range c.Ranks {

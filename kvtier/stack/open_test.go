@@ -47,6 +47,7 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.GPU.NumBlocks = 0 }, "Options.GPU"},
 		{func(o *Options) { o.BlockTokens = 0 }, "Options.BlockTokens"},
 		{func(o *Options) { o.MaxHoleBlocks = -1 }, "Options.MaxHoleBlocks"},
+		{func(o *Options) { o.EventBuffer = -1 }, "Options.EventBuffer"},
 		{func(o *Options) { o.GatherStaging = -1 }, "Options.GatherStaging"},
 		{func(o *Options) { o.NVMeGate = refuseAll }, "Options.NVMeGate"},
 		{func(o *Options) {

@@ -84,6 +84,8 @@ type Options struct {
 	// MaxHoleBlocks: see kvtier.Config.MaxHoleBlocks (0: a lookup stops at
 	// the first missing block).
 	MaxHoleBlocks int
+	// EventBuffer: see kvtier.Config.EventBuffer (0: no event stream).
+	EventBuffer int
 	// GatherStaging is the device memory (per GPU) of the copy engine's
 	// gather/scatter path (transfer.MethodGather): split into
 	// transfer.DefaultGatherBuffers buffers per direction. 0 means none.
@@ -176,6 +178,8 @@ func (o *Options) check() error {
 		return optionErr("NVMeBytes", "%d is negative", o.NVMeBytes)
 	case o.MaxHoleBlocks < 0:
 		return optionErr("MaxHoleBlocks", "%d is negative", o.MaxHoleBlocks)
+	case o.EventBuffer < 0:
+		return optionErr("EventBuffer", "%d is negative", o.EventBuffer)
 	case o.GatherStaging < 0:
 		return optionErr("GatherStaging", "%d is negative", o.GatherStaging)
 	case o.NVMeBytes == 0 && (o.NVMeAdmitter != nil || o.NVMeGate != nil):

@@ -74,7 +74,15 @@ func (c *Cache) connectRemote(ctx context.Context, o *Options, blockBytes int64)
 		return fmt.Errorf("Options.Remote: %w", err)
 	}
 	c.remoteStore = st
-	rc, err := remote.New(remote.Config{Store: st, Prefix: r.Prefix, BlockBytes: int(blockBytes), ChecksumKey: r.ChecksumKey, Model: o.Model.String(), OpTimeout: r.OpTimeout})
+	m := c.Manager
+	announce := func(b remote.BlockMeta) { // the remote tier in the manager's events
+		info := kvtier.BlockInfo{Key: kvtier.Key(b.Key), Parent: kvtier.Key(b.Parent), Salt: kvtier.Salt(b.Salt), Position: b.Position}
+		if err := m.Announce(kvtier.BlockStored, kvtier.Remote, info, b.Tokens); err != nil {
+			c.log.Debug("kvtier: a remote block not announced", "key", b.Key, "err", err)
+		}
+	}
+	rc, err := remote.New(remote.Config{Store: st, Prefix: r.Prefix, BlockBytes: int(blockBytes), ChecksumKey: r.ChecksumKey,
+		Model: o.Model.String(), OpTimeout: r.OpTimeout, OnStored: announce})
 	if err != nil {
 		return fmt.Errorf("Options.Remote: %w", err)
 	}

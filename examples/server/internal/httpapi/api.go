@@ -47,6 +47,8 @@ type Config struct {
 	// its response (a streamed chunk, or a whole response); one that takes
 	// longer is cut off and its request cancelled. 0 means 30 s.
 	WriteTimeout time.Duration
+	// KV, when set, serves the /v1/kv routes over the cache (kv.go).
+	KV *KV
 }
 
 // API serves the routes of the package doc over a Backend. It is an
@@ -63,6 +65,11 @@ type API struct {
 	writeTimeout time.Duration
 	decodeTurns  chan struct{} // a token per body being read and decoded
 	nextID       atomic.Uint64
+	kv           *KV
+	// streams ends when Drain begins: long-lived streams (/v1/kv/events)
+	// stop then, as they are not requests in flight.
+	streams    context.Context
+	endStreams context.CancelFunc
 
 	// drainCtx is cancelled when Drain begins: it refuses the requests
 	// waiting for a decode turn and ends the body reads in progress.
@@ -104,6 +111,12 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("POST "+openai.CompletionsPath, a.completions)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.streams, a.endStreams = context.WithCancel(context.Background())
+	if cfg.KV != nil {
+		if err := a.kvRoutes(cfg.KV); err != nil {
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -155,6 +168,7 @@ func (a *API) Registry() *prometheus.Registry { return a.reg }
 // done. The caller then shuts the HTTP server down and closes the
 // engine (finishing its write-backs). Drain may be called more than once.
 func (a *API) Drain(ctx context.Context) error {
+	a.endStreams()
 	a.mu.Lock()
 	if !a.draining {
 		a.draining = true

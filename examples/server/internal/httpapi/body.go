@@ -24,17 +24,28 @@ var (
 // in progress at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// readRequest reads and checks a completion request's body: at most
-// MaxBodyBytes (a Content-Length over it is refused unread), by
-// BodyTimeout after the handler began, holding one of the MaxDecodes turns
-// while it reads (waiting for one before reading a byte). Drain ends the
-// reads in progress and the waits (errDraining).
+// readRequest reads and checks a completion request's body (readBounded).
 func (a *API) readRequest(w http.ResponseWriter, r *http.Request) (*openai.CompletionRequest, []int32, error) {
+	var req *openai.CompletionRequest
+	var toks []int32
+	err := a.readBounded(w, r, func(body []byte) (err error) {
+		req, toks, err = decodeRequest(body, a.limits, a.defaultMax)
+		return err
+	})
+	return req, toks, err
+}
+
+// readBounded reads a request's body and decodes it: at most MaxBodyBytes
+// (a Content-Length over it is refused unread), by BodyTimeout after the
+// handler began, holding one of the MaxDecodes turns while it reads and
+// decodes (waiting for one before reading a byte). Drain ends the reads in
+// progress and the waits (errDraining).
+func (a *API) readBounded(w http.ResponseWriter, r *http.Request, decode func(body []byte) error) error {
 	if a.drainCtx.Err() != nil {
-		return nil, nil, errDraining
+		return errDraining
 	}
 	if r.ContentLength > a.maxBodyBytes {
-		return nil, nil, fmt.Errorf("%w: Content-Length %d is over %d bytes", errBodyTooLarge, r.ContentLength, a.maxBodyBytes)
+		return fmt.Errorf("%w: Content-Length %d is over %d bytes", errBodyTooLarge, r.ContentLength, a.maxBodyBytes)
 	}
 	rc := http.NewResponseController(w)
 	// A writer without deadlines (a test's recorder) reads without one.
@@ -42,9 +53,9 @@ func (a *API) readRequest(w http.ResponseWriter, r *http.Request) (*openai.Compl
 	select {
 	case a.decodeTurns <- struct{}{}:
 	case <-a.drainCtx.Done():
-		return nil, nil, errDraining
+		return errDraining
 	case <-r.Context().Done():
-		return nil, nil, errClientGone
+		return errClientGone
 	}
 	a.m.decoding.Inc()
 	defer func() {
@@ -57,15 +68,13 @@ func (a *API) readRequest(w http.ResponseWriter, r *http.Request) (*openai.Compl
 		close(aborted)
 	})
 	body, err := readBody(http.MaxBytesReader(w, r.Body, a.maxBodyBytes), r.ContentLength)
-	var req *openai.CompletionRequest
-	var toks []int32
 	if err == nil {
-		req, toks, err = decodeRequest(body, a.limits, a.defaultMax)
+		err = decode(body)
 	}
 	if !stop() {
 		<-aborted // it MUST NOT touch the connection once the handler returned
 		if errors.Is(err, errBodyTimeout) {
-			return nil, nil, errDraining
+			return errDraining
 		}
 	}
 	if err == nil {
@@ -75,5 +84,5 @@ func (a *API) readRequest(w http.ResponseWriter, r *http.Request) (*openai.Compl
 		// the server reads of the rest of the body before it answers.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	return req, toks, err
+	return err
 }

@@ -11,6 +11,9 @@
 //	GET  /metrics          Prometheus text: the server's series (kvserve_*) and
 //	                       whatever else the caller registers (kvtier's kvprom)
 //	GET  /healthz          200 "ok", or 503 "draining" once Drain began
+//	POST /v1/kv/lookup     how much of a prompt each kvtier tier holds now
+//	GET  /v1/kv/events     kvtier's block events as server-sent events
+//	                       (both with Config.KV; see kv.go)
 //
 // Status codes: 400 names the bad field in the error's param (including a
 // prompt longer than the model's context, or prompt plus max_tokens over

@@ -1,0 +1,171 @@
+package kvtier
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestCachedPrefixIsWhatLookupLeases: over random residency in three tiers,
+// with holes, CachedPrefix reports per tier exactly the blocks the next
+// Lookup leases, by their fastest tier, and each tier's leading run.
+func TestCachedPrefixIsWhatLookupLeases(t *testing.T) {
+	for _, holes := range []int{0, 2} {
+		f := newFakeMover()
+		cfg := Config{BlockTokens: 2, Mover: f, MaxHoleBlocks: holes}
+		cfg.Tiers[GPU] = tierCfg(t, 8)
+		cfg.Tiers[Host] = tierCfg(t, 16)
+		cfg.Tiers[NVMe] = tierCfg(t, 32)
+		m := mustNew(t, cfg)
+		rng := rand.New(rand.NewPCG(uint64(holes), 9))
+		mixed, holed := 0, 0 // answers from two tiers or more; with a hole
+		docs := make([][]int32, 6)
+		for i := range docs {
+			docs[i] = make([]int32, 2*(2+rng.IntN(8))+rng.IntN(2)) // a partial last block, sometimes
+			for j := range docs[i] {
+				docs[i][j] = int32(rng.IntN(3))
+			}
+		}
+		for step := range 300 {
+			doc, salt := docs[rng.IntN(len(docs))], Salt(rng.IntN(2))
+			tier := Tier(rng.IntN(int(NumTiers)))
+			from := rng.IntN(len(doc)/2) * 2 // a prefix, to make holes in slower tiers
+			insertReady(t, m, salt, doc[:from+2*(rng.IntN((len(doc)-from)/2)+1)], tier)
+			f.drain()
+			if rng.IntN(4) == 0 {
+				_, _ = m.Invalidate(salt, doc[:2*(1+rng.IntN(len(doc)/2))])
+			}
+			for _, d := range docs {
+				for s := range Salt(2) {
+					got := m.CachedPrefix(s, d)
+					var l Lease
+					if err := m.Lookup(s, d, &l); err != nil {
+						t.Fatal(err)
+					}
+					var want PrefixInfo
+					want.Blocks = len(d) / 2
+					for _, b := range l.Blocks {
+						want.Cached[b.Tier] += 2
+					}
+					m.Release(&l)
+					for tier := range NumTiers {
+						for i := 0; i < want.Blocks; i++ {
+							bi, ok := m.Peek(s, m.keysOf(s, d)[i])
+							if !ok || !bi.Ready[tier] {
+								break
+							}
+							want.Prefix[tier] += 2
+						}
+					}
+					tiers := 0
+					for _, c := range want.Cached {
+						tiers += min(c, 1)
+					}
+					mixed += min(tiers/2, 1)
+					if got.CachedTokens() > max(got.Prefix[GPU], got.Prefix[Host], got.Prefix[NVMe]) && tiers == 1 {
+						holed++
+					}
+					if got != want {
+						t.Fatalf("holes %d, step %d: CachedPrefix %+v, the lookup and Peek say %+v", holes, step, got, want)
+					}
+				}
+			}
+		}
+		if mixed == 0 || (holes > 0 && holed == 0) {
+			t.Errorf("holes %d: %d answers from two tiers or more, %d past a hole: the test exercised too little", holes, mixed, holed)
+		}
+	}
+}
+
+// keysOf is the chained keys of tokens' full blocks.
+func (m *Manager) keysOf(salt Salt, tokens []int32) []Key {
+	h, _ := NewHasher(m.blockTokens)
+	return h.AppendKeys(nil, salt, 0, tokens)
+}
+
+// TestCachedPrefixHasNoSideEffect: the query leases nothing, counts
+// nothing and touches no policy: the block it asked about is still the
+// LRU's victim.
+func TestCachedPrefixHasNoSideEffect(t *testing.T) {
+	m := oneTier(t, GPU, 2, 2)
+	old, other := toks(1, 2, 10), toks(1, 2, 20)
+	insertReady(t, m, 1, old, GPU)
+	insertReady(t, m, 1, other, GPU)
+	before := m.Metrics()
+	if p := m.CachedPrefix(1, old); p.Cached[GPU] != 2 || p.Prefix[GPU] != 2 || p.CachedTokens() != 2 {
+		t.Fatalf("CachedPrefix of a resident block: %+v", p)
+	}
+	if p := m.CachedPrefixKeys(1, m.keysOf(1, old)); p.Cached[GPU] != 2 {
+		t.Fatalf("CachedPrefixKeys of a resident block: %+v", p)
+	}
+	if after := m.Metrics(); after != before {
+		t.Fatalf("metrics changed:\n%+v\n%+v", before, after)
+	}
+	insertReady(t, m, 1, toks(1, 2, 30), GPU) // evicts the least recently used
+	if p := m.CachedPrefix(1, old); p.CachedTokens() != 0 {
+		t.Fatalf("the queried block was not the LRU victim: %+v", p)
+	}
+	if p := m.CachedPrefix(1, other); p.CachedTokens() != 2 {
+		t.Fatalf("the other block was evicted: %+v", p)
+	}
+	if p := m.CachedPrefix(2, other); p.CachedTokens() != 0 {
+		t.Fatalf("another salt's query found %+v", p)
+	}
+	if p := m.CachedPrefix(1, nil); p != (PrefixInfo{}) {
+		t.Fatalf("an empty request: %+v", p)
+	}
+}
+
+// TestCachedPrefixAllocatesNothing once its scratch is warm (not under the
+// race detector, whose sync.Pool drops items at random).
+func TestCachedPrefixAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	m := oneTier(t, GPU, 512, 16)
+	req := toks(256, 16, 0)
+	insertReady(t, m, 1, req, GPU)
+	m.CachedPrefix(1, req)
+	if n := testing.AllocsPerRun(100, func() { m.CachedPrefix(1, req) }); n != 0 {
+		t.Fatalf("%v allocations per query", n)
+	}
+}
+
+// BenchmarkCachedPrefix4K asks about a 4096-token prompt (256 blocks of 16
+// tokens) cached in the GPU tier, with 1 million other blocks resident,
+// on one goroutine locked to its thread; p99-ns is the 99th percentile of
+// the queries' times.
+func BenchmarkCachedPrefix4K(b *testing.B) {
+	m, _, _ := benchManager(b, 1<<21, 1<<20)
+	rng := rand.New(rand.NewPCG(4, 4))
+	req := make([]int32, 4096)
+	for i := range req {
+		req[i] = rng.Int32N(128000)
+	}
+	insertReady(b, m, 3, req, GPU)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	times := make([]time.Duration, 0, 1<<20)
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		p := m.CachedPrefix(3, req)
+		d := time.Since(t0)
+		if p.Cached[GPU] != 4096 {
+			b.Fatalf("%+v", p)
+		}
+		if len(times) < cap(times) {
+			times = append(times, d)
+		}
+	}
+	slices.Sort(times)
+	if n := len(times); n > 0 {
+		b.ReportMetric(float64(times[n*99/100].Nanoseconds()), "p99-ns")
+		b.ReportMetric(float64(times[n/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(times[n*90/100].Nanoseconds()), "p90-ns")
+		b.ReportMetric(float64(times[n*95/100].Nanoseconds()), "p95-ns")
+		b.ReportMetric(float64(times[n*98/100].Nanoseconds()), "p98-ns")
+	}
+}

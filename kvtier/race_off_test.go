@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvtier
+
+const raceEnabled = false
