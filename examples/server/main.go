@@ -103,6 +103,8 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
 		reg.MustRegister(kvprom.Mover(p.cache.Mover, "kvserve", nil)...)
+		reg.MustRegister(kvprom.Engine(p.cache.Engine, "kvserve", nil)...)
+		reg.MustRegister(kvprom.Pinned(p.cache.Pool(), "kvserve", nil)...)
 		if p.remote != nil {
 			reg.MustRegister(kvprom.Remote(p.remote, "kvserve", nil)...)
 		}

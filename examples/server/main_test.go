@@ -232,7 +232,8 @@ func TestServeMetrics(t *testing.T) {
 	for _, name := range []string{"kvserve_ttft_seconds", "kvserve_inter_token_seconds", "kvserve_queue_depth",
 		"kvserve_prefilled_tokens_total", "kvserve_loaded_tokens_total", "kvserve_loaded_bytes_total",
 		"kvserve_recomputed_tokens_total", "kvserve_failed_loads_total", "kvserve_prefill_seconds", "kvtier_hits_total", "kvserve_mover_ops_total", "kvserve_mover_failures_total",
-		"kvserve_nvme_checked_blocks_total", "kvserve_nvme_corrupt_blocks_total"} {
+		"kvserve_nvme_checked_blocks_total", "kvserve_nvme_corrupt_blocks_total", "kvserve_copy_bytes_total", "kvserve_copy_transfers_total",
+		"kvserve_pinned_bytes", "kvserve_pinned_registered_bytes", "kvserve_pinned_rate_gib_per_second"} {
 		if fams[name] == nil {
 			t.Errorf("/metrics has no %s", name)
 		}

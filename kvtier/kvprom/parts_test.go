@@ -54,3 +54,44 @@ func TestMoverAndStoreCollectors(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineAndPinnedCollectors: the block a cache on the simulated device
+// writes through to the host tier is counted in the copy engine's offload
+// bytes (a block each way would show in both), and the pinned pool's
+// gauges say the region is whole and registered.
+func TestEngineAndPinnedCollectors(t *testing.T) {
+	c := stacktest.Open(t, stacktest.Options{GPUBlocks: 4, HostBlocks: 4, BlockTokens: 2, WriteThrough: true})
+	if err := c.WaitHostPinned(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var w kvtier.Lease
+	if err := c.Insert(1, []int32{1, 2}, kvtier.GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Release(&w)
+	if err := c.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eng := Engine(c.Engine, "kvserve", nil)
+	pool := Pinned(c.Pool(), "kvserve", nil)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(eng...)
+	reg.MustRegister(pool...)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != len(eng)+len(pool) {
+		t.Fatalf("%d series, %v; want %d", n, err, len(eng)+len(pool))
+	}
+	block := float64(c.Host.SlotBytes)
+	if on, off, transfers := testutil.ToFloat64(eng[0]), testutil.ToFloat64(eng[1]), testutil.ToFloat64(eng[2]); on != 0 || off != block || transfers != 1 {
+		t.Errorf("copy engine: %v bytes onboarded, %v offloaded in %v transfers; want 0, %v (one block) in 1", on, off, transfers, block)
+	}
+	size, registered := testutil.ToFloat64(pool[0]), testutil.ToFloat64(pool[2])
+	if size <= 0 || registered != size {
+		t.Errorf("pinned pool: %v bytes, %v registered; want all of a non-empty region", size, registered)
+	}
+	if total := testutil.ToFloat64(pool[6]); total <= 0 {
+		t.Errorf("pinned pool: total rate %v GiB/s once allocated, want > 0", total)
+	}
+}

@@ -30,6 +30,10 @@ type GPUParts struct {
 	hostBase, slotBytes int64 // the host tier's offset in pool, its slot size
 }
 
+// Pool is the pinned region behind this GPU's host tier, staging and
+// bounce slots (its Stats: kvprom.Pinned).
+func (p *GPUParts) Pool() *pinned.Region { return p.pool }
+
 // readyHostSlots is how many host slots are registered now.
 func (p *GPUParts) readyHostSlots() int {
 	return int(max(0, p.pool.ReadyBytes()-p.hostBase) / p.slotBytes)
