@@ -265,13 +265,6 @@ func TestRemoteBlocksAnnounced(t *testing.T) {
 // under: the tenant's folded with the model's identity (stack.Model.Salt).
 func cacheSalt(t *testing.T, args []string, tenant kvtier.Salt) kvtier.Salt {
 	t.Helper()
-	c, err := parseArgs(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := c.shape()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return modelIdentity(&c, sh.model).Salt(tenant)
+	id, _ := testIdentity(t, args...)
+	return id.Salt(tenant)
 }

@@ -20,10 +20,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	srvmodel "kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/nvme"
+	"kvtier.dev/kvtier/stack"
 )
 
 // testArgs are flags for a small server on the CPU backend: the tiny
@@ -394,6 +396,14 @@ func TestServeCorruptNVMeIsRecomputed(t *testing.T) {
 // its tiers.
 func testModel(t *testing.T, args ...string) string {
 	t.Helper()
+	id, _ := testIdentity(t, args...)
+	return id.String()
+}
+
+// testIdentity is the model identity of a server started with args (the
+// salts of its blocks: stack.Model.Salt) and its model's shape.
+func testIdentity(t *testing.T, args ...string) (stack.Model, srvmodel.Config) {
+	t.Helper()
 	c, err := parseArgs(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +412,7 @@ func testModel(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return modelIdentity(&c, m).String()
+	return modelIdentity(&c, m), m
 }
 
 // damageAll flips a byte in the payload of every slot of the store in dir.

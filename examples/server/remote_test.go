@@ -108,15 +108,8 @@ func remoteCount(t *testing.T, url, name, label string) float64 {
 // deployment's key, can do. It returns the blocks written.
 func forge(t *testing.T, addrs []string, prefix string, p openai.Prompt, args []string) int {
 	t.Helper()
-	c, err := parseArgs(args, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := c.modelConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	salt := modelIdentity(&c, m).Salt(kvtier.Salt(openai.SaltOf("", "")))
+	id, m := testIdentity(t, args...)
+	salt := id.Salt(kvtier.Salt(openai.SaltOf("", "")))
 	bt := m.BlockTokens
 	full := (len(p.Tokens) - 1) / bt
 	h, err := kvtier.NewHasher(bt)

@@ -16,17 +16,7 @@ import (
 // store's collectors report those copies.
 func TestMoverAndStoreCollectors(t *testing.T) {
 	c := stacktest.Open(t, stacktest.Options{GPUBlocks: 4, HostBlocks: 4, NVMeBlocks: 4, BlockTokens: 2, WriteThrough: true})
-	var w kvtier.Lease
-	if err := c.Insert(1, []int32{1, 2}, kvtier.GPU, &w); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Commit(&w, nil); err != nil {
-		t.Fatal(err)
-	}
-	c.Release(&w)
-	if err := c.Drain(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	writeOneBlock(t, c)
 	labels := prometheus.Labels{"model": "test"}
 	mover := Mover(c.Mover, "kvserve", labels)
 	store := Store(c.Store, "kvserve", labels)
@@ -64,17 +54,7 @@ func TestEngineAndPinnedCollectors(t *testing.T) {
 	if err := c.WaitHostPinned(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var w kvtier.Lease
-	if err := c.Insert(1, []int32{1, 2}, kvtier.GPU, &w); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Commit(&w, nil); err != nil {
-		t.Fatal(err)
-	}
-	c.Release(&w)
-	if err := c.Drain(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	writeOneBlock(t, c)
 	eng := Engine(c.Engine, "kvserve", nil)
 	pool := Pinned(c.Pool(), "kvserve", nil)
 	reg := prometheus.NewPedanticRegistry()
@@ -93,5 +73,22 @@ func TestEngineAndPinnedCollectors(t *testing.T) {
 	}
 	if total := testutil.ToFloat64(pool[6]); total <= 0 {
 		t.Errorf("pinned pool: total rate %v GiB/s once allocated, want > 0", total)
+	}
+}
+
+// writeOneBlock computes one block into c's GPU tier and waits for its
+// copies down the tiers (write-through).
+func writeOneBlock(t *testing.T, c *stacktest.Stack) {
+	t.Helper()
+	var w kvtier.Lease
+	if err := c.Insert(1, []int32{1, 2}, kvtier.GPU, &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Commit(&w, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Release(&w)
+	if err := c.Drain(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -361,6 +361,13 @@ func (a *API) failRequest(w http.ResponseWriter, err error) {
 
 // fail writes an error response and counts it.
 func (a *API) fail(w http.ResponseWriter, status int, typ, param, msg string) {
+	writeError(w, status, typ, param, msg)
+	a.m.answered(status)
+}
+
+// writeError writes an OpenAI error response; param, if not empty, names
+// the field at fault.
+func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
 	e := openai.ErrorResponse{Error: openai.ErrorBody{Message: msg, Type: typ}}
 	if param != "" {
 		e.Error.Param = &param
@@ -369,5 +376,4 @@ func (a *API) fail(w http.ResponseWriter, status int, typ, param, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(body)
-	a.m.answered(status)
 }

@@ -174,12 +174,5 @@ func kvFail(w http.ResponseWriter, status int, param, msg string) {
 	if status >= 500 {
 		typ = openai.ErrServer
 	}
-	e := openai.ErrorResponse{Error: openai.ErrorBody{Message: msg, Type: typ}}
-	if param != "" {
-		e.Error.Param = &param
-	}
-	body, _ := json.Marshal(&e)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(body)
+	writeError(w, status, typ, param, msg)
 }
