@@ -40,6 +40,7 @@ type flags struct {
 	resultsDir  string
 	machine     string
 	commit      string
+	samples     string
 }
 
 func parseFlags() flags {
@@ -52,6 +53,7 @@ func parseFlags() flags {
 	flag.StringVar(&f.resultsDir, "results", "", "directory for prefill-<machine>.{json,md} (empty: print only)")
 	flag.StringVar(&f.machine, "machine", "h200", "machine name in the results")
 	flag.StringVar(&f.commit, "commit", "", "commit to record (default: the build's)")
+	flag.StringVar(&f.samples, "samples", "", "instead of the cases above, time short passes (64 to 8192 tokens from position 0; 64 to 1024 after 2K to 24K cached) and write their medians to this file as kvtier calc --prefill-samples reads them")
 	flag.Parse()
 	return f
 }
@@ -160,6 +162,9 @@ func run(f flags) error {
 		return err
 	}
 	defer b.close()
+	if f.samples != "" {
+		return b.writeSamples(f.samples, f.runs)
+	}
 	res := results.New("prefill", f.machine, f.commit)
 	res.Notes = append(res.Notes, notes(c, dev.Info(), b.m.Library(), base)...)
 	if err := b.measure(res, prefillCases(f), base); err != nil {
@@ -269,6 +274,45 @@ func addCase(res *results.File, k prefillCase, ours []float64, base torchRuns) {
 		verdict = fmt.Sprintf("target <= %.1fx: %v", k.target, ratio <= k.target)
 	}
 	log.Printf("%s: ours %.4f s, PyTorch %.4f s, ours/PyTorch %.2f (%s)", k.name, r.Median, tr.Median, ratio, verdict)
+}
+
+// sampleGrid is -samples' passes: (prefix, tokens), the prefix's KV
+// already in the blocks.
+func sampleGrid() [][2]int {
+	var g [][2]int
+	for _, n := range []int{64, 128, 256, 512, 1024, 2048, 4096, 8192} {
+		g = append(g, [2]int{0, n})
+	}
+	for _, p := range []int{2048, 8192, 16384, 24576} {
+		for _, n := range []int{64, 128, 256, 512, 1024} {
+			g = append(g, [2]int{p, n})
+		}
+	}
+	return g
+}
+
+// writeSamples times sampleGrid's passes (the median of runs after a
+// warm-up) and writes them to path, a JSON object a line.
+func (b *bench) writeSamples(path string, runs int) error {
+	// Every position a prefixed pass reads is written once first.
+	if _, _, err := b.m.Forward(b.tok[:maxCtx], b.plan(maxCtx, 0)); err != nil {
+		return err
+	}
+	var out []byte
+	for _, g := range sampleGrid() {
+		prefix, n := g[0], g[1]
+		t, err := b.time(prefix+n, prefix, runs)
+		if err != nil {
+			return fmt.Errorf("%d tokens after %d: %w", n, prefix, err)
+		}
+		line, err := json.Marshal(map[string]any{"model": b.c.Name, "prefix": prefix, "tokens": n, "seconds": results.Median(t)})
+		if err != nil {
+			return err
+		}
+		log.Printf("%s", line)
+		out = append(append(out, line...), '\n')
+	}
+	return os.WriteFile(path, out, 0o644)
 }
 
 func main() {
