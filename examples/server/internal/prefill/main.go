@@ -15,6 +15,11 @@
 // after 8192 tokens. Each case runs once to warm up, then -runs times (the
 // decode step -decode-runs times); a run is the wall time of one Forward,
 // which returns once the GPU is done and the logits are on the host.
+//
+// With -samples FILE it times short passes instead (64 to 8,192 tokens from
+// scratch, 64 to 1,024 after 2K to 24K cached) and writes them as
+// `kvtier calc --prefill-samples` reads them: the runtime's own calibration
+// (benchmarks/results/prefill-short-h200-runtime.md).
 package main
 
 import (
