@@ -75,6 +75,8 @@ func main() {
 // run serves until ctx is done, then drains and closes. listening, if set,
 // is told the address once the server listens.
 func run(ctx context.Context, c *config, listening func(addr string)) error {
+	ctx, drain := context.WithCancel(ctx) // the operator's API drains as SIGTERM does
+	defer drain()
 	s, err := c.shape()
 	if err != nil {
 		return err
@@ -126,6 +128,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens,
 		BodyTimeout: c.http.bodyTimeout, WriteTimeout: c.http.writeTimeout, KV: kvRoutes(p, s)})
 	if err != nil {
+		return errors.Join(err, eng.Close(), p.close())
+	}
+	if err := startAdmin(c, p, api, drain); err != nil {
 		return errors.Join(err, eng.Close(), p.close())
 	}
 	ln, err := net.Listen("tcp", c.addr)
