@@ -13,9 +13,12 @@
 // (kvtier's series and the server's), GET /healthz, and for routers
 // POST /v1/kv/lookup (how much of a prompt each tier holds) and GET
 // /v1/kv/events (the cache's block events; -kv-events-zmq also publishes
-// them in vLLM's wire format). See internal/httpapi for the status codes
-// and internal/engine for the scheduler and the path of a request through
-// kvtier.
+// them in vLLM's wire format). With -admin-addr, an operator's API on its
+// own address, behind -admin-token-file's bearer token (mode 0600): evict
+// or invalidate a prefix or a tenant, flush, drain, the tiers' state
+// (/admin/v1/, see internal/httpapi's admin.go). See internal/httpapi for
+// the status codes and internal/engine for the scheduler and the path of a
+// request through kvtier.
 //
 // Without a GPU (or with -device cpu) the model runs on the CPU, the
 // reference backend, and kvtier's copies go through the simulated device
