@@ -78,6 +78,7 @@ type config struct {
 	maxQueue, maxBatch, defaultMaxTokens int
 	drainTimeout                         time.Duration
 	http                                 httpFlags
+	admin                                adminFlags
 
 	log *slog.Logger
 }
@@ -170,6 +171,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.defaultMaxTokens, "default-max-tokens", 16, "max_tokens of a request that omits it")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	c.http.register(fs)
+	c.admin.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -248,6 +250,9 @@ func (c *config) validate() error {
 		return errors.New("-nvme 0 turns the NVMe tier off: -nvme-reformat has nothing to reformat")
 	}
 	if err := c.http.validate(); err != nil {
+		return err
+	}
+	if err := c.admin.validate(); err != nil {
 		return err
 	}
 	m, err := c.modelConfig()

@@ -13,9 +13,12 @@
 // (kvtier's series and the server's), GET /healthz, and for routers
 // POST /v1/kv/lookup (how much of a prompt each tier holds) and GET
 // /v1/kv/events (the cache's block events; -kv-events-zmq also publishes
-// them in vLLM's wire format). See internal/httpapi for the status codes
-// and internal/engine for the scheduler and the path of a request through
-// kvtier.
+// them in vLLM's wire format). With -admin-addr, an operator's API on its
+// own address, behind -admin-token-file's bearer token (mode 0600): evict
+// or invalidate a prefix or a tenant, flush, drain, the tiers' state
+// (/admin/v1/, see internal/httpapi's admin.go). See internal/httpapi for
+// the status codes and internal/engine for the scheduler and the path of a
+// request through kvtier.
 //
 // Without a GPU (or with -device cpu) the model runs on the CPU, the
 // reference backend, and kvtier's copies go through the simulated device
@@ -75,6 +78,8 @@ func main() {
 // run serves until ctx is done, then drains and closes. listening, if set,
 // is told the address once the server listens.
 func run(ctx context.Context, c *config, listening func(addr string)) error {
+	ctx, drain := context.WithCancel(ctx) // the operator's API drains as SIGTERM does
+	defer drain()
 	s, err := c.shape()
 	if err != nil {
 		return err
@@ -128,6 +133,9 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	api, err := httpapi.New(httpapi.Config{Backend: eng, Registry: reg, DefaultMaxTokens: c.defaultMaxTokens,
 		BodyTimeout: c.http.bodyTimeout, WriteTimeout: c.http.writeTimeout, KV: kvRoutes(p, s)})
 	if err != nil {
+		return errors.Join(err, eng.Close(), p.close())
+	}
+	if err := startAdmin(c, p, api, drain); err != nil {
 		return errors.Join(err, eng.Close(), p.close())
 	}
 	ln, err := net.Listen("tcp", c.addr)

@@ -48,9 +48,18 @@ type server struct {
 // server does not come up.
 func start(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startWith(t, nil, args...)
+}
+
+// startWith is start, with set (if not nil) given the parsed config first.
+func startWith(t *testing.T, set func(*config), args ...string) *server {
+	t.Helper()
 	c, err := parseArgs(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if set != nil {
+		set(&c)
 	}
 	s := &server{t: t, done: make(chan error, 1), logs: &logBuffer{}}
 	c.log = slog.New(slog.NewTextHandler(s.logs, nil))

@@ -15,6 +15,10 @@
 //	GET  /v1/kv/events     kvtier's block events as server-sent events
 //	                       (both with Config.KV; see kv.go)
 //
+// API.Admin is the operator's handler, for a listener of its own: evict,
+// invalidate, flush, drain and the tiers' state under /admin/v1/, behind a
+// bearer token (see admin.go).
+//
 // Status codes: 400 names the bad field in the error's param (including a
 // prompt longer than the model's context, or prompt plus max_tokens over
 // it); 408 for a body not in within Config.BodyTimeout; 413 for a body over

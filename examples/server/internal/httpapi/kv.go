@@ -140,31 +140,41 @@ func (a *API) decodeKVLookup(body []byte) (*KVLookupRequest, []int32, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, nil, &openai.FieldError{Field: "body", Msg: "more after the request's JSON object"}
 	}
+	toks, err := a.promptTokens(req.Prompt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &req, toks, nil
+}
+
+// promptTokens are a /v1/kv or admin request's prompt as the engine's
+// tokens, or a *openai.FieldError naming the prompt.
+func (a *API) promptTokens(p openai.Prompt) ([]int32, error) {
 	bad := func(format string, args ...any) error {
 		return &openai.FieldError{Field: "prompt", Msg: fmt.Sprintf(format, args...)}
 	}
 	lim := a.limits
 	var toks []int32
-	if req.Prompt.IsTokens {
-		toks = req.Prompt.Tokens
+	if p.IsTokens {
+		toks = p.Tokens
 		for i, t := range toks {
 			if int(t) >= lim.VocabSize {
-				return nil, nil, bad("token %d is id %d, outside the model's vocabulary of %d", i, t, lim.VocabSize)
+				return nil, bad("token %d is id %d, outside the model's vocabulary of %d", i, t, lim.VocabSize)
 			}
 		}
 	} else {
 		if lim.VocabSize < openai.ByteVocab {
-			return nil, nil, bad("text prompts are byte-level tokens and need a vocabulary of %d ids; this model has %d: send token ids", openai.ByteVocab, lim.VocabSize)
+			return nil, bad("text prompts are byte-level tokens and need a vocabulary of %d ids; this model has %d: send token ids", openai.ByteVocab, lim.VocabSize)
 		}
-		toks = openai.AppendBytesAsTokens(make([]int32, 0, len(req.Prompt.Text)), req.Prompt.Text)
+		toks = openai.AppendBytesAsTokens(make([]int32, 0, len(p.Text)), p.Text)
 	}
 	switch {
 	case len(toks) == 0:
-		return nil, nil, bad("missing or empty")
+		return nil, bad("missing or empty")
 	case len(toks) > lim.ContextTokens:
-		return nil, nil, bad("%d tokens, longer than the model's context of %d", len(toks), lim.ContextTokens)
+		return nil, bad("%d tokens, longer than the model's context of %d", len(toks), lim.ContextTokens)
 	}
-	return &req, toks, nil
+	return toks, nil
 }
 
 // kvFail writes an error in the completions' format, without counting it
