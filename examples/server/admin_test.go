@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -341,15 +339,7 @@ func TestAdminArgs(t *testing.T) {
 		{testArgs("-admin-addr", "nowhere:x", "-admin-token-file", good), "-admin-addr"},
 		{testArgs("-admin-addr", "127.0.0.1:0", "-admin-token-file", good, "-strategy", "none"), "-admin-addr with -strategy none"},
 	} {
-		c, err := parseArgs(tc.args, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.log = slog.New(slog.DiscardHandler)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // should it serve
-		err = run(ctx, &c, nil)
-		cancel()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := startErr(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
 		}
 	}

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
@@ -204,15 +202,7 @@ func TestKVEventArgs(t *testing.T) {
 		{testArgs("-strategy", "none", "-kv-events-zmq", "127.0.0.1:0"), "-kv-events-zmq with -strategy none"},
 		{testArgs("-kv-events-zmq", "nowhere:x"), "PUB address"},
 	} {
-		c, err := parseArgs(tc.args, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.log = slog.New(slog.DiscardHandler)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // should it serve
-		err = run(ctx, &c, nil)
-		cancel()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := startErr(t, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
 		}
 	}

@@ -589,3 +589,17 @@ func TestArgs(t *testing.T) {
 		t.Errorf("a scratch area smaller than one sequence: %v", err)
 	}
 }
+
+// startErr runs a server with args and returns what stopped it: the error
+// of a start that failed (nil if it served until 30 s had passed).
+func startErr(t *testing.T, args []string) error {
+	t.Helper()
+	c, err := parseArgs(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.log = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return run(ctx, &c, nil)
+}
