@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
@@ -60,6 +61,7 @@ func TestOpenErrors(t *testing.T) {
 		{func(o *Options) { o.Model = Model{Shape: "tiny", DType: "bf16"} }, "Options.Model.Weights"},
 		{func(o *Options) { o.NVMeReformat = true }, "Options.NVMeReformat"},
 		{func(o *Options) { o.Remote = &RemoteOptions{} }, "Options.Remote.Addrs"},
+		{func(o *Options) { o.Remote = &RemoteOptions{Addrs: []string{"127.0.0.1:1"}, OpTimeout: -time.Second} }, "Options.Remote.OpTimeout"},
 	} {
 		openRefuses(t, good, tc.edit, tc.want)
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestReadCells: a cells.tsv line with another number of fields, or a size
+// that does not parse, is an error naming the file, the line and the field.
+func TestReadCells(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "chat")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "cells.tsv", "cost-host4\tcost\t4GiB\t40GiB\ngpu-only\tgpu-only\t32GiB\t0\n")
+	cells, err := readCells(dir)
+	if err != nil || len(cells) != 2 || cells[0].host != 4<<30 || cells[0].nvme != 40<<30 || cells[1].trace != "chat" {
+		t.Fatalf("cells %+v, %v", cells, err)
+	}
+	for body, want := range map[string]string{
+		"cost\tcost\t4GiB\n":             "cells.tsv:1: 3 fields",
+		"a\tcost\t4GiB\t0\nb\tc\tx\t0\n": "cells.tsv:2: host \"x\"",
+		"a\tcost\t4GiB\tlots\n":          "cells.tsv:1: nvme \"lots\"",
+	} {
+		writeFile(t, dir, "cells.tsv", body)
+		if _, err := readCells(dir); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", body, err, want)
+		}
+	}
+}
+
+// TestDecodeStep: the mean of kvserve_decode_step_seconds; a run that
+// recorded no step is an error naming the series.
+func TestDecodeStep(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "m.txt", "# HELP x\nkvserve_decode_step_seconds_sum 0.5\nkvserve_decode_step_seconds_count 40\n")
+	if d, err := decodeStep(p); err != nil || d != 12500*time.Microsecond {
+		t.Errorf("decode step %v, %v; want 12.5ms", d, err)
+	}
+	p = writeFile(t, dir, "none.txt", "kvserve_decode_step_seconds_count 0\n")
+	if _, err := decodeStep(p); err == nil || !strings.Contains(err.Error(), "kvserve_decode_step_seconds") {
+		t.Errorf("no steps: %v", err)
+	}
+	p = writeFile(t, dir, "bad.txt", "kvserve_decode_step_seconds_sum x\n")
+	if _, err := decodeStep(p); err == nil || !strings.Contains(err.Error(), "kvserve_decode_step_seconds_sum") {
+		t.Errorf("a bad value: %v", err)
+	}
+}
