@@ -10,7 +10,7 @@
 # calibration.json (the server's starting calibration) and
 # traces/TRACE.jsonl. The cells: the cost server with 32 GiB of host tier
 # and no NVMe; the cost server with 4 GiB of host tier over 40 GiB of NVMe
-# on NVME_DIR's disk (default /var/tmp/kvtier-fidelity), probed first with
+# on NVME_DIR's disk (default /var/tmp), probed first with
 # kvtier probe --nvme (OUT/drive.json); gpu-only, which uses no lower tier
 # (it is also the cost server's GPU-only configuration). HOST_BIG,
 # HOST_SMALL and NVME_BYTES change the tiers' sizes (a dry run on a small
@@ -22,8 +22,11 @@ if [[ $# -lt 3 ]]; then
 fi
 dir=$1 out=$2
 shift 2
-nvme=${NVME_DIR:-/var/tmp/kvtier-fidelity}
-mkdir -p "$out/fidelity" "$nvme/probe"
+# The NVMe directories live in a directory of this run's own under
+# NVME_DIR, removed at the end (never NVME_DIR itself).
+mkdir -p "$out/fidelity" "${NVME_DIR:-/var/tmp}"
+nvme=$(mktemp -d "${NVME_DIR:-/var/tmp}/kvtier-fidelity.XXXXXX") || exit 1
+mkdir -p "$nvme/probe"
 {
 	date -u +%FT%TZ
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
