@@ -31,7 +31,7 @@ func (m *Manager) checkInvariants() {
 	for _, f := range m.recs.free {
 		freeRec[f] = true
 	}
-	live := 0
+	live, xfers := 0, 0
 	for i := uint32(0); i < m.recs.n; i++ {
 		ref := BlockRef(i)
 		if freeRec[ref] {
@@ -51,6 +51,7 @@ func (m *Manager) checkInvariants() {
 		if c := int(r.copying[0]) + int(r.copying[1]) + int(r.copying[2]); c != 2*int(r.xfers) || uint32(r.xfers) > r.refs {
 			fail("record %d (key %#x): %d copies holding %d of its %d references, %v slots copied per tier", ref, uint64(r.key), r.xfers, r.xfers, r.refs, r.copying)
 		}
+		xfers += int(r.xfers)
 		for t, s := range r.state {
 			if s == stateNone && r.copying[t] != 0 {
 				fail("record %d (key %#x): %d copies of its %v slot, which it does not hold", ref, uint64(r.key), r.copying[t], Tier(t))
@@ -78,6 +79,9 @@ func (m *Manager) checkInvariants() {
 			}
 			owner[t][sl] = ref
 		}
+	}
+	if inFlight := m.copiesFrom[GPU] + m.copiesFrom[Host] + m.copiesFrom[NVMe]; inFlight != xfers {
+		fail("%d copies in flight by their sources %v, %d by their blocks", inFlight, m.copiesFrom, xfers)
 	}
 	if live != m.index.len() {
 		fail("%d live records, %d indexed", live, m.index.len())

@@ -53,6 +53,7 @@ func (m *Manager) startCopy(t *Batch, ref BlockRef, from, to Tier, slot Slot) {
 	r.xfers++
 	r.copying[from]++
 	r.copying[to]++
+	m.copiesFrom[from]++
 	op := MoveOp{Key: r.key, Ref: ref, Parent: r.parent, Salt: r.salt, Position: int(r.depth),
 		From: from, FromSlot: r.slot[from], To: to, ToSlot: slot}
 	if r.flags&flagTokens != 0 {
@@ -180,6 +181,7 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 	r.xfers--
 	r.copying[op.From]--
 	r.copying[op.To]--
+	m.copyEnded(op.From)
 	m.unref(op.Ref)
 	if t.remaining == 0 {
 		m.finish(t)

@@ -63,6 +63,13 @@ type Manager struct {
 	busy    int
 	drained chan struct{}
 
+	// copiesFrom[t] are the copies in flight that read tier t,
+	// copiedFrom[t] those that ended; copyWaiters wait for them
+	// (WaitCopiesFrom).
+	copiesFrom  [NumTiers]int
+	copiedFrom  [NumTiers]uint64
+	copyWaiters []copyWaiter
+
 	bg    *Batch   // copies decided under mu, submitted after unlock
 	xpool []*Batch // idle transfers
 	ops   uint64   // mutations, for sampled invariant checks
