@@ -113,19 +113,21 @@ type PromptTokensDetails struct {
 // ServerTiming is where a request's time to first token went inside the
 // server, in seconds: queued (parsed, waiting for the GPU) before its
 // prefill started, in the prefill (from its lookup to its first token),
-// and in forward passes within the prefill. A kvtier extension
-// (examples/server); other servers send none.
+// in forward passes within the prefill, and waiting within the prefill for
+// copies out of the GPU to free the slots of the blocks it computes. A
+// kvtier extension (examples/server); other servers send none.
 type ServerTiming struct {
-	QueueSeconds   float64 `json:"queue_s"`
-	PrefillSeconds float64 `json:"prefill_s"`
-	ForwardSeconds float64 `json:"forward_s"`
+	QueueSeconds     float64 `json:"queue_s"`
+	PrefillSeconds   float64 `json:"prefill_s"`
+	ForwardSeconds   float64 `json:"forward_s"`
+	SpaceWaitSeconds float64 `json:"space_wait_s,omitempty"`
 }
 
 // HandlingSeconds is what a client's TTFT of ttftSeconds has beyond the
-// server's queue and forward passes: HTTP, parsing, the cache's
-// bookkeeping (kvtier replay's handling).
+// server's queue, forward passes and waits for GPU slots: HTTP, parsing,
+// the cache's bookkeeping (kvtier replay's handling).
 func (t *ServerTiming) HandlingSeconds(ttftSeconds float64) float64 {
-	return ttftSeconds - t.QueueSeconds - t.ForwardSeconds
+	return ttftSeconds - t.QueueSeconds - t.ForwardSeconds - t.SpaceWaitSeconds
 }
 
 // TierTokens is a token count per kvtier tier, fastest first.

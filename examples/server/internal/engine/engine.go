@@ -102,6 +102,8 @@ type Engine struct {
 	prefilling  atomic.Bool   // a prefill is running
 	prefetchers chan struct{} // one token a prefetch running
 	prefetched  prometheus.Counter
+	spaceWaits  prometheus.Counter // prefills that waited for GPU slots
+	spaceSecs   prometheus.Counter
 }
 
 // New checks cfg and starts the scheduler. The caller MUST Close the
@@ -150,8 +152,12 @@ func New(cfg Config) (*Engine, error) {
 		Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 24)})
 	e.prefetched = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefetched_blocks_total",
 		Help: "Blocks copied from NVMe into the host tier for requests while they waited for the GPU (Config.PrefetchBlocks)."})
+	e.spaceWaits = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_space_waits_total",
+		Help: "Prefills that waited for copies out of the GPU (write-through copies, offloads) to free the slots of the blocks they compute."})
+	e.spaceSecs = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_space_wait_seconds_total",
+		Help: "Time prefills waited for copies out of the GPU to free slots."})
 	if cfg.Registerer != nil {
-		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs, e.decodeSecs, e.prefetched} {
+		for _, col := range []prometheus.Collector{e.failedLoads, e.prefillSecs, e.decodeSecs, e.prefetched, e.spaceWaits, e.spaceSecs} {
 			if err := cfg.Registerer.Register(col); err != nil {
 				return nil, fmt.Errorf("engine: metrics: %w", err)
 			}

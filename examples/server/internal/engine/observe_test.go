@@ -51,10 +51,16 @@ func (r *recorder) take() (passes [][2]int, loads []kvtier.Tier, bytes []int64) 
 // given, changes the options and the configuration before they are used.
 func newTinyEngine(t *testing.T, obs Observer, edit ...func(*stack.Options, *Config)) (*Engine, *stack.Cache) {
 	t.Helper()
+	return newTinyEngineOn(t, cudastream.H200Link(), obs, edit...)
+}
+
+// newTinyEngineOn is newTinyEngine on a simulated device of link.
+func newTinyEngineOn(t *testing.T, link cudastream.LinkModel, obs Observer, edit ...func(*stack.Options, *Config)) (*Engine, *stack.Cache) {
+	t.Helper()
 	c := model.Tiny()
 	const cacheSlots, scratch, ctxTokens = 32, 64, 128
 	slots := cacheSlots + scratch
-	dev, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: int64(slots)*c.BlockBytes() + 1<<20, Link: cudastream.H200Link(), Clock: cudastream.SimWallClock})
+	dev, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: int64(slots)*c.BlockBytes() + 1<<20, Link: link, Clock: cudastream.SimWallClock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func (e *Engine) prefill(s *seq) bool {
 	start := time.Now()
 	e.prefilling.Store(true)
 	defer e.prefilling.Store(false)
-	s.forward = 0
+	s.forward, s.spaceWait = 0, 0
 	s.tokens = append(make([]int32, 0, s.positions()+1), s.req.Tokens...)
 	var logits []float32
 	var next int32
@@ -42,6 +42,11 @@ func (e *Engine) prefill(s *seq) bool {
 	e.prefillSecs.Observe(prefill.Seconds())
 	s.usage.QueueSeconds = start.Sub(s.submitted).Seconds()
 	s.usage.PrefillSeconds, s.usage.ForwardSeconds = prefill.Seconds(), s.forward.Seconds()
+	if s.spaceWait > 0 {
+		s.usage.SpaceWaitSeconds = s.spaceWait.Seconds()
+		e.spaceWaits.Inc()
+		e.spaceSecs.Add(s.usage.SpaceWaitSeconds)
+	}
 	return e.emit(s, logits, next)
 }
 
@@ -128,13 +133,74 @@ func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
 	}
 	lc := loadClock{onboard: time.Now()}
-	if err := m.Onboard(&s.look); err != nil {
+	if err := e.onboard(s); err != nil {
 		return lc, err
 	}
-	if err := m.Insert(s.req.Salt, cached, kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
-		return lc, err
+	return lc, e.insert(s, cached)
+}
+
+// onboard starts the planned loads. Those refused for want of a GPU slot
+// while copies still read GPU blocks wait for as many of those copies to
+// end, and are tried again: a block is recomputed, and left uncached, only
+// when no copy out of the GPU is left to free a slot.
+func (e *Engine) onboard(s *seq) error {
+	m := e.cfg.Cache
+	for {
+		if err := m.Onboard(&s.look); err != nil {
+			return err
+		}
+		refused := s.look.Refused()
+		if refused == 0 {
+			return nil
+		}
+		waited, err := e.waitForSlots(s, refused)
+		if err != nil || !waited {
+			return err
+		}
+		s.look.RetryRefused()
 	}
-	return lc, nil
+}
+
+// waitForSlots waits for n copies out of the GPU to end (WaitCopiesFrom),
+// counting the time in the request's space wait.
+func (e *Engine) waitForSlots(s *seq, n int) (bool, error) {
+	t0 := time.Now()
+	waited, err := e.cfg.Cache.WaitCopiesFrom(s.ctx, kvtier.GPU, n)
+	if waited {
+		s.spaceWait += time.Since(t0)
+	}
+	if err != nil {
+		return waited, fmt.Errorf("engine: request %s: waiting for GPU slots: %w", s.req.ID, err)
+	}
+	return waited, nil
+}
+
+// insert reserves the GPU slots of the blocks to compute. Short of slots
+// while copies still read GPU blocks (write-through copies, offloads), it
+// releases what it got, waits for as many of those copies to end as it
+// lacked slots, and tries again, as the replay's requests do; with no copy
+// left to wait for it keeps what fits, and computes the rest in scratch,
+// uncached.
+func (e *Engine) insert(s *seq, cached []int32) error {
+	m := e.cfg.Cache
+	for {
+		err := m.Insert(s.req.Salt, cached, kvtier.GPU, &s.ins)
+		if err == nil || !errors.Is(err, kvtier.ErrNoSpace) {
+			return err
+		}
+		lacked := len(cached)/e.bt - s.ins.Len()
+		m.Release(&s.ins)
+		waited, werr := e.waitForSlots(s, lacked)
+		if werr != nil {
+			return werr
+		}
+		if !waited {
+			if err := m.Insert(s.req.Salt, cached, kvtier.GPU, &s.ins); err != nil && !errors.Is(err, kvtier.ErrNoSpace) {
+				return err
+			}
+			return nil
+		}
+	}
 }
 
 // placement is where a prefill's blocks are and which it computes.

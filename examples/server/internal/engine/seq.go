@@ -29,6 +29,8 @@ type seq struct {
 	sent    int
 	usage   httpapi.Usage
 	forward time.Duration // the prefill's forward passes
+	// spaceWait is the prefill's wait for GPU slots (Engine.insert).
+	spaceWait time.Duration
 	// submitted is when Submit queued it (after the HTTP side parsed it).
 	submitted time.Time
 }

@@ -101,8 +101,9 @@ type Usage struct {
 	// ForwardSeconds the forward passes within it (waits for layers
 	// loading included). What a client's TTFT has beyond QueueSeconds +
 	// ForwardSeconds is the request's handling: HTTP, parsing, the
-	// cache's bookkeeping.
-	QueueSeconds, PrefillSeconds, ForwardSeconds float64
+	// cache's bookkeeping. SpaceWaitSeconds is the prefill's wait for
+	// copies out of the GPU to free the slots of the blocks it computes.
+	QueueSeconds, PrefillSeconds, ForwardSeconds, SpaceWaitSeconds float64
 }
 
 // CachedTokens returns the prompt tokens whose KV was loaded, all tiers.

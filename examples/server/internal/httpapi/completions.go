@@ -236,7 +236,7 @@ func (c *completion) wireUsage(u *Usage, generated int) *openai.Usage {
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: byTier.Sum(),
 			CachedTokensByTier: &byTier, RecomputedTokens: u.RecomputedTokens},
 		ServerTiming: &openai.ServerTiming{QueueSeconds: u.QueueSeconds, PrefillSeconds: u.PrefillSeconds,
-			ForwardSeconds: u.ForwardSeconds}}
+			ForwardSeconds: u.ForwardSeconds, SpaceWaitSeconds: u.SpaceWaitSeconds}}
 }
 
 // chunkPrefix is every chunk's JSON up to its text's value.
