@@ -25,9 +25,10 @@
 //     by its tokens), load everything (costplan.Reload) or recompute
 //     everything not on the GPU (costplan.Recompute);
 //  3. submits its loads (Onboard), and reserves GPU slots for every block it
-//     will compute (InsertKeys); when copies still hold the slots it needs,
-//     it waits until they have freed as many as it lacked, and is tried
-//     again then, not after every copy (space.go);
+//     will compute (InsertKeys); when copies out of the GPU still hold the
+//     slots its loads or its blocks need, it waits until they have freed as
+//     many as it lacked, and is tried again then, not after every copy
+//     (space.go), as the model server does;
 //  4. executes the plan as kvtier/cost's Planner models it: the loads cross
 //     the GPU's ingress one after another in block order, and each
 //     recomputed block runs (kvtier/cost's prefill time, attention

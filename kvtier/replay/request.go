@@ -25,6 +25,7 @@ type request struct {
 	outTokens   int
 	prefetched  bool // first in line once: its NVMe blocks prefetched
 	waited      bool // it waited for GPU slots (space.go)
+	waitLoads   bool // it waits for GPU slots for its refused loads, not its insert
 	wakeAt      int64
 
 	// l1 and l2 are its leases once started, of ls: the looked-up prefix,
@@ -289,18 +290,39 @@ func (e *engine) planAndLoad(r *request) {
 		e.res.PlannedLoadAll.Add(est.LoadAllTime)
 		e.res.PlannedRecomputeAll.Add(est.RecomputeAllTime)
 	}
-	planned := 0 // loads the plan asked for
+	e.onboard(r)
+}
+
+// onboard submits the request's planned loads; those refused a GPU slot
+// while copies still read GPU blocks wait for them (space.go) and are
+// submitted again, as the server's are.
+func (e *engine) onboard(r *request) {
+	load := false
 	for _, b := range r.l1.Blocks {
-		if b.Action == kvtier.Load {
-			planned++
-		}
+		load = load || (b.Action == kvtier.Load && !b.Loading)
 	}
-	if planned > 0 {
+	if load {
 		e.loading[r.l1] = r
 		err := e.m.Onboard(r.l1)
 		delete(e.loading, r.l1)
 		if err != nil {
 			invariants.Failf("replay: Onboard: %v", err) // the GPU tier is always present
+		}
+	}
+	if n := r.l1.Refused(); n > 0 && e.m.CopiesReading(kvtier.GPU) > 0 {
+		e.waitForLoads(r, n)
+		return
+	}
+	e.loaded(r)
+}
+
+// loaded counts what the request's plan and Onboard did with its blocks,
+// then cuts its prefill into segments and reserves its GPU blocks.
+func (e *engine) loaded(r *request) {
+	planned := 0 // loads the plan asked for: started, or turned by Onboard
+	for _, b := range r.l1.Blocks {
+		if b.Loading || (b.Action == kvtier.Recompute && b.Why != kvtier.Planned) {
+			planned++
 		}
 	}
 	var used, recomputed int // this request's, for its record

@@ -17,7 +17,12 @@ import (
 // released since have freed at least as many slots as it lacked, or until no
 // copy of the GPU is left in flight (then its insert keeps what fits). Only
 // then is its insert tried again: a waiting request is not walked, looked up
-// or touched in the policies per copy completion.
+// or touched in the policies per copy completion. Its loads wait the same
+// way, before it: those Onboard refused a GPU slot while copies read the
+// GPU (kvtier.Lease.Refused) are submitted again after the event
+// (RetryRefused), the loads it started going on meanwhile. The model
+// server's engine waits for the same copies (kvtier.Manager.WaitCopiesFrom)
+// at the same two points.
 
 // noWake marks a waiting request that waits for the GPU's copies to end: it
 // is larger than the GPU, so no count of freed slots makes it fit.
@@ -33,7 +38,7 @@ func (e *engine) insert(r *request) {
 	}
 	e.held(r) // its leases and segments grew
 	// Copies of the GPU's may free slots.
-	if err != nil && e.inFlight > e.driveCopies {
+	if err != nil && e.m.CopiesReading(kvtier.GPU) > 0 {
 		e.wait(r)
 		return
 	}
@@ -68,6 +73,20 @@ func (e *engine) wait(r *request) {
 	e.wake = min(e.wake, r.wakeAt)
 }
 
+// waitForLoads queues r, whose Onboard found no GPU slot for n of its
+// loads, for as many slots: it keeps its lease and the loads it started,
+// and on waking submits the refused ones again (onboard).
+func (e *engine) waitForLoads(r *request, n int) {
+	if !r.waited {
+		r.waited = true
+		e.res.SpaceWaits++
+	}
+	r.waitLoads = true
+	r.wakeAt = e.gpuFreed + int64(n)
+	e.waiting = append(e.waiting, r)
+	e.wake = min(e.wake, r.wakeAt)
+}
+
 // release releases l, counting its blocks among those that may have freed
 // GPU slots (a block held elsewhere only makes the wait end sooner).
 func (e *engine) release(l *kvtier.Lease) {
@@ -86,7 +105,7 @@ func (e *engine) copiedFromGPU(op *kvtier.MoveOp) {
 // slotsMayFit reports whether a waiting request's event came: enough slots
 // freed for one of them, or no copy of the GPU's left in flight.
 func (e *engine) slotsMayFit() bool {
-	return len(e.waiting) > 0 && (e.gpuFreed >= e.wake || e.inFlight == e.driveCopies)
+	return len(e.waiting) > 0 && (e.gpuFreed >= e.wake || e.m.CopiesReading(kvtier.GPU) == 0)
 }
 
 // retryWaiting tries again, in arrival order, the inserts of the waiting
@@ -95,11 +114,18 @@ func (e *engine) retryWaiting() {
 	w := e.waiting
 	e.waiting, e.retry = e.retry[:0], w
 	e.wake = noWake
+	copies := e.m.CopiesReading(kvtier.GPU)
 	for i, r := range w {
 		w[i] = nil
-		if e.gpuFreed < r.wakeAt && e.inFlight > e.driveCopies {
+		if e.gpuFreed < r.wakeAt && copies > 0 {
 			e.waiting = append(e.waiting, r)
 			e.wake = min(e.wake, r.wakeAt)
+			continue
+		}
+		if r.waitLoads {
+			r.waitLoads = false
+			r.l1.RetryRefused()
+			e.onboard(r) // back onto e.waiting if still short
 			continue
 		}
 		e.insert(r) // back onto e.waiting if still short

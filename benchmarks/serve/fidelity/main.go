@@ -55,6 +55,7 @@ func main() {
 	machine := flag.String("machine", "h200", "machine name")
 	commit := flag.String("commit", "", "commit the server was built from")
 	base := flag.String("config", "", "a JSON file of replay.Config fields every cell's replay starts from (the served model's shapes; empty: the server's defaults as fidelity.sh runs it)")
+	requestsOut := flag.String("requests-out", "", "write each cell's replayed requests (kvtier replay's --requests-out lines) to DIR/<trace>-<cell>.jsonl, to compare them with bench-<cell>.json request by request")
 	flag.Parse()
 	if *runDir == "" {
 		log.Fatal("fidelity: -run is required")
@@ -69,7 +70,7 @@ func main() {
 	}
 	var outs []outcome
 	for _, cells := range traces {
-		o, err := traceOutcomes(filepath.Dir(cells), filepath.Join(*runDir, "drive.json"), cfg)
+		o, err := traceOutcomes(filepath.Dir(cells), filepath.Join(*runDir, "drive.json"), cfg, *requestsOut)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -123,7 +124,9 @@ func baseConfig(path string) (replay.Config, error) {
 }
 
 // traceOutcomes measures and replays every cell of the trace in dir.
-func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
+// With requestsOut set, each cell's replayed requests go to
+// requestsOut/<trace>-<cell>.jsonl.
+func traceOutcomes(dir, drive string, base replay.Config, requestsOut string) ([]outcome, error) {
 	cells, err := readCells(dir)
 	if err != nil {
 		return nil, err
@@ -160,7 +163,7 @@ func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
 		if c.nvme > 0 {
 			cfg.NVMeLink = drive
 		}
-		rep, err := replay.Run(replay.FileSource(filepath.Join(dir, "trace.jsonl")), cfg, replay.Options{})
+		rep, err := replayCell(filepath.Join(dir, "trace.jsonl"), cfg, requestsOut, c)
 		if err != nil {
 			return nil, fmt.Errorf("fidelity: replay of %s %s: %w", c.trace, c.label, err)
 		}
@@ -172,6 +175,27 @@ func traceOutcomes(dir, drive string, base replay.Config) ([]outcome, error) {
 		outs = append(outs, o)
 	}
 	return outs, nil
+}
+
+// replayCell replays one cell, writing its request records under
+// requestsOut when set.
+func replayCell(trace string, cfg replay.Config, requestsOut string, c cell) (*replay.Report, error) {
+	if requestsOut == "" {
+		return replay.Run(replay.FileSource(trace), cfg, replay.Options{})
+	}
+	f, err := os.Create(filepath.Join(requestsOut, c.trace+"-"+c.label+".jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("fidelity: -requests-out: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	rep, err := replay.Run(replay.FileSource(trace), cfg, replay.Options{OnRequest: replay.RequestLines(w)})
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return rep, err
 }
 
 // readCells reads dir/cells.tsv: label, strategy, host and NVMe bytes.
