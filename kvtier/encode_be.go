@@ -11,3 +11,10 @@ func putTokens(dst []byte, tokens []int32) {
 		binary.LittleEndian.PutUint32(dst[4*i:], uint32(tok))
 	}
 }
+
+// inlineKeys is false: tokens' memory is big-endian here, so keys are
+// hashed from a little-endian copy (appendKeys' buffer).
+const inlineKeys = false
+
+// tokenBytes is never called where inlineKeys is false.
+func tokenBytes([]int32) []byte { panic("kvtier: tokenBytes on a big-endian machine") }

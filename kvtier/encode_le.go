@@ -12,3 +12,12 @@ func putTokens(dst []byte, tokens []int32) {
 	}
 	copy(dst, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens)))
 }
+
+// inlineKeys says that tokenBytes is the tokens' memory as is, so that
+// chainKey reads their words in place.
+const inlineKeys = true
+
+// tokenBytes is tokens' little-endian bytes: their memory on this machine.
+func tokenBytes(tokens []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens))
+}

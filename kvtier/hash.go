@@ -37,6 +37,14 @@ func (h *Hasher) AppendKeys(dst []Key, salt Salt, parent Key, tokens []int32) []
 // appendKeys hashes tokens' full blocks into dst using buf as scratch; it
 // returns both so that callers keep the grown buffers.
 func appendKeys(dst []Key, buf []byte, blockTokens int, salt Salt, parent Key, tokens []int32) ([]Key, []byte) {
+	if inlineKeys && blockTokens >= 4 {
+		for len(tokens) >= blockTokens {
+			parent = chainKey(salt, parent, tokenBytes(tokens[:blockTokens]))
+			dst = append(dst, parent)
+			tokens = tokens[blockTokens:]
+		}
+		return dst, buf
+	}
 	n := 16 + 4*blockTokens
 	if cap(buf) < n {
 		buf = make([]byte, n)

@@ -54,7 +54,7 @@ func (m *Manager) verify(ref BlockRef, r *record, salt Salt, parent Key, depth i
 	if tok == nil {
 		return true
 	}
-	return r.flags&flagTokens != 0 && slices.Equal(m.recs.tokensOf(ref), tok)
+	return r.flags&flagTokens != 0 && tokensEqual(m.recs.tokensOf(ref), tok)
 }
 
 func (m *Manager) recordAccess(k Key) {

@@ -24,8 +24,8 @@ func (p *PrefixInfo) CachedTokens() int {
 	return n
 }
 
-// prefixScratch is CachedPrefix's hashing scratch, pooled so that the
-// query allocates nothing once warm.
+// prefixScratch is CachedPrefix's hashing scratch where keys are hashed
+// before the walk, pooled so that the query allocates nothing once warm.
 type prefixScratch struct {
 	keys []Key
 	buf  []byte
@@ -38,6 +38,9 @@ var prefixScratchPool = sync.Pool{New: func() any { return new(prefixScratch) }}
 // no policy touch, no admission record, no counter. What it reports can
 // change as soon as it returns; a Lookup with nothing in between finds it.
 func (m *Manager) CachedPrefix(salt Salt, tokens []int32) PrefixInfo {
+	if inlineKeys && m.blockTokens >= 4 && m.testKeyHook == nil {
+		return m.cachedPrefix(salt, nil, tokens) // keys hashed in the walk
+	}
 	sc := prefixScratchPool.Get().(*prefixScratch)
 	sc.keys, sc.buf = appendKeys(sc.keys[:0], sc.buf, m.blockTokens, salt, 0, tokens)
 	m.hook(sc.keys)
@@ -49,66 +52,103 @@ func (m *Manager) CachedPrefix(salt Salt, tokens []int32) PrefixInfo {
 // CachedPrefixKeys is CachedPrefix for callers that computed the block
 // keys themselves; hits are verified by salt, parent key and position.
 func (m *Manager) CachedPrefixKeys(salt Salt, keys []Key) PrefixInfo {
+	if keys == nil {
+		keys = []Key{}
+	}
 	return m.cachedPrefix(salt, keys, nil)
 }
 
-// cachedPrefix walks keys as lookup does (holes included, index probes in
-// batches) under one stripe's read lock, writing nothing but its result.
+// cachedPrefix walks the blocks as lookup does (holes included) under one
+// stripe's read lock, writing nothing but its result. With keys nil it
+// hashes tokens' blocks (blockTokens >= 4) itself, a batch at a time, and
+// stops hashing where the walk stops.
+//
+// A batch goes in two passes. The first hashes its blocks and probes the
+// index for each: the key chain is serial (each hash waits for the last
+// multiply of the one before), which leaves the core free to run each
+// probe in the chain's shadow. The second reads the records and compares
+// the tokens, with every key and probe known, so that their loads overlap
+// with each other instead of waiting behind the chain.
 func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo {
-	p := PrefixInfo{Blocks: len(keys)}
 	bt := m.blockTokens
-	var open [NumTiers]bool // tier t's leading run goes on
-	for t := range NumTiers {
-		open[t] = m.tiers[t].present
+	n := len(keys)
+	if keys == nil {
+		n = len(tokens) / bt
 	}
-	const batch = 16
+	p := PrefixInfo{Blocks: n}
+	var open, ready [NumTiers]uint8 // tier t's leading run goes on; block ready in t
+	var runs [NumTiers]int          // tier t's leading run, in blocks
+	for t := range NumTiers {
+		if m.tiers[t].present {
+			open[t] = 1
+		}
+	}
+	const batch = 32
+	var bkeys [batch]Key
 	var refs [batch]uint32
 	var found [batch]bool
+	mix := saltMix(salt)
 	st := &m.stripes[0]
 	m.rlock(st)
-	parent := Key(0)
+	parent, chain := Key(0), Key(0) // the walk's parent; the hashing's
 	holes := 0
 blocks:
-	for base := 0; base < len(keys); base += batch {
-		n := min(batch, len(keys)-base)
-		for j := range n {
-			refs[j], found[j] = m.index.find(salt, keys[base+j])
+	for base := 0; base < n; base += batch {
+		c := min(batch, n-base)
+		for j := range c {
+			if keys != nil {
+				bkeys[j] = keys[base+j]
+			} else {
+				i := base + j
+				chain = chainKey(salt, chain, tokenBytes(tokens[i*bt:(i+1)*bt]))
+				bkeys[j] = chain
+			}
+			refs[j], found[j] = m.index.findMixed(bkeys[j] ^ mix)
 		}
-		for j := range n {
+		for j := range c {
 			i := base + j
-			ok := found[j]
 			best := NumTiers
 			var r *record
-			if ok {
+			if found[j] {
 				ref := BlockRef(refs[j])
 				r = m.recs.at(ref)
 				var tok []int32
 				if tokens != nil {
-					tok = tokens[i*bt : (i+1)*bt]
+					tok = tokens[i*bt : (i+1)*bt : (i+1)*bt]
 				}
 				if m.verify(ref, r, salt, parent, i, tok) && r.flags&flagInvalid == 0 {
 					best = r.best()
 				}
-				ok = best != NumTiers
 			}
-			for t := range NumTiers {
-				if open[t] && ok && r.state[t] == stateReady {
-					p.Prefix[t] += bt
-				} else {
-					open[t] = false
-				}
-			}
-			if ok {
-				p.Cached[best] += bt
-			} else {
+			if best == NumTiers {
 				if holes == m.maxHoles {
 					break blocks
 				}
 				holes++
+				ready = [NumTiers]uint8{}
+			} else {
+				p.Cached[best] += bt
+				for t := range NumTiers {
+					ready[t] = b2u8(r.state[t] == stateReady)
+				}
 			}
-			parent = keys[i]
+			for t := range NumTiers { // a tier's run goes on while each block is ready there
+				open[t] &= ready[t]
+				runs[t] += int(open[t])
+			}
+			parent = bkeys[j]
 		}
 	}
 	m.runlock(st)
+	for t := range NumTiers {
+		p.Prefix[t] = runs[t] * bt
+	}
 	return p
+}
+
+func b2u8(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -10,20 +10,26 @@ import (
 
 // TestCachedPrefixIsWhatLookupLeases: over random residency in three tiers,
 // with holes, CachedPrefix reports per tier exactly the blocks the next
-// Lookup leases, by their fastest tier, and each tier's leading run.
+// Lookup leases, by their fastest tier, and each tier's leading run. Blocks
+// of 2 tokens take the path that hashes the keys first; of 4 and 5 (a last
+// half word), the one that hashes them in the walk, and prompts of up to 80
+// blocks cross its batches.
 func TestCachedPrefixIsWhatLookupLeases(t *testing.T) {
-	for _, holes := range []int{0, 2} {
+	for _, c := range []struct{ bt, holes, maxBlocks int }{
+		{2, 0, 10}, {2, 2, 10}, {4, 0, 80}, {4, 2, 80}, {5, 3, 80},
+	} {
+		bt, holes := c.bt, c.holes
 		f := newFakeMover()
-		cfg := Config{BlockTokens: 2, Mover: f, MaxHoleBlocks: holes}
-		cfg.Tiers[GPU] = tierCfg(t, 8)
-		cfg.Tiers[Host] = tierCfg(t, 16)
-		cfg.Tiers[NVMe] = tierCfg(t, 32)
+		cfg := Config{BlockTokens: bt, Mover: f, MaxHoleBlocks: holes}
+		cfg.Tiers[GPU] = tierCfg(t, 8*c.maxBlocks/10)
+		cfg.Tiers[Host] = tierCfg(t, 16*c.maxBlocks/10)
+		cfg.Tiers[NVMe] = tierCfg(t, 32*c.maxBlocks/10)
 		m := mustNew(t, cfg)
-		rng := rand.New(rand.NewPCG(uint64(holes), 9))
+		rng := rand.New(rand.NewPCG(uint64(holes), uint64(bt)))
 		mixed, holed := 0, 0 // answers from two tiers or more; with a hole
 		docs := make([][]int32, 6)
 		for i := range docs {
-			docs[i] = make([]int32, 2*(2+rng.IntN(8))+rng.IntN(2)) // a partial last block, sometimes
+			docs[i] = make([]int32, bt*(2+rng.IntN(c.maxBlocks-2))+rng.IntN(2)) // a partial last block, sometimes
 			for j := range docs[i] {
 				docs[i][j] = int32(rng.IntN(3))
 			}
@@ -31,11 +37,11 @@ func TestCachedPrefixIsWhatLookupLeases(t *testing.T) {
 		for step := range 300 {
 			doc, salt := docs[rng.IntN(len(docs))], Salt(rng.IntN(2))
 			tier := Tier(rng.IntN(int(NumTiers)))
-			from := rng.IntN(len(doc)/2) * 2 // a prefix, to make holes in slower tiers
-			insertReady(t, m, salt, doc[:from+2*(rng.IntN((len(doc)-from)/2)+1)], tier)
+			from := rng.IntN(len(doc)/bt) * bt // a prefix, to make holes in slower tiers
+			insertReady(t, m, salt, doc[:from+bt*(rng.IntN((len(doc)-from)/bt)+1)], tier)
 			f.drain()
 			if rng.IntN(4) == 0 {
-				_, _ = m.Invalidate(salt, doc[:2*(1+rng.IntN(len(doc)/2))])
+				_, _ = m.Invalidate(salt, doc[:bt*(1+rng.IntN(len(doc)/bt))])
 			}
 			for _, d := range docs {
 				for s := range Salt(2) {
@@ -45,18 +51,19 @@ func TestCachedPrefixIsWhatLookupLeases(t *testing.T) {
 						t.Fatal(err)
 					}
 					var want PrefixInfo
-					want.Blocks = len(d) / 2
+					want.Blocks = len(d) / bt
 					for _, b := range l.Blocks {
-						want.Cached[b.Tier] += 2
+						want.Cached[b.Tier] += bt
 					}
 					m.Release(&l)
+					keys := m.keysOf(s, d)
 					for tier := range NumTiers {
 						for i := 0; i < want.Blocks; i++ {
-							bi, ok := m.Peek(s, m.keysOf(s, d)[i])
+							bi, ok := m.Peek(s, keys[i])
 							if !ok || !bi.Ready[tier] {
 								break
 							}
-							want.Prefix[tier] += 2
+							want.Prefix[tier] += bt
 						}
 					}
 					tiers := 0
@@ -68,13 +75,16 @@ func TestCachedPrefixIsWhatLookupLeases(t *testing.T) {
 						holed++
 					}
 					if got != want {
-						t.Fatalf("holes %d, step %d: CachedPrefix %+v, the lookup and Peek say %+v", holes, step, got, want)
+						t.Fatalf("%d-token blocks, holes %d, step %d: CachedPrefix %+v, the lookup and Peek say %+v", bt, holes, step, got, want)
+					}
+					if k := m.CachedPrefixKeys(s, keys); k != want {
+						t.Fatalf("%d-token blocks, holes %d, step %d: CachedPrefixKeys %+v, the lookup and Peek say %+v", bt, holes, step, k, want)
 					}
 				}
 			}
 		}
 		if mixed == 0 || (holes > 0 && holed == 0) {
-			t.Errorf("holes %d: %d answers from two tiers or more, %d past a hole: the test exercised too little", holes, mixed, holed)
+			t.Errorf("%d-token blocks, holes %d: %d answers from two tiers or more, %d past a hole: the test exercised too little", bt, holes, mixed, holed)
 		}
 	}
 }
@@ -167,5 +177,23 @@ func BenchmarkCachedPrefix4K(b *testing.B) {
 		b.ReportMetric(float64(times[n*90/100].Nanoseconds()), "p90-ns")
 		b.ReportMetric(float64(times[n*95/100].Nanoseconds()), "p95-ns")
 		b.ReportMetric(float64(times[n*98/100].Nanoseconds()), "p98-ns")
+	}
+}
+
+// BenchmarkCachedPrefixKeys4K is BenchmarkCachedPrefix4K's walk alone:
+// the keys are hashed once, before the loop.
+func BenchmarkCachedPrefixKeys4K(b *testing.B) {
+	m, _, _ := benchManager(b, 1<<21, 1<<20)
+	rng := rand.New(rand.NewPCG(4, 4))
+	req := make([]int32, 4096)
+	for i := range req {
+		req[i] = rng.Int32N(128000)
+	}
+	insertReady(b, m, 3, req, GPU)
+	keys := m.keysOf(3, req)
+	for b.Loop() {
+		if p := m.CachedPrefixKeys(3, keys); p.Cached[GPU] != 4096 {
+			b.Fatalf("%+v", p)
+		}
 	}
 }

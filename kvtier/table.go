@@ -31,14 +31,18 @@ func (e *tableEntry) key() Key { return Key(e.lo) | Key(e.hi)<<32 }
 // indexKey is the key the table stores for k under salt s: k itself for
 // salt 0, else k xor a 64-bit mix of s (splitmix64's finaliser), which
 // spreads salts that are small integers over every bit.
-func indexKey(s Salt, k Key) Key {
+func indexKey(s Salt, k Key) Key { return k ^ saltMix(s) }
+
+// saltMix is what indexKey xors into a key of salt s: 0 for salt 0. A walk
+// over many keys of one salt computes it once.
+func saltMix(s Salt) Key {
 	if s == 0 {
-		return k
+		return 0
 	}
 	z := uint64(s) + 0x9E3779B97F4A7C15
 	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
 	z = (z ^ z>>27) * 0x94D049BB133111EB
-	return k ^ Key(z^z>>31)
+	return Key(z ^ z>>31)
 }
 
 func (e *tableEntry) set(k Key, val uint32) {
@@ -61,7 +65,11 @@ func (t *table) home(k Key) int {
 
 // find returns the record index of (s, k).
 func (t *table) find(s Salt, k Key) (uint32, bool) {
-	k = indexKey(s, k)
+	return t.findMixed(indexKey(s, k))
+}
+
+// findMixed is find of an index key (indexKey's result).
+func (t *table) findMixed(k Key) (uint32, bool) {
 	if t.slots == nil {
 		return 0, false
 	}

@@ -34,6 +34,7 @@ type Options struct {
 	NVMeBlocks   int  // the NVMe tier's slots (in a temporary directory); 0: none
 	BlockTokens  int  // 0 means 4
 	WriteThrough bool // stack.Options.WriteThrough
+	EventBuffer  int  // stack.Options.EventBuffer; 0: no event stream
 	Planner      kvtier.Planner
 }
 
@@ -75,7 +76,7 @@ func Open(t testing.TB, o Options) *Stack {
 	}
 	t.Cleanup(func() { s.st.Destroy() })
 	so := stack.Options{Device: sim, GPU: s.GPU, BlockTokens: o.BlockTokens, HostBytes: int64(o.HostBlocks) * BlockBytes,
-		WriteThrough: o.WriteThrough, Planner: o.Planner, Logger: slog.New(slog.DiscardHandler)}
+		WriteThrough: o.WriteThrough, Planner: o.Planner, EventBuffer: o.EventBuffer, Logger: slog.New(slog.DiscardHandler)}
 	if o.NVMeBlocks > 0 {
 		so.NVMeDirs, so.NVMeBytes = []string{t.TempDir()}, int64(o.NVMeBlocks)*BlockBytes
 	}

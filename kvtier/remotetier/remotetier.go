@@ -27,7 +27,7 @@ type Tier struct {
 	adm   policy.Admitter[kvtier.Key]
 	known *lru.Cache[kvtier.Key, struct{}]
 
-	fetched, fetchMisses, published, notAdmitted atomic.Uint64
+	fetched, fetchMisses, published, notAdmitted, removed atomic.Uint64
 
 	log  *slog.Logger
 	warn warnings
@@ -72,6 +72,10 @@ type Stats struct {
 	// Published: blocks Publish queued. NotAdmitted: blocks the Admitter
 	// held back.
 	Published, NotAdmitted uint64
+	// Removed: blocks a fetch found gone from the remote (absent, a part
+	// missing, or a value that did not verify and was deleted) that this
+	// server had announced there, each announced removed once.
+	Removed uint64
 }
 
 // New connects m to cfg.Cache.
@@ -125,7 +129,7 @@ func (r *Tier) Cache() *remote.Cache { return r.cache }
 // Stats returns the counters so far.
 func (r *Tier) Stats() Stats {
 	return Stats{Fetched: r.fetched.Load(), FetchMisses: r.fetchMisses.Load(),
-		Published: r.published.Load(), NotAdmitted: r.notAdmitted.Load()}
+		Published: r.published.Load(), NotAdmitted: r.notAdmitted.Load(), Removed: r.removed.Load()}
 }
 
 // checkLease checks that l holds a Lookup of tokens by this manager, and
@@ -197,6 +201,7 @@ func (r *Tier) Fetch(ctx context.Context, salt kvtier.Salt, tokens []int32, l *k
 			}
 			r.fetchMisses.Add(1)
 			r.warnFetch(op.Err)
+			r.noteGone(&op.Meta, op.Err)
 			end = min(end, pos[j])
 			continue
 		}
@@ -299,4 +304,31 @@ func (r *Tier) Publish(salt kvtier.Salt, tokens []int32, l *kvtier.Lease) (int, 
 	}
 	r.published.Add(uint64(queued))
 	return queued, nil
+}
+
+// noteGone announces block meta removed from the remote tier when err (a
+// fetch's) says the remote no longer holds it: absent (never written,
+// evicted or expired), a part missing, or a value that did not verify
+// (another model's, forged, damaged: the read deleted it). A read the
+// store did not answer says nothing, and announces nothing.
+//
+// It announces only blocks this server knows the remote held (it wrote
+// them, found them there, or fetched them: the set Publish consults), so
+// that a cold prompt's misses do not flood the stream with blocks nobody
+// announced; a corrupt value, which the read deleted, is announced
+// always. The block leaves the known set, so a later Publish writes it
+// again. It costs no round trip: the fetch's own answer decides.
+func (r *Tier) noteGone(meta *remote.BlockMeta, err error) {
+	if !errors.Is(err, remote.ErrMiss) || errors.Is(err, remote.ErrUnavailable) || errors.Is(err, remote.ErrClosed) {
+		return
+	}
+	k := kvtier.Key(meta.Key)
+	if !r.known.Remove(k) && !errors.Is(err, remote.ErrCorrupt) {
+		return
+	}
+	r.removed.Add(1)
+	info := kvtier.BlockInfo{Key: k, Parent: kvtier.Key(meta.Parent), Salt: kvtier.Salt(meta.Salt), Position: meta.Position}
+	if err := r.m.Announce(kvtier.BlockRemoved, kvtier.Remote, info, nil); err != nil {
+		r.log.Debug("kvtier: a remote removal not announced", "key", meta.Key, "err", err)
+	}
 }

@@ -50,13 +50,18 @@ func newServer(t *testing.T, addrs []string, prefix string, adm policy.Admitter[
 // edit leaves them.
 func newServerWith(t *testing.T, addrs []string, prefix string, adm policy.Admitter[kvtier.Key], edit func(*remote.Config, *remotetier.Config)) *server {
 	t.Helper()
-	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true}),
+	f := &server{Stack: stacktest.Open(t, stacktest.Options{BlockTokens: blockTokens, WriteThrough: true, EventBuffer: 1 << 10}),
 		want: map[kvtier.Key][]byte{}, rng: rand.New(rand.NewPCG(8, 8))}
-	st, err := remote.NewRedis(remote.RedisConfig{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
+	var st remote.Store = newMemStore() // addrs nil: a store in memory
+	if addrs != nil {
+		rs, err := remote.NewRedis(remote.RedisConfig{Addrs: addrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		st = rs
 	}
-	t.Cleanup(func() { st.Close() })
+	var err error
 	rc := remote.Config{Store: st, Prefix: prefix, BlockBytes: blockBytes, PartBytes: stacktest.PartBytes, OpTimeout: 10 * time.Second}
 	tc := remotetier.Config{HostSlot: f.hostSlot, Admitter: adm}
 	if edit != nil {
