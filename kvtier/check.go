@@ -4,13 +4,19 @@ import "kvtier.dev/internal/invariants"
 
 // checkInvariants walks all metadata and panics on any inconsistency: a tier
 // over capacity, a slot held twice or both held and free, a record not in the
-// index, a policy tracking a different number of blocks than hold slots.
+// index, a policy tracking a different number of blocks than hold slots, a
+// tenant over its cap or miscounted, a pin flag without its pin.
 // O(records); called under the write lock, only with the invariants build tag (sampled)
 // and from tests.
 func (m *Manager) checkInvariants() {
 	fail := invariants.Failf
 	var owner [NumTiers]map[Slot]BlockRef
 	var tracked [NumTiers]int
+	var groups []tenantTally // per tenant group, with Config.Tenants
+	if m.ten != nil {
+		groups = make([]tenantTally, len(m.ten.groups))
+	}
+	pinned := 0
 	for t := range NumTiers {
 		ts := &m.tiers[t]
 		owner[t] = make(map[Slot]BlockRef)
@@ -39,6 +45,16 @@ func (m *Manager) checkInvariants() {
 		}
 		live++
 		r := m.recs.at(ref)
+		if _, ok := m.pins.until[ref]; ok != (r.flags&flagPinned != 0) {
+			fail("record %d (key %#x): pin flag %v, in the pins %v", ref, uint64(r.key), r.flags&flagPinned != 0, ok)
+		}
+		if r.flags&flagPinned != 0 {
+			pinned++
+		}
+		var tally *tenantTally
+		if groups != nil {
+			tally = &groups[m.ten.of(r.salt)]
+		}
 		if idx, ok := m.index.find(r.salt, r.key); !ok || BlockRef(idx) != ref {
 			fail("record %d (key %#x) not indexed", ref, uint64(r.key))
 		}
@@ -69,6 +85,12 @@ func (m *Manager) checkInvariants() {
 			if s == stateWriting || s == stateReady {
 				tracked[t]++
 			}
+			if tally != nil {
+				tally.resident[t]++
+				if s == stateWriting || s == stateReady {
+					tally.tracked[t]++
+				}
+			}
 			sl := r.slot[t]
 			if uint32(sl) >= m.tiers[t].next {
 				fail("record %d: %v slot %d never handed out", ref, Tier(t), sl)
@@ -90,9 +112,37 @@ func (m *Manager) checkInvariants() {
 		if uint32(len(owner[t])) != ts.next {
 			fail("%v: %d slots accounted for, %d handed out (a slot leaked)", t, len(owner[t]), ts.next)
 		}
-		if n := ts.policy.Len(); n != tracked[t] {
-			fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
+		if groups == nil {
+			if n := ts.policy.Len(); n != tracked[t] {
+				fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
+			}
 		}
+		for g := range groups {
+			m.ten.check(g, t, groups[g])
+		}
+	}
+	if pinned != len(m.pins.until) {
+		fail("%d blocks flagged pinned, %d pins", pinned, len(m.pins.until))
+	}
+}
+
+// tenantTally is what checkInvariants counted of one tenant group.
+type tenantTally struct {
+	resident, tracked [NumTiers]int64
+}
+
+// check fails if group g's policy, resident count or cap in tier t
+// disagrees with what the walk counted.
+func (ten *tenants) check(g int, t Tier, n tenantTally) {
+	gr := &ten.groups[g]
+	if k := int64(gr.policy[t].Len()); k != n.tracked[t] {
+		invariants.Failf("%v: tenant %s's policy tracks %d blocks, %d are writing or ready", t, gr.name, k, n.tracked[t])
+	}
+	if gr.resident[t] != n.resident[t] {
+		invariants.Failf("%v: tenant %s counts %d resident blocks, holds %d", t, gr.name, gr.resident[t], n.resident[t])
+	}
+	if gr.cap[t] > 0 && n.resident[t] > gr.cap[t] {
+		invariants.Failf("%v: tenant %s holds %d slots, over its cap of %d", t, gr.name, n.resident[t], gr.cap[t])
 	}
 }
 

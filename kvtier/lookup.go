@@ -140,6 +140,9 @@ blocks:
 	l.lookup = true
 
 	if c := m.stripeCounters(st); c != nil {
+		if m.ten != nil {
+			m.countTenantLookup(salt, len(keys), &hits)
+		}
 		n := uint64(len(keys))
 		c.lookup(len(keys), len(l.Blocks))
 		if holes > 0 {
@@ -220,7 +223,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			ref = m.newRecord(k, parent, salt, i, tok)
 		}
 		m.ref(ref) // before alloc, so that no eviction can take it
-		slot, ok := m.alloc(tier, len(keys)-i)
+		slot, ok := m.alloc(tier, len(keys)-i, salt)
 		if !ok {
 			m.unref(ref)
 			err = fmt.Errorf("%w: %v tier: block %d of %d (key %#x)", ErrNoSpace, tier, i, len(keys), uint64(k))
