@@ -34,6 +34,7 @@ func (m *Manager) begin(l *Lease) error {
 	l.m = m
 	l.Blocks = l.Blocks[:0]
 	l.requested, l.tokens, l.estimate = 0, 0, Estimate{}
+	l.quiet = false
 	return nil
 }
 
@@ -139,7 +140,7 @@ blocks:
 	l.leased = true
 	l.lookup = true
 
-	if c := m.stripeCounters(st); c != nil {
+	if c := m.stripeCounters(st); c != nil && !l.quiet {
 		if m.ten != nil {
 			m.countTenantLookup(salt, len(keys), &hits)
 		}

@@ -23,15 +23,14 @@ type pins struct {
 
 // Pin pins the cached blocks of tokens' prefix (salt's) in every tier that
 // holds them, until the time until (zero: until Unpin), and returns how
-// many. Pinning is not a use: no policy touch, no admission record.
+// many. Pinning is not a use: no policy touch, admission record or lookup
+// counted. (Not to be confused with a lease's pin in its stripe.)
 func (m *Manager) Pin(salt Salt, tokens []int32, until time.Time) (int, error) {
 	var l Lease
 	if err := m.checkPin("Pin", until, &l); err != nil {
 		return 0, err
 	}
-	if err := m.Lookup(salt, tokens, &l); err != nil {
-		return 0, err
-	}
+	m.pinLookup(salt, nil, tokens, &l)
 	return m.pinLease(&l, true, until), nil
 }
 
@@ -41,9 +40,7 @@ func (m *Manager) PinKeys(salt Salt, keys []Key, until time.Time) (int, error) {
 	if err := m.checkPin("PinKeys", until, &l); err != nil {
 		return 0, err
 	}
-	if err := m.LookupKeys(salt, keys, &l); err != nil {
-		return 0, err
-	}
+	m.pinLookup(salt, keys, nil, &l)
 	return m.pinLease(&l, true, until), nil
 }
 
@@ -51,19 +48,33 @@ func (m *Manager) PinKeys(salt Salt, keys []Key, until time.Time) (int, error) {
 // how many were pinned.
 func (m *Manager) Unpin(salt Salt, tokens []int32) (int, error) {
 	var l Lease
-	if err := m.Lookup(salt, tokens, &l); err != nil {
+	if err := m.begin(&l); err != nil {
 		return 0, err
 	}
+	m.pinLookup(salt, nil, tokens, &l)
 	return m.pinLease(&l, false, time.Time{}), nil
 }
 
 // UnpinKeys is Unpin for callers that computed the block keys themselves.
 func (m *Manager) UnpinKeys(salt Salt, keys []Key) (int, error) {
 	var l Lease
-	if err := m.LookupKeys(salt, keys, &l); err != nil {
+	if err := m.begin(&l); err != nil {
 		return 0, err
 	}
+	m.pinLookup(salt, keys, nil, &l)
 	return m.pinLease(&l, false, time.Time{}), nil
+}
+
+// pinLookup leases the cached prefix of keys (nil: tokens' keys) into l,
+// begun, without counting the lookup.
+func (m *Manager) pinLookup(salt Salt, keys []Key, tokens []int32, l *Lease) {
+	if keys == nil {
+		l.keys, l.buf = appendKeys(l.keys[:0], l.buf, m.blockTokens, salt, 0, tokens)
+		m.hook(l.keys)
+		keys = l.keys
+	}
+	l.quiet = true
+	m.lookup(salt, keys, tokens, l)
 }
 
 // Pinned returns the number of blocks pinned now (limits past are expired
