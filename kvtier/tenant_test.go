@@ -1,9 +1,13 @@
 package kvtier
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"kvtier.dev/kvtier/policy"
 )
@@ -189,5 +193,71 @@ func TestTenantConfigErrors(t *testing.T) {
 	}
 	if _, err := New(good()); err != nil {
 		t.Fatalf("good config: %v", err)
+	}
+}
+
+// TestTenantsAndPinsConcurrent runs inserts, lookups, evictions, pins and
+// invalidations of three salts (two of them capped tenants) from four
+// goroutines over three write-back tiers; the invariant walk (sampled
+// under the invariants tag, and at the end) checks the caps, the groups'
+// counts and the pins.
+func TestTenantsAndPinsConcurrent(t *testing.T) {
+	fm := newFakeMover()
+	fm.inline = true
+	now := time.Unix(0, 0)
+	var clock sync.Mutex
+	cfg := Config{BlockTokens: 4, Mover: fm, Now: func() time.Time { clock.Lock(); defer clock.Unlock(); return now },
+		Tenants: []TenantLimit{{Salt: 1, Slots: [NumTiers]int{GPU: 8, Host: 16, NVMe: 64}, Weight: 1}, {Salt: 2, Slots: [NumTiers]int{GPU: 12}, Weight: 3}}}
+	cfg.Tiers[GPU], cfg.Tiers[Host], cfg.Tiers[NVMe] = tenantTier(t, 32), tenantTier(t, 64), tenantTier(t, 256)
+	m := mustNew(t, cfg)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 11))
+			var l Lease
+			for range 300 {
+				salt := Salt(1 + rng.IntN(3))
+				p := toks(1+rng.IntN(4), 4, int32(16*rng.IntN(12)))
+				switch rng.IntN(7) {
+				case 0, 1:
+					if err := m.Insert(salt, p, GPU, &l); err == nil || errors.Is(err, ErrNoSpace) {
+						_ = m.Commit(&l, nil)
+					}
+					m.Release(&l)
+				case 2:
+					if _, err := m.Evict(ctx, salt, p, Tier(1+rng.IntN(2))); err != nil && !errors.Is(err, ErrNoSpace) {
+						t.Error(err)
+					}
+				case 3:
+					clock.Lock()
+					now = now.Add(time.Second)
+					until := now.Add(time.Duration(rng.IntN(5)) * time.Second)
+					clock.Unlock()
+					if _, err := m.Pin(salt, p, until); err != nil && !errors.Is(err, ErrBadInput) {
+						t.Error(err)
+					}
+				case 4:
+					if rng.IntN(4) == 0 {
+						_, _ = m.Invalidate(salt, p)
+					} else {
+						_, _ = m.Unpin(salt, p)
+					}
+				default:
+					if err := m.Lookup(salt, p, &l); err != nil {
+						t.Error(err)
+					}
+					m.Release(&l)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := m.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.check(t)
+	if tm := m.TenantMetrics(); tm[0].Lookups == 0 || tm[1].Lookups == 0 || tm[2].Lookups == 0 {
+		t.Errorf("some tenant counted no lookup: %+v", tm)
 	}
 }
