@@ -261,3 +261,54 @@ func TestTenantsAndPinsConcurrent(t *testing.T) {
 		t.Errorf("some tenant counted no lookup: %+v", tm)
 	}
 }
+
+// BenchmarkInsertEvictTenants is BenchmarkInsertEvict with Config.Tenants:
+// 16-token blocks into a full tier of 64Ki slots, reported per block.
+//
+//   - capped: the inserting tenant is at its cap (half the tier) and
+//     evicts its own blocks.
+//   - shared: three tenants and the default group insert in turn, no cap:
+//     each victim comes from the group most over its weighted share.
+func BenchmarkInsertEvictTenants(b *testing.B) {
+	const slots = 1 << 16
+	for _, bc := range []struct {
+		name    string
+		tenants []TenantLimit
+		salts   []Salt
+	}{
+		{"capped", []TenantLimit{{Salt: 3, Slots: [NumTiers]int{GPU: slots / 2}, Weight: 1}}, []Salt{3}},
+		{"shared", []TenantLimit{{Salt: 3, Weight: 1}, {Salt: 4, Weight: 2}, {Salt: 5, Weight: 1}}, []Salt{3, 4, 5, 6}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tc := tenantTier(b, slots)
+			tc.SlotBytes, tc.CapacityBytes = 1, slots
+			m := mustNew(b, Config{BlockTokens: 16, Tiers: [NumTiers]TierConfig{GPU: tc}, Tenants: bc.tenants})
+			rng := rand.New(rand.NewPCG(2, 2))
+			req := make([]int32, 16*16)
+			var l Lease
+			fill := func(i int) {
+				for j := range req {
+					req[j] = rng.Int32N(128000)
+				}
+				if err := m.Insert(bc.salts[i%len(bc.salts)], req, GPU, &l); err != nil || l.Len() != 16 {
+					b.Fatalf("%d inserted, %v", l.Len(), err)
+				}
+				if err := m.Commit(&l, nil); err != nil {
+					b.Fatal(err)
+				}
+				m.Release(&l)
+			}
+			for i := range 2 * slots / 16 { // full, and the slabs grown
+				fill(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 16 {
+				fill(i / 16)
+			}
+			if ev := m.Metrics().Tiers[GPU].Evictions; ev == 0 && b.N > 16 {
+				b.Fatal("no evictions")
+			}
+		})
+	}
+}
