@@ -67,8 +67,8 @@ type Config struct {
 	// share the tier's Policy as the default group, of weight 1. Example:
 	// {Salt: s, Slots: {GPU: 4096}, Weight: 2}. Nil: one policy for all.
 	Tenants []TenantLimit
-	// Now is the clock of pin time limits (Pin); nil is time.Now. The
-	// replay passes its virtual clock.
+	// Now is the clock of pin time limits (Pin), called with and without
+	// the manager's lock, so safe for concurrent use; nil is time.Now.
 	Now func() time.Time
 }
 
