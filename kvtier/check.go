@@ -12,11 +12,6 @@ func (m *Manager) checkInvariants() {
 	fail := invariants.Failf
 	var owner [NumTiers]map[Slot]BlockRef
 	var tracked [NumTiers]int
-	var groups []tenantTally // per tenant group, with Config.Tenants
-	if m.ten != nil {
-		groups = make([]tenantTally, len(m.ten.groups))
-	}
-	pinned := 0
 	for t := range NumTiers {
 		ts := &m.tiers[t]
 		owner[t] = make(map[Slot]BlockRef)
@@ -45,16 +40,6 @@ func (m *Manager) checkInvariants() {
 		}
 		live++
 		r := m.recs.at(ref)
-		if _, ok := m.pins.until[ref]; ok != (r.flags&flagPinned != 0) {
-			fail("record %d (key %#x): pin flag %v, in the pins %v", ref, uint64(r.key), r.flags&flagPinned != 0, ok)
-		}
-		if r.flags&flagPinned != 0 {
-			pinned++
-		}
-		var tally *tenantTally
-		if groups != nil {
-			tally = &groups[m.ten.of(r.salt)]
-		}
 		if idx, ok := m.index.find(r.salt, r.key); !ok || BlockRef(idx) != ref {
 			fail("record %d (key %#x) not indexed", ref, uint64(r.key))
 		}
@@ -85,12 +70,7 @@ func (m *Manager) checkInvariants() {
 			if s == stateWriting || s == stateReady {
 				tracked[t]++
 			}
-			if tally != nil {
-				tally.resident[t]++
-				if s == stateWriting || s == stateReady {
-					tally.tracked[t]++
-				}
-			}
+
 			sl := r.slot[t]
 			if uint32(sl) >= m.tiers[t].next {
 				fail("record %d: %v slot %d never handed out", ref, Tier(t), sl)
@@ -112,17 +92,56 @@ func (m *Manager) checkInvariants() {
 		if uint32(len(owner[t])) != ts.next {
 			fail("%v: %d slots accounted for, %d handed out (a slot leaked)", t, len(owner[t]), ts.next)
 		}
-		if groups == nil {
-			if n := ts.policy.Len(); n != tracked[t] {
-				fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
-			}
+		if n := ts.policy.Len(); m.ten == nil && n != tracked[t] {
+			fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
 		}
-		for g := range groups {
-			m.ten.check(g, t, groups[g])
+	}
+	m.checkTenantsAndPins(freeRec)
+}
+
+// checkTenantsAndPins fails if a tenant group's policy, resident count or
+// cap disagrees with its records, or a pin flag with the pins. freeRec
+// are the free records.
+func (m *Manager) checkTenantsAndPins(freeRec map[BlockRef]bool) {
+	var groups []tenantTally
+	if m.ten != nil {
+		groups = make([]tenantTally, len(m.ten.groups))
+	}
+	pinned := 0
+	for i := uint32(0); i < m.recs.n; i++ {
+		ref := BlockRef(i)
+		if freeRec[ref] {
+			continue
+		}
+		r := m.recs.at(ref)
+		if _, ok := m.pins.until[ref]; ok != (r.flags&flagPinned != 0) {
+			invariants.Failf("record %d (key %#x): pin flag %v, in the pins %v", ref, uint64(r.key), r.flags&flagPinned != 0, ok)
+		}
+		if r.flags&flagPinned != 0 {
+			pinned++
+		}
+		if groups == nil {
+			continue
+		}
+		g := &groups[m.ten.of(r.salt)]
+		for t, s := range r.state {
+			if s != stateNone {
+				g.resident[t]++
+			}
+			if s == stateWriting || s == stateReady {
+				g.tracked[t]++
+			}
 		}
 	}
 	if pinned != len(m.pins.until) {
-		fail("%d blocks flagged pinned, %d pins", pinned, len(m.pins.until))
+		invariants.Failf("%d blocks flagged pinned, %d pins", pinned, len(m.pins.until))
+	}
+	for t := range NumTiers {
+		for g := range groups {
+			if m.tiers[t].present {
+				m.ten.check(g, t, groups[g])
+			}
+		}
 	}
 }
 
