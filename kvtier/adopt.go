@@ -79,6 +79,7 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 		}
 		return cmp.Compare(blocks[x].Slot, blocks[y].Slot)
 	})
+	order = m.withinCaps(t, blocks, order)
 	used := newSlotSet(ts.slots)
 	next := uint32(0)
 	for _, i := range order {
@@ -104,6 +105,32 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 	}
 	m.checkSampled()
 	return len(order), nil
+}
+
+// withinCaps drops from order (deepest first) the deepest blocks of each
+// tenant beyond its cap of tier t's slots (Config.Tenants); their slots
+// stay free.
+func (m *Manager) withinCaps(t Tier, blocks []Resident, order []int) []int {
+	if m.ten == nil {
+		return order
+	}
+	held := make([]int64, len(m.ten.groups))
+	keep := make([]bool, len(order))
+	for j := len(order) - 1; j >= 0; j-- {
+		g := m.ten.of(blocks[order[j]].Salt)
+		if c := m.ten.groups[g].cap[t]; c == 0 || held[g] < c {
+			held[g]++
+			keep[j] = true
+		}
+	}
+	n := 0
+	for j, i := range order {
+		if keep[j] {
+			order[n] = i
+			n++
+		}
+	}
+	return order[:n]
 }
 
 // slotSet is a bitmap of a tier's slots.

@@ -4,7 +4,8 @@ import "kvtier.dev/internal/invariants"
 
 // checkInvariants walks all metadata and panics on any inconsistency: a tier
 // over capacity, a slot held twice or both held and free, a record not in the
-// index, a policy tracking a different number of blocks than hold slots.
+// index, a policy tracking a different number of blocks than hold slots, a
+// tenant over its cap or miscounted, a pin flag without its pin.
 // O(records); called under the write lock, only with the invariants build tag (sampled)
 // and from tests.
 func (m *Manager) checkInvariants() {
@@ -70,6 +71,7 @@ func (m *Manager) checkInvariants() {
 			if s == stateWriting || s == stateReady {
 				tracked[t]++
 			}
+
 			sl := r.slot[t]
 			if uint32(sl) >= m.tiers[t].next {
 				fail("record %d: %v slot %d never handed out", ref, Tier(t), sl)
@@ -94,9 +96,76 @@ func (m *Manager) checkInvariants() {
 		if uint32(len(owner[t])) != ts.next {
 			fail("%v: %d slots accounted for, %d handed out (a slot leaked)", t, len(owner[t]), ts.next)
 		}
-		if n := ts.policy.Len(); n != tracked[t] {
+		if n := ts.policy.Len(); m.ten == nil && n != tracked[t] {
 			fail("%v: policy tracks %d blocks, %d are writing or ready", t, n, tracked[t])
 		}
+	}
+	m.checkTenantsAndPins(freeRec)
+}
+
+// checkTenantsAndPins fails if a tenant group's policy, resident count or
+// cap disagrees with its records, or a pin flag with the pins. freeRec
+// are the free records.
+func (m *Manager) checkTenantsAndPins(freeRec map[BlockRef]bool) {
+	var groups []tenantTally
+	if m.ten != nil {
+		groups = make([]tenantTally, len(m.ten.groups))
+	}
+	pinned := 0
+	for i := uint32(0); i < m.recs.n; i++ {
+		ref := BlockRef(i)
+		if freeRec[ref] {
+			continue
+		}
+		r := m.recs.at(ref)
+		if _, ok := m.pins.until[ref]; ok != (r.flags&flagPinned != 0) {
+			invariants.Failf("record %d (key %#x): pin flag %v, in the pins %v", ref, uint64(r.key), r.flags&flagPinned != 0, ok)
+		}
+		if r.flags&flagPinned != 0 {
+			pinned++
+		}
+		if groups == nil {
+			continue
+		}
+		g := &groups[m.ten.of(r.salt)]
+		for t, s := range r.state {
+			if s != stateNone {
+				g.resident[t]++
+			}
+			if s == stateWriting || s == stateReady {
+				g.tracked[t]++
+			}
+		}
+	}
+	if pinned != len(m.pins.until) {
+		invariants.Failf("%d blocks flagged pinned, %d pins", pinned, len(m.pins.until))
+	}
+	for t := range NumTiers {
+		for g := range groups {
+			if m.tiers[t].present {
+				m.ten.check(g, t, groups[g])
+			}
+		}
+	}
+}
+
+// tenantTally is what checkInvariants counted of one tenant group.
+type tenantTally struct {
+	resident, tracked [NumTiers]int64
+}
+
+// check fails if group g's policy, resident count or cap in tier t
+// disagrees with what the walk counted.
+func (ten *tenants) check(g int, t Tier, n tenantTally) {
+	gr := &ten.groups[g]
+	if k := int64(gr.policy[t].Len()); k != n.tracked[t] {
+		invariants.Failf("%v: tenant %s's policy tracks %d blocks, %d are writing or ready", t, gr.name, k, n.tracked[t])
+	}
+	if gr.resident[t] != n.resident[t] {
+		invariants.Failf("%v: tenant %s counts %d resident blocks, holds %d", t, gr.name, gr.resident[t], n.resident[t])
+	}
+	if gr.cap[t] > 0 && n.resident[t] > gr.cap[t] {
+		invariants.Failf("%v: tenant %s holds %d slots, over its cap of %d", t, gr.name, n.resident[t], gr.cap[t])
 	}
 }
 

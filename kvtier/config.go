@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"kvtier.dev/kvtier/policy"
 )
@@ -30,6 +31,11 @@ type TierConfig struct {
 	// the write is worth it and within budget (costplan.Gate). Nil: all.
 	Admitter policy.Admitter[Key]
 	Gate     WriteGate
+	// NewPolicy makes the policy of each tenant of Config.Tenants in this
+	// tier, with room for slots blocks (the tenant's cap, or the tier's
+	// slots): policy.NewDenseNamed with the tier's policy name, say.
+	// Required with Tenants; unused without.
+	NewPolicy func(slots int) (policy.Policy[BlockRef], error)
 }
 
 // Config configures a Manager.
@@ -56,6 +62,14 @@ type Config struct {
 	// subscribers that fall behind. 65,536 events of 16-token blocks take
 	// 6 MiB. 0: no events.
 	EventBuffer int
+	// Tenants gives these salts eviction of their own (TenantLimit): one
+	// tenant flooding a tier evicts its own blocks first. Salts not listed
+	// share the tier's Policy as the default group, of weight 1. Example:
+	// {Salt: s, Slots: {GPU: 4096}, Weight: 2}. Nil: one policy for all.
+	Tenants []TenantLimit
+	// Now is the clock of pin time limits (Pin), called with and without
+	// the manager's lock, so safe for concurrent use; nil is time.Now.
+	Now func() time.Time
 }
 
 // Errors returned by the manager. Wrapped errors name the field, block or
@@ -93,8 +107,8 @@ func (c *Config) validate() ([NumTiers]uint32, error) {
 			return slots, configErr(name("CapacityBytes"), "%d is negative", tc.CapacityBytes)
 		}
 		if tc.CapacityBytes == 0 {
-			if tc.Policy != nil || tc.Admitter != nil || tc.Gate != nil || tc.SlotBytes != 0 {
-				return slots, configErr(name("CapacityBytes"), "is 0 (tier absent) but SlotBytes, Policy, Admitter or Gate is set")
+			if tc.Policy != nil || tc.Admitter != nil || tc.Gate != nil || tc.SlotBytes != 0 || tc.NewPolicy != nil {
+				return slots, configErr(name("CapacityBytes"), "is 0 (tier absent) but SlotBytes, Policy, NewPolicy, Admitter or Gate is set")
 			}
 			continue
 		}
@@ -124,6 +138,9 @@ func (c *Config) validate() ([NumTiers]uint32, error) {
 	}
 	if present > 1 && c.Mover == nil {
 		return slots, configErr("Mover", "is nil but %d tiers are present", present)
+	}
+	if err := c.validateTenants(slots); err != nil {
+		return slots, err
 	}
 	return slots, nil
 }

@@ -29,7 +29,7 @@ func (m *Manager) propagateIn(b *Batch, ref BlockRef, t Tier) {
 	if next == NumTiers || r.state[next] != stateNone || r.flags&flagInvalid != 0 || !m.admitWrite(next, r) {
 		return
 	}
-	slot, ok := m.alloc(next, 1)
+	slot, ok := m.alloc(next, 1, r.salt)
 	if !ok {
 		return
 	}
@@ -154,6 +154,8 @@ func (m *Manager) completeLocked(t *Batch, i int, err error) {
 		m.setState(op.Ref, op.To, stateReady)
 		m.metrics.tier(op.To).in(m.tiers[op.To].slotBytes)
 		m.metrics.tier(op.From).out(m.tiers[op.From].slotBytes)
+		m.tenantTier(r, op.To).in(m.tiers[op.To].slotBytes)
+		m.tenantTier(r, op.From).out(m.tiers[op.From].slotBytes)
 		if demotion {
 			m.freeSlot(op.Ref, op.From)
 		}
@@ -272,7 +274,7 @@ func (m *Manager) Flush(ctx context.Context) error {
 				continue // free, clean, on its way down, or forgotten
 			}
 			next := m.tiers[from].below
-			slot, ok := m.alloc(next, 1)
+			slot, ok := m.alloc(next, 1, r.salt)
 			if !ok {
 				stuck++
 				continue

@@ -52,7 +52,7 @@ func (m *Manager) evictLease(ctx context.Context, l *Lease, keep Tier) (int, err
 		if from >= keep || r.state[keep] != stateNone { // nothing above, or a copy into keep is under way
 			continue
 		}
-		slot, ok := m.alloc(keep, len(l.Blocks)-i)
+		slot, ok := m.alloc(keep, len(l.Blocks)-i, r.salt)
 		if !ok {
 			short++
 			continue
@@ -78,6 +78,7 @@ func (m *Manager) evictLease(ctx context.Context, l *Lease, keep Tier) (int, err
 		for t := range keep {
 			if r.state[t] == stateReady {
 				m.metrics.tier(t).evicted()
+				m.tenantTier(r, t).evicted()
 				m.freeSlot(ref, t)
 				dropped = true
 			}
@@ -181,7 +182,7 @@ func (m *Manager) dropInvalid(ref BlockRef) {
 	r := m.recs.at(ref)
 	for t := range NumTiers {
 		if r.state[t] == stateReady {
-			m.tiers[t].policy.Remove(ref)
+			m.policyOf(t, r).Remove(ref)
 			m.tiers[t].free = append(m.tiers[t].free, r.slot[t])
 			m.setState(ref, t, stateNone)
 		}
@@ -197,23 +198,27 @@ func (m *Manager) meta(t Tier, r *record) policy.Meta {
 	return meta
 }
 
-// alloc finds a free slot in tier t, evicting if needed. Victims come from
-// the tier's policy among ready blocks nobody uses. A victim already held by
+// alloc finds a slot in tier t for a block of salt, evicting if needed.
+// Victims come from the tier's policy among ready blocks nobody uses (with
+// Config.Tenants: salt's own when it is at its cap, see victim). A victim already held by
 // the next tier is dropped; otherwise, in write-back mode, it is demoted (its
 // slot frees when the copy completes) and the search goes on until it has
 // started want demotions (the slots the caller still needs); otherwise it is
 // dropped.
-func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
+func (m *Manager) alloc(t Tier, want int, salt Salt) (Slot, bool) {
 	ts := &m.tiers[t]
-	if n := len(ts.free); n > 0 {
-		s := ts.free[n-1]
-		ts.free = ts.free[:n-1]
-		return s, true
-	}
-	if ts.next < ts.usable {
-		s := Slot(ts.next)
-		ts.next++
-		return s, true
+	own := m.atCap(t, salt)
+	if own < 0 {
+		if n := len(ts.free); n > 0 {
+			s := ts.free[n-1]
+			ts.free = ts.free[:n-1]
+			return s, true
+		}
+		if ts.next < ts.usable {
+			s := Slot(ts.next)
+			ts.next++
+			return s, true
+		}
 	}
 	demotions := 0
 	for {
@@ -222,7 +227,7 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 			m.metrics.noSpaceHit()
 			return 0, false
 		}
-		v, ok := ts.policy.Evict(ts.evictable)
+		v, ok := m.victim(t, own)
 		if !ok {
 			m.metrics.noSpaceHit()
 			return 0, false
@@ -233,9 +238,10 @@ func (m *Manager) alloc(t Tier, want int) (Slot, bool) {
 			invariants.Failf("policy of %v evicted block %#x that is %v with %d references (%d copies, %d of them in this tier)", t, uint64(r.key), r.state[t], r.refs, r.xfers, r.copying[t])
 		}
 		m.metrics.tier(t).evicted()
+		m.tenantTier(r, t).evicted()
 		next := ts.below
 		if next < NumTiers && r.state[next] == stateNone && !m.writeThrough && m.admitWrite(next, r) {
-			if ns, ok := m.alloc(next, 1); ok {
+			if ns, ok := m.alloc(next, 1, r.salt); ok {
 				r = m.recs.at(v)
 				m.setState(v, t, stateEvicting)
 				m.metrics.tier(t).demoted()
@@ -260,8 +266,8 @@ func (m *Manager) freeSlot(ref BlockRef, t Tier) {
 	// The policy tracks exactly the writing and ready blocks of its tier.
 	// A victim of Evict is already gone from it; Remove is then a no-op
 	// (ghost entries stay).
-	m.tiers[t].policy.Remove(ref)
 	r := m.recs.at(ref)
+	m.policyOf(t, r).Remove(ref)
 	slot := r.slot[t]
 	m.setState(ref, t, stateNone)
 	m.tiers[t].free = append(m.tiers[t].free, slot)
@@ -280,11 +286,17 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 	switch {
 	case old == stateNone && s != stateNone:
 		g.resident[t]++
+		if m.ten != nil {
+			m.tenantResident(r, t, 1)
+		}
 		if r.refs > 0 {
 			m.stripes[0].inUse[t].Add(1)
 		}
 	case old != stateNone && s == stateNone:
 		g.resident[t]--
+		if m.ten != nil {
+			m.tenantResident(r, t, -1)
+		}
 		if r.refs > 0 {
 			m.stripes[0].inUse[t].Add(-1)
 		}

@@ -55,6 +55,7 @@ type Lease struct {
 	pinned   bool // in its stripe's active list, holding no references yet
 	activeAt int  // its index there
 	lookup   bool // Release must record the lookup's uses
+	quiet    bool // the lookup of a Pin or Unpin: not counted in Metrics
 }
 
 // Len is the number of leased blocks.

@@ -34,6 +34,7 @@ func (m *Manager) begin(l *Lease) error {
 	l.m = m
 	l.Blocks = l.Blocks[:0]
 	l.requested, l.tokens, l.estimate = 0, 0, Estimate{}
+	l.quiet = false
 	return nil
 }
 
@@ -139,7 +140,10 @@ blocks:
 	l.leased = true
 	l.lookup = true
 
-	if c := m.stripeCounters(st); c != nil {
+	if c := m.stripeCounters(st); c != nil && !l.quiet {
+		if m.ten != nil {
+			m.countTenantLookup(salt, len(keys), &hits)
+		}
 		n := uint64(len(keys))
 		c.lookup(len(keys), len(l.Blocks))
 		if holes > 0 {
@@ -220,7 +224,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			ref = m.newRecord(k, parent, salt, i, tok)
 		}
 		m.ref(ref) // before alloc, so that no eviction can take it
-		slot, ok := m.alloc(tier, len(keys)-i)
+		slot, ok := m.alloc(tier, len(keys)-i, salt)
 		if !ok {
 			m.unref(ref)
 			err = fmt.Errorf("%w: %v tier: block %d of %d (key %#x)", ErrNoSpace, tier, i, len(keys), uint64(k))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier/policy"
@@ -53,6 +54,8 @@ type Manager struct {
 	metrics    *counters
 	gauges     gauges
 	events     *eventLog // nil: no event stream
+	ten        *tenants  // nil: no Config.Tenants, one policy per tier
+	pins       pins
 	// admitters is set when a tier has an Admitter; lookups then keep
 	// their keys so that Release can record them.
 	admitters bool
@@ -91,7 +94,8 @@ type tierState struct {
 	admitter  policy.Admitter[Key]
 	gate      WriteGate
 	evictable func(BlockRef) bool
-	below     Tier // next present tier, or NumTiers
+	unpinned  func(BlockRef) bool // evictable and not pinned
+	below     Tier                // next present tier, or NumTiers
 }
 
 // New validates cfg and returns a Manager. The Manager owns cfg's policies,
@@ -113,6 +117,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if m.planner == nil {
 		m.planner = LoadAll{}
+	}
+	if m.ten, err = newTenants(&cfg, slots); err != nil {
+		return nil, err
+	}
+	m.pins.now = cfg.Now
+	if m.pins.now == nil {
+		m.pins.now = time.Now
 	}
 	if !cfg.DisableMetrics {
 		m.metrics = &m.stripes[0].c
@@ -138,6 +149,10 @@ func New(cfg Config) (*Manager, error) {
 		ts.admitter, ts.gate = tc.Admitter, tc.Gate
 		m.admitters = m.admitters || tc.Admitter != nil
 		ts.evictable = func(v BlockRef) bool { return m.recs.at(v).evictableIn(t) }
+		ts.unpinned = func(v BlockRef) bool {
+			r := m.recs.at(v)
+			return r.flags&flagPinned == 0 && r.evictableIn(t)
+		}
 		below = t
 	}
 	if cfg.EventBuffer > 0 {
@@ -302,7 +317,7 @@ func (m *Manager) Onboard(l *Lease) error {
 		var slot Slot
 		ok := false
 		if !full {
-			slot, ok = m.alloc(GPU, want+1)
+			slot, ok = m.alloc(GPU, want+1, r.salt)
 			full = !ok
 		}
 		if !ok {
@@ -384,6 +399,7 @@ func (m *Manager) commit(op string, l *Lease, err error, written Event) error {
 		if err == nil {
 			m.setState(bl.Ref, bl.Tier, stateReady)
 			m.metrics.tier(bl.Tier).in(m.tiers[bl.Tier].slotBytes)
+			m.tenantTier(r, bl.Tier).in(m.tiers[bl.Tier].slotBytes)
 			if written != nil {
 				l.written = written
 				if bl.Tier == GPU {
@@ -428,7 +444,7 @@ func (m *Manager) Offload(l *Lease, to Tier) error {
 		if !m.admitWrite(to, r) {
 			continue
 		}
-		slot, ok := m.alloc(to, want)
+		slot, ok := m.alloc(to, want, r.salt)
 		if !ok {
 			break
 		}
@@ -464,7 +480,7 @@ func (m *Manager) Promote(l *Lease, to Tier) error {
 		if from == NumTiers || from <= to || r.state[to] != stateNone {
 			continue
 		}
-		slot, ok := m.alloc(to, len(l.Blocks)-i)
+		slot, ok := m.alloc(to, len(l.Blocks)-i, r.salt)
 		if !ok {
 			break
 		}

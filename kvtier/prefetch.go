@@ -53,7 +53,7 @@ func (m *Manager) prefetch(l *Lease, to Tier, maxBlocks int) int {
 		if from == NumTiers || from <= to || r.state[to] != stateNone {
 			continue
 		}
-		slot, ok := m.alloc(to, 1)
+		slot, ok := m.alloc(to, 1, r.salt)
 		if !ok {
 			break
 		}

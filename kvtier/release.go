@@ -48,6 +48,9 @@ func (m *Manager) maybeFree(ref BlockRef) {
 		}
 		return
 	}
+	if r.flags&flagPinned != 0 {
+		m.unpinBlock(ref)
+	}
 	m.index.remove(r.salt, r.key)
 	m.recs.release(ref)
 }

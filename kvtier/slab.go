@@ -17,6 +17,7 @@ func (s blockState) String() string {
 const (
 	flagTokens  uint8 = 1 << iota // the token arena holds the block's tokens
 	flagInvalid                   // invalidated: no lookup or insert finds it; freed at its last reference
+	flagPinned                    // pinned (Pin): evicted after every unpinned block of its tier
 )
 
 // record is one block's metadata: plain values only, so that tens of

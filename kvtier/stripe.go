@@ -206,16 +206,15 @@ func (m *Manager) recent(t Tier, r *record) bool {
 
 // policyTouch touches ref in tier t's policy and stamps it. policyMu.
 func (m *Manager) policyTouch(t Tier, ref BlockRef) {
-	ts := &m.tiers[t]
-	ts.policy.Touch(ref)
-	atomic.StoreUint32(&m.recs.at(ref).touched[t], m.ticks[t].Add(1)-1)
+	r := m.recs.at(ref)
+	m.policyOf(t, r).Touch(ref)
+	atomic.StoreUint32(&r.touched[t], m.ticks[t].Add(1)-1)
 }
 
 // policyInsert inserts ref into tier t's policy and stamps it. Write lock.
 func (m *Manager) policyInsert(t Tier, ref BlockRef) {
-	ts := &m.tiers[t]
 	r := m.recs.at(ref)
-	ts.policy.Insert(ref, m.meta(t, r))
+	m.policyOf(t, r).Insert(ref, m.meta(t, r))
 	atomic.StoreUint32(&r.touched[t], m.ticks[t].Add(1)-1)
 }
 

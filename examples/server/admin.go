@@ -22,7 +22,7 @@ type adminFlags struct {
 }
 
 func (a *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.addr, "admin-addr", "", "serve the operator's API (/admin/v1/: evict, invalidate, flush, drain, the tiers' state) on this address (host:port), behind -admin-token-file's bearer token (default: off)")
+	fs.StringVar(&a.addr, "admin-addr", "", "serve the operator's API (/admin/v1/: evict, invalidate, pin, flush, drain, the tiers' state) on this address (host:port), behind -admin-token-file's bearer token (default: off)")
 	fs.StringVar(&a.tokenFile, "admin-token-file", "", "with -admin-addr: a file (mode 0600) holding the bearer token the operator's API requires (one trailing newline is dropped)")
 }
 

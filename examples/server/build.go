@@ -140,7 +140,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 	o := stack.Options{Device: p.dev, GPU: layout, BlockTokens: m.BlockTokens, HostBytes: s.hostBytes,
 		WriteThrough: true, MaxHoleBlocks: c.maxHoles, GatherStaging: c.gatherStaging, Logger: c.log, Policy: policyOf(c.policy),
 		Model: modelIdentity(c, m), NVMeReformat: c.nvmeReformat && s.nvmeBytes > 0 && c.strategy != costplan.GPUOnly,
-		EventBuffer: c.kvEventBuffer}
+		EventBuffer: c.kvEventBuffer, Tenants: c.tenants}
 	if o.Remote, err = remoteOptions(c); err != nil {
 		return nil, err
 	}

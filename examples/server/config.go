@@ -44,6 +44,8 @@ type config struct {
 	policy                    string
 	maxHoles                  int // kvtier.Options.MaxHoleBlocks
 	prefetchBlocks            int // engine.Config.PrefetchBlocks
+	// tenants are -tenant-quota's limits, one a flag.
+	tenants tenantLimits
 	// gatherStaging is kvtier.Options.GatherStaging; gatherStagingSet says
 	// whether the flag was given (the CPU backend then uses it too).
 	gatherStaging    int64
@@ -136,6 +138,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.nvmeDir, "nvme-dir", "", "keep the NVMe tier in this directory (this user's only, created 0700) so that a restart adopts its blocks (default: a temporary directory, removed at exit)")
 	strategy := fs.String("strategy", "cost", "how the cache is used: cost (load or recompute, per the cost model), reload, recompute, gpu-only or none (the server as its own baseline)")
 	fs.StringVar(&c.policy, "policy", "lru", "eviction policy of every tier: "+strings.Join(policy.Names, ", "))
+	fs.Var(tenantFlag{&c.tenants}, "tenant-quota", "a tenant's limits, repeatable: USER[/SALT]=gpu:N,host:N,nvme:N,weight:W (N blocks, 0: no cap; W its share of a full tier against the other tenants together, default 1): its flood evicts its own blocks first")
 	fs.StringVar(&c.costGPU, "cost-gpu", "h200", "GPU preset of the cost model (kvtier calc's names)")
 	fs.StringVar(&c.costLink, "cost-link", "pcie5-pinned", "host-GPU link preset of the cost model")
 	fs.StringVar(&c.costNVMe, "cost-nvme", "nvme-gen4", "NVMe link preset of the cost model")

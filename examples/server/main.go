@@ -107,6 +107,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if p.cache != nil {
 		reg.MustRegister(kvprom.New(p.cache.Manager, "kvtier", nil))
+		reg.MustRegister(kvprom.Tenants(p.cache.Manager, "kvtier", nil))
 		reg.MustRegister(kvprom.Mover(p.cache.Mover, "kvserve", nil)...)
 		reg.MustRegister(kvprom.Engine(p.cache.Engine, "kvserve", nil)...)
 		reg.MustRegister(kvprom.Pinned(p.cache.Pool(), "kvserve", nil)...)

@@ -162,6 +162,11 @@ type Config struct {
 	// passes the budget stops with an error that says so, the others are
 	// reported (Run), and the report gives the peak. 0 means no limit.
 	MemoryBudget Bytes `json:"memory_budget"`
+
+	// Tenants gives trace salts eviction of their own (TenantQuota,
+	// kvtier.Config.Tenants): [{"salt": 2, "gpu_bytes": "8GiB"}]. The
+	// report then has a row per salt (StrategyResult.Tenants).
+	Tenants []TenantQuota `json:"tenants,omitempty"`
 }
 
 // DefaultConfig is Llama-3.1-8B on one H200 (16 GB of weights) with 40 GiB
@@ -265,7 +270,9 @@ func LoadConfig(r io.Reader) (Config, error) {
 		if bytes.Equal(bytes.TrimSpace(fields[name]), []byte("null")) {
 			return DefaultConfig(), cfgErr(name, "null: give a value, or leave the field out for its default")
 		}
-		if err := json.Unmarshal(fields[name], v.Field(i).Addr().Interface()); err != nil {
+		fd := json.NewDecoder(bytes.NewReader(fields[name]))
+		fd.DisallowUnknownFields() // in nested objects too (tenants)
+		if err := fd.Decode(v.Field(i).Addr().Interface()); err != nil {
 			var te *json.UnmarshalTypeError
 			if errors.As(err, &te) {
 				return DefaultConfig(), cfgErr(name, "want a %v, found a JSON %s", te.Type, te.Value)
@@ -318,6 +325,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := costplan.ParseStrategy(c.Strategy); err != nil {
 		return cfgErr("strategy", "%v", err)
+	}
+	if err := c.validateTenants(); err != nil {
+		return err
 	}
 	switch c.Policy {
 	case "lru", "s3fifo", "2q", "cost-aware":

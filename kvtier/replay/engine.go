@@ -100,6 +100,10 @@ type engine struct {
 
 	res   tally
 	ttfts []time.Duration
+	// salts tally each salt's lookups (tenants.go); otherSalts those past
+	// maxSaltTallies.
+	salts      map[kvtier.Salt]*saltTally
+	otherSalts saltTally
 
 	// onRequest, when set, gets each request's record as it ends
 	// (Options.OnRequest); its first error stops the replay.
@@ -216,6 +220,9 @@ func (e *engine) start(blockTokens int) error {
 	if e.strategy == costplan.GPUOnly {
 		capacity[kvtier.Host], capacity[kvtier.NVMe] = 0, 0
 	}
+	if mc.Tenants, err = cfg.managerTenants(e.blockBytes, capacity); err != nil {
+		return err
+	}
 	for t := range kvtier.NumTiers {
 		if capacity[t] == 0 {
 			continue
@@ -258,6 +265,11 @@ func (e *engine) tierConfig(t kvtier.Tier, capacity Bytes) (kvtier.TierConfig, e
 		return kvtier.TierConfig{}, cfgErr("policy", "%v", err)
 	}
 	tc := kvtier.TierConfig{CapacityBytes: int64(capacity), SlotBytes: e.blockBytes, Policy: p}
+	if len(cfg.Tenants) > 0 {
+		tc.NewPolicy = func(n int) (policy.Policy[kvtier.BlockRef], error) {
+			return policy.NewDenseNamed[kvtier.BlockRef](cfg.Policy, n)
+		}
+	}
 	if t != kvtier.NVMe {
 		return tc, nil
 	}

@@ -124,6 +124,9 @@ type StrategyResult struct {
 	// DroppedOffloads are offloads refused because their link's queue was
 	// full (the link could not keep up).
 	DroppedOffloads int64 `json:"dropped_offloads"`
+	// Tenants are each salt's blocks and hits, when the trace had several
+	// salts or Config.Tenants was set.
+	Tenants []TenantResult `json:"tenants,omitempty"`
 	// PlanErrors counts requests the cost model could not plan (longer than
 	// its MaxBlocks); they loaded every cached block.
 	PlanErrors int64 `json:"plan_errors"`
@@ -372,6 +375,7 @@ func (e *engine) result() StrategyResult {
 		r.Plan = &PlanTotals{MeanPlannedSeconds: t.PlannedTime.MeanSeconds(n),
 			MeanLoadAllSeconds: t.PlannedLoadAll.MeanSeconds(n), MeanRecomputeAllSeconds: t.PlannedRecomputeAll.MeanSeconds(n)}
 	}
+	r.Tenants = e.tenantResults()
 	if e.m != nil {
 		mt := e.m.Metrics()
 		r.Evictions = TierCounts{int64(mt.Tiers[kvtier.GPU].Evictions), int64(mt.Tiers[kvtier.Host].Evictions), int64(mt.Tiers[kvtier.NVMe].Evictions)}
@@ -515,6 +519,7 @@ func (r *Report) writeTables(b *strings.Builder) {
 			fmtBytes(s.moved("gpu", "nvme")+s.moved("host", "nvme")))
 	}
 	tw.Flush()
+	writeTenants(b, r.Results)
 }
 
 // writeOverBudget names the strategies that stopped over the memory

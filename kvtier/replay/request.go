@@ -253,6 +253,7 @@ func (e *engine) begin(r *request) {
 		e.plan(r)
 		e.held(r)
 		e.res.MissBlocks += int64(len(r.keys))
+		e.tallySalt(r.salt, len(r.keys), 0)
 		if x := r.ext; x != nil {
 			x.missed = len(r.keys)
 		}
@@ -350,6 +351,7 @@ func (e *engine) loaded(r *request) {
 	}
 	e.res.ForcedRecomputes += int64(planned) // Onboard found no GPU slot for them
 	e.res.MissBlocks += int64(len(r.keys) - r.l1.Len())
+	e.tallySalt(r.salt, len(r.keys), r.l1.Len())
 	if x := r.ext; x != nil {
 		x.used, x.loadedFrom, x.recomputed, x.missed = used, loaded, recomputed, len(r.keys)-r.l1.Len()
 	}

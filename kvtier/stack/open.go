@@ -167,6 +167,14 @@ func (c *Cache) managerConfig(o *Options, s *sizes) (kvtier.Config, error) {
 			return cfg, fmt.Errorf("policy of the %v tier: %w", kvtier.Tier(t), err)
 		}
 		cfg.Tiers[t] = kvtier.TierConfig{CapacityBytes: ts.slots * ts.slotBytes, SlotBytes: ts.slotBytes, Policy: p}
+		if len(o.Tenants) > 0 {
+			cfg.Tiers[t].NewPolicy = func(n int) (policy.Policy[kvtier.BlockRef], error) { return newPolicy(kvtier.Tier(t), n) }
+		}
+	}
+	cfg.Tenants = make([]kvtier.TenantLimit, len(o.Tenants))
+	for i, tl := range o.Tenants {
+		tl.Salt = c.Salt(tl.Salt)
+		cfg.Tenants[i] = tl
 	}
 	if s.nvmeSlots > 0 {
 		nt := &cfg.Tiers[kvtier.NVMe]

@@ -94,6 +94,10 @@ type Options struct {
 	// Policy makes tier t's eviction policy for its slot count. Nil means
 	// policy.NewDenseLRU for every tier.
 	Policy func(t kvtier.Tier, slots int) (policy.Policy[kvtier.BlockRef], error)
+	// Tenants: see kvtier.Config.Tenants, with each Salt the tenant's as a
+	// request gives it: Open folds it with Model, as Cache.Salt does. Their
+	// policies come from Policy too.
+	Tenants []kvtier.TenantLimit
 	// Planner: see kvtier.Config.Planner (nil: kvtier.LoadAll).
 	Planner kvtier.Planner
 	// Logger receives what Open and Close do (sizes, recovered blocks,

@@ -27,6 +27,9 @@ import (
 //	                                  (kvtier.Manager.Invalidate)
 //	POST /admin/v1/invalidate-tenant  forget every block of a tenant
 //	                                  (kvtier.Manager.InvalidateSalt)
+//	POST /admin/v1/pin                keep a prefix's blocks, with a TTL or
+//	                                  until unpinned (kvtier.Manager.Pin)
+//	POST /admin/v1/unpin              end a prefix's pin (kvtier.Manager.Unpin)
 //	POST /admin/v1/flush              write every block down to the slowest
 //	                                  tier (kvtier.Manager.Flush)
 //	POST /admin/v1/drain              begin the server's drain, as SIGTERM
@@ -98,6 +101,8 @@ func (a *API) Admin(c AdminConfig) (http.Handler, error) {
 		{"POST " + AdminPath + "evict", ad.evict},
 		{"POST " + AdminPath + "invalidate", ad.invalidate},
 		{"POST " + AdminPath + "invalidate-tenant", ad.invalidateTenant},
+		{"POST " + AdminPath + "pin", ad.pin},
+		{"POST " + AdminPath + "unpin", ad.unpin},
 		{"POST " + AdminPath + "flush", ad.flushAll},
 		{"POST " + AdminPath + "drain", ad.drainServer},
 		{"GET " + AdminPath + "tiers", ad.tiers},

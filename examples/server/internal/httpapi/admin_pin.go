@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"kvtier.dev/internal/openai"
+)
+
+// AdminPinRequest is the body of POST /admin/v1/pin: a prefix, and how
+// long its blocks stay pinned (kvtier.Manager.Pin).
+type AdminPinRequest struct {
+	AdminPrefix
+	// TTL is the pin's time limit as Go writes durations ("90s", "2h");
+	// "" pins until /admin/v1/unpin.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// pin answers POST /admin/v1/pin: the cached blocks of the prefix are
+// evicted only when no unpinned block of their tier is evictable, until
+// the TTL passes or an unpin.
+func (ad *admin) pin(r *http.Request, body []byte) adminReply {
+	var req AdminPinRequest
+	if err := decodeAdmin(body, &req); err != nil {
+		return adminError(err)
+	}
+	var until time.Time
+	if req.TTL != "" {
+		ttl, err := time.ParseDuration(req.TTL)
+		if err != nil || ttl <= 0 {
+			return adminError(&openai.FieldError{Field: "ttl", Msg: fmt.Sprintf("%q: want a positive duration such as 90s or 2h, or none", clip(req.TTL))})
+		}
+		until = time.Now().Add(ttl)
+	}
+	toks, keys, err := ad.prefix(&req.AdminPrefix)
+	if err != nil {
+		return adminError(err)
+	}
+	m, salt := ad.a.kv.Manager, ad.salt(req.User, req.Salt)
+	var n int
+	if keys != nil {
+		n, err = m.PinKeys(salt, keys, until)
+	} else {
+		n, err = m.Pin(salt, toks, until)
+	}
+	if err != nil {
+		return adminError(err)
+	}
+	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "ttl", req.TTL, "blocks", n}}
+}
+
+// unpin answers POST /admin/v1/unpin: the blocks of the prefix that were
+// pinned are not any more.
+func (ad *admin) unpin(r *http.Request, body []byte) adminReply {
+	var req AdminPrefix
+	if err := decodeAdmin(body, &req); err != nil {
+		return adminError(err)
+	}
+	toks, keys, err := ad.prefix(&req)
+	if err != nil {
+		return adminError(err)
+	}
+	m, salt := ad.a.kv.Manager, ad.salt(req.User, req.Salt)
+	var n int
+	if keys != nil {
+		n, err = m.UnpinKeys(salt, keys)
+	} else {
+		n, err = m.Unpin(salt, toks)
+	}
+	if err != nil {
+		return adminError(err)
+	}
+	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "blocks", n}}
+}
