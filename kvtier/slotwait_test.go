@@ -42,13 +42,7 @@ func TestWaitCopiesFrom(t *testing.T) {
 		done <- err
 	}()
 	// Complete one copy: the waiter, counting 2, must not wake.
-	m.lock()
-	for len(m.copyWaiters) == 0 {
-		m.unlock()
-		runtime.Gosched() // until the goroutine registers (no sleep)
-		m.lock()
-	}
-	m.unlock()
+	m.awaitWaiter()
 	complete := func() {
 		f.mu.Lock()
 		p := f.pending[0]
@@ -104,13 +98,7 @@ func TestWaitCopiesFromEnds(t *testing.T) {
 		_, err := m.WaitCopiesFrom(context.Background(), GPU, 100)
 		done <- err
 	}()
-	m.lock()
-	for len(m.copyWaiters) == 0 {
-		m.unlock()
-		runtime.Gosched()
-		m.lock()
-	}
-	m.unlock()
+	m.awaitWaiter()
 	f.drain() // both copies end: none left in flight
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -172,4 +160,15 @@ func TestRetryRefusedLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.check(t)
+}
+
+// awaitWaiter returns once a WaitCopiesFrom call is registered (no sleep).
+func (m *Manager) awaitWaiter() {
+	m.lock()
+	for len(m.copyWaiters) == 0 {
+		m.unlock()
+		runtime.Gosched()
+		m.lock()
+	}
+	m.unlock()
 }

@@ -6,7 +6,29 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/stack"
 )
+
+// full is the prompts' full blocks in slowWriteThrough's GPU tier of 32.
+const full = 30
+
+// slowWriteThrough is the tiny engine over a link that copies GPU blocks
+// to the host at 1 MiB/s (a 4 KiB block takes 4 ms), and two prompts of
+// full blocks each.
+func slowWriteThrough(t *testing.T) (e *Engine, cache *stack.Cache, a, b []int32) {
+	link := cudastream.H200Link()
+	link.DtoHBytesPerSec = 1 << 20
+	e, cache = newTinyEngineOn(t, link, nil)
+	bt := e.cfg.Model.BlockTokens
+	prompt := func(base int32) []int32 {
+		p := make([]int32, full*bt+2)
+		for i := range p {
+			p[i] = base + int32(i%200)
+		}
+		return p
+	}
+	return e, cache, prompt(1), prompt(300)
+}
 
 // TestPrefillWaitsForGPUSlots: a prompt that fills the GPU tier is
 // written through to the host over a slow link; the next prompt, another
@@ -15,19 +37,8 @@ import (
 // all when it comes again; before, it computed the blocks it found no slot
 // for in scratch and cached only what was free at once.
 func TestPrefillWaitsForGPUSlots(t *testing.T) {
-	link := cudastream.H200Link()
-	link.DtoHBytesPerSec = 1 << 20 // a 4 KiB block of the tiny model takes 4 ms
-	e, _ := newTinyEngineOn(t, link, nil)
+	e, _, a, b := slowWriteThrough(t)
 	bt := e.cfg.Model.BlockTokens
-	const full = 30 // of the GPU tier's 32 slots
-	prompt := func(base int32) []int32 {
-		p := make([]int32, full*bt+2)
-		for i := range p {
-			p[i] = base + int32(i%200)
-		}
-		return p
-	}
-	a, b := prompt(1), prompt(300)
 	complete(t, e, "a", a)
 	complete(t, e, "b", b) // a's 30 write-through copies take 120 ms
 	u := complete(t, e, "b again", b)
@@ -41,19 +52,8 @@ func TestPrefillWaitsForGPUSlots(t *testing.T) {
 // slow link. Its loads, refused a slot at first, wait for those copies and
 // load every block; before, they were recomputed (and left uncached).
 func TestLoadsWaitForGPUSlots(t *testing.T) {
-	link := cudastream.H200Link()
-	link.DtoHBytesPerSec = 1 << 20 // a 4 KiB block of the tiny model takes 4 ms
-	e, cache := newTinyEngineOn(t, link, nil)
+	e, cache, a, b := slowWriteThrough(t)
 	bt := e.cfg.Model.BlockTokens
-	const full = 30 // of the GPU tier's 32 slots
-	prompt := func(base int32) []int32 {
-		p := make([]int32, full*bt+2)
-		for i := range p {
-			p[i] = base + int32(i%200)
-		}
-		return p
-	}
-	a, b := prompt(1), prompt(300)
 	complete(t, e, "a", a)
 	ctx := context.Background()
 	if err := cache.Drain(ctx); err != nil {

@@ -275,6 +275,13 @@ func (ad *admin) evict(r *http.Request, body []byte) adminReply {
 
 // invalidate answers POST /admin/v1/invalidate.
 func (ad *admin) invalidate(r *http.Request, body []byte) adminReply {
+	return ad.onPrefix(body, (*kvtier.Manager).InvalidateKeys, (*kvtier.Manager).Invalidate)
+}
+
+// onPrefix answers a call on the prefix body names, by its keys or its
+// tokens, with the blocks the call counted.
+func (ad *admin) onPrefix(body []byte, byKeys func(*kvtier.Manager, kvtier.Salt, []kvtier.Key) (int, error),
+	byTokens func(*kvtier.Manager, kvtier.Salt, []int32) (int, error)) adminReply {
 	var req AdminPrefix
 	if err := decodeAdmin(body, &req); err != nil {
 		return adminError(err)
@@ -286,9 +293,9 @@ func (ad *admin) invalidate(r *http.Request, body []byte) adminReply {
 	m, salt := ad.a.kv.Manager, ad.salt(req.User, req.Salt)
 	var n int
 	if keys != nil {
-		n, err = m.InvalidateKeys(salt, keys)
+		n, err = byKeys(m, salt, keys)
 	} else {
-		n, err = m.Invalidate(salt, toks)
+		n, err = byTokens(m, salt, toks)
 	}
 	if err != nil {
 		return adminError(err)

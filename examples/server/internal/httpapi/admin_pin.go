@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"kvtier.dev/internal/openai"
+	"kvtier.dev/kvtier"
 )
 
 // AdminPinRequest is the body of POST /admin/v1/pin: a prefix, and how
@@ -53,23 +54,5 @@ func (ad *admin) pin(r *http.Request, body []byte) adminReply {
 // unpin answers POST /admin/v1/unpin: the blocks of the prefix that were
 // pinned are not any more.
 func (ad *admin) unpin(r *http.Request, body []byte) adminReply {
-	var req AdminPrefix
-	if err := decodeAdmin(body, &req); err != nil {
-		return adminError(err)
-	}
-	toks, keys, err := ad.prefix(&req)
-	if err != nil {
-		return adminError(err)
-	}
-	m, salt := ad.a.kv.Manager, ad.salt(req.User, req.Salt)
-	var n int
-	if keys != nil {
-		n, err = m.UnpinKeys(salt, keys)
-	} else {
-		n, err = m.Unpin(salt, toks)
-	}
-	if err != nil {
-		return adminError(err)
-	}
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "blocks", n}}
+	return ad.onPrefix(body, (*kvtier.Manager).UnpinKeys, (*kvtier.Manager).Unpin)
 }
