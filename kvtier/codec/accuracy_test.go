@@ -142,11 +142,11 @@ func TestRoundTripAdversarial(t *testing.T) {
 			}
 			return 0.5
 		},
-		"bf16 subnormals":   func(i, head int) float32 { return float32(i%9-4) * 0x1p-133 },
-		"subnormals and 1":  func(i, head int) float32 { return [2]float32{0x1p-130, 1}[i%2] },
-		"tiny normal amax":  func(i, head int) float32 { return float32(i%7-3) * 0x1p-99 },
-		"below MinAmax":     func(i, head int) float32 { return float32(i%7-3) * 0x1p-103 },
-		"bf16 max":          func(i, head int) float32 { return [3]float32{math.MaxFloat32, -1e38, 1}[i%3] },
+		"bf16 subnormals":    func(i, head int) float32 { return float32(i%9-4) * 0x1p-133 },
+		"subnormals and 1":   func(i, head int) float32 { return [2]float32{0x1p-130, 1}[i%2] },
+		"tiny normal amax":   func(i, head int) float32 { return float32(i%7-3) * 0x1p-99 },
+		"below MinAmax":      func(i, head int) float32 { return float32(i%7-3) * 0x1p-103 },
+		"bf16 max":           func(i, head int) float32 { return [3]float32{math.MaxFloat32, -1e38, 1}[i%3] },
 		"e4m3 subnormal mix": func(i, head int) float32 { return [3]float32{448, 1e-2, 3e-3}[i%3] },
 		"inf and nan": func(i, head int) float32 {
 			return [6]float32{inf, -inf, nan, -nan, 2, -0.25}[i%6]
