@@ -71,7 +71,7 @@ func inputs(r *rand.Rand) map[string]func(i int) uint16 {
 		"normal":      func(i int) uint16 { return bf16(r.NormFloat64()) },
 		"wide":        func(i int) uint16 { return bf16(math.Ldexp(r.NormFloat64(), r.IntN(80)-40)) },
 		"any bits":    func(i int) uint16 { return uint16(r.Uint32()) }, // Inf, NaN, subnormals, everything
-		"zeros":       func(i int) uint16 { return uint16(i%2) << 15 },   // +0 and -0
+		"zeros":       func(i int) uint16 { return uint16(i%2) << 15 },  // +0 and -0
 		"subnormals":  func(i int) uint16 { return uint16(r.IntN(0x80)) | uint16(i%2)<<15 },
 		"spike":       func(i int) uint16 { return [2]uint16{bf16(1e-3 * float64(i%17)), bf16(3e4)}[min(1, i%4099/4098)] },
 		"tiny amax":   func(i int) uint16 { return bf16(float64(i%7-3) * 0x1p-101) },
