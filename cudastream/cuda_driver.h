@@ -316,4 +316,13 @@ drvResult drvLaunchWordSum(drvTable *t, drvCUstream s, drvCUdeviceptr bases, uns
 drvResult drvLaunchFMA(drvTable *t, drvCUstream s, drvCUdeviceptr out, unsigned grid, unsigned threads,
                        unsigned iters);
 
+// Modules of packages above cudastream (cuda_module.c). drvLaunch passes
+// args[i] as the kernel's parameter i: every parameter is 8 bytes.
+#define DRV_MAX_LAUNCH_ARGS 16
+drvResult drvModuleLoad(drvTable *t, const char *ptx, drvCUmodule *m);
+drvResult drvModuleFunction(drvTable *t, drvCUmodule m, const char *name, drvCUfunction *f);
+drvResult drvModuleUnload(drvTable *t, drvCUmodule m);
+drvResult drvLaunch(drvTable *t, drvCUstream s, drvCUfunction f, const unsigned *grid, const unsigned *block,
+                    unsigned sharedBytes, const unsigned long long *args, unsigned nargs);
+
 #endif

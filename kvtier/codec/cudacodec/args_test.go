@@ -1,0 +1,72 @@
+package cudacodec
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
+)
+
+var llama8B = codec.Shape{Layers: 32, Parts: 2, Tokens: 16, Heads: 8, HeadDim: 128}
+
+func newSim(t *testing.T) *cudastream.Sim {
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	return sim
+}
+
+// TestLoadOnSim: the simulator runs no PTX; Load says so with
+// ErrNotSupported, and callers use package codec in Go.
+func TestLoadOnSim(t *testing.T) {
+	if _, err := Load(newSim(t)); !errors.Is(err, cudastream.ErrNotSupported) {
+		t.Fatalf("Load on the simulator: %v, want ErrNotSupported", err)
+	}
+}
+
+// TestLaunchArgs: every bad argument is refused before anything is
+// enqueued, naming what was wrong.
+func TestLaunchArgs(t *testing.T) {
+	sim := newSim(t)
+	st, err := sim.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	k := &Kernels{}
+	cases := []struct {
+		s        codec.Shape
+		dst, src cudastream.DevicePtr
+		blocks   int
+		want     error
+		says     string
+	}{
+		{shp(32, 2, 16, 8, 100), 16, 16, 1, codec.ErrShape, "HeadDim"},
+		{llama8B, 16, 16, 0, cudastream.ErrInvalidValue, "blocks = 0"},
+		{llama8B, 16, 16, MaxBlocks + 1, cudastream.ErrInvalidValue, "blocks = 65536"},
+		{llama8B, 16, 0, 1, cudastream.ErrInvalidValue, "src 0x0"},
+		{llama8B, 16, 24, 1, cudastream.ErrInvalidValue, "src 0x18"},
+		{llama8B, 8, 16, 1, cudastream.ErrInvalidValue, "dst 0x8"},
+		{llama8B, 16, 16, 1, cudastream.ErrNotSupported, "cannot launch"}, // a simulator stream
+	}
+	for _, c := range cases {
+		for _, op := range []string{"Quantize", "Dequantize"} {
+			f := k.Quantize
+			if op == "Dequantize" {
+				f = k.Dequantize
+			}
+			err := f(st, c.s, c.dst, c.src, c.blocks)
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), op) {
+				t.Errorf("%s(%+v, dst %#x, src %#x, %d blocks) = %v, want %v naming %s and %q", op, c.s, c.dst, c.src, c.blocks, err, c.want, op, c.says)
+			}
+		}
+	}
+}
+
+func shp(layers, parts, tokens, heads, headDim int) codec.Shape {
+	return codec.Shape{Layers: layers, Parts: parts, Tokens: tokens, Heads: heads, HeadDim: headDim}
+}
