@@ -23,7 +23,10 @@
 static drvResult drvCheckDev(drvTable *t, drvStreamState *st, drvCUdeviceptr p, size_t n) {
 	unsigned long long gen = __atomic_load_n(&t->freeGen, __ATOMIC_ACQUIRE);
 	if (st->gen != gen) {
+		// The scan reads slots [0, nranges): refill from slot 0, or a
+		// stale range in a low slot would answer for a new allocation.
 		st->nranges = 0;
+		st->next = 0;
 		st->gen = gen;
 	}
 	for (unsigned i = 0; i < st->nranges; i++) {
@@ -399,6 +402,7 @@ static drvResult drvCheckHost(drvTable *t, drvStreamState *st, uint64_t p, size_
 	unsigned long long gen = __atomic_load_n(&t->hostGen, __ATOMIC_ACQUIRE);
 	if (st->hgen != gen) {
 		st->nhranges = 0;
+		st->hnext = 0;
 		st->hgen = gen;
 	}
 	for (unsigned i = 0; i < st->nhranges; i++) {
