@@ -28,7 +28,6 @@
 
 #define KV_MAX_HEADS 1024
 #define KV_MIN_AMAX 0x1p-100f
-#define KV_UNROLL 4
 
 typedef unsigned long long u64;
 
@@ -91,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(256)
 		for (u64 i = (u64)gridDim.x * heads * 4 + tid; i < scaleBytes; i += nt)
 			out[i] = 0;
 	__syncthreads();
-#pragma unroll KV_UNROLL
+#pragma unroll 4
 	for (u64 u = tid; u < units; u += nt) {
 		unsigned m = kvAbsMax16(in[2 * u], in[2 * u + 1]);
 		if (m != 0)
@@ -108,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(256)
 		inv[h] = f;
 	}
 	__syncthreads();
-#pragma unroll KV_UNROLL
+#pragma unroll 4
 	for (u64 u = tid; u < units; u += nt) {
 		const float f = inv[(u / unitsPerHead) % heads];
 		const uint4 a = in[2 * u], b = in[2 * u + 1];
@@ -148,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(256)
 	for (unsigned h = tid; h < heads; h += nt)
 		scale[h] = ((const float *)in)[(u64)lp * heads + h];
 	__syncthreads();
-#pragma unroll KV_UNROLL
+#pragma unroll 4
 	for (u64 u = tid; u < units; u += nt) {
 		const float s = scale[(u / unitsPerHead) % heads];
 		const uint4 c = codes[u];
