@@ -264,6 +264,11 @@ func (m *Manager) Flush(ctx context.Context) error {
 	}
 	const maxRounds = 4 * int(NumTiers) // each round moves every dirty block one tier down
 	for round := 0; ; round++ {
+		// The copies in flight first: a block still on its way down (a
+		// write-through copy) is dirty once it lands.
+		if err := m.Drain(ctx); err != nil {
+			return fmt.Errorf("kvtier: Flush: %w", err)
+		}
 		started, stuck := 0, 0
 		m.lock()
 		for i := uint32(0); i < m.recs.n; i++ {
@@ -283,10 +288,10 @@ func (m *Manager) Flush(ctx context.Context) error {
 			started++
 		}
 		m.unlockAndSubmit(nil)
-		if err := m.Drain(ctx); err != nil {
-			return fmt.Errorf("kvtier: Flush: %w", err)
-		}
 		if started == 0 || round == maxRounds {
+			if err := m.Drain(ctx); err != nil {
+				return fmt.Errorf("kvtier: Flush: %w", err)
+			}
 			if stuck > 0 || started > 0 {
 				return fmt.Errorf("%w: Flush: %d blocks found no slot in a slower tier", ErrNoSpace, stuck+started)
 			}

@@ -172,3 +172,56 @@ func (m *Manager) awaitWaiter() {
 	}
 	m.unlock()
 }
+
+// refuseAll admits nothing: the write-through copies into its tier stop.
+type refuseAll struct{}
+
+func (refuseAll) Record(Key)     {}
+func (refuseAll) Admit(Key) bool { return false }
+
+// TestFlushWaitsForCopiesInFlight: a block whose write-through copy to the
+// host is still in flight when Flush starts reaches the bottom tier too
+// (the NVMe tier admits no write-through copy here, so only Flush puts it
+// there). Before, Flush skipped it as "on its way down", waited for that
+// copy, and returned with the block dirty in the host tier.
+func TestFlushWaitsForCopiesInFlight(t *testing.T) {
+	f := newFakeMover()
+	cfg := Config{BlockTokens: 2, Mover: f, WriteThrough: true}
+	cfg.Tiers[GPU] = tierCfg(t, 4)
+	cfg.Tiers[Host] = tierCfg(t, 8)
+	cfg.Tiers[NVMe] = tierCfg(t, 8)
+	cfg.Tiers[NVMe].Admitter = refuseAll{}
+	m := mustNew(t, cfg)
+	if n := insertReady(t, m, 0, toks(2, 2, 0), GPU); n != 2 {
+		t.Fatalf("%d of 2 blocks inserted", n)
+	}
+	if f.len() != 2 {
+		t.Fatalf("%d copies pending, want the 2 write-through copies to the host", f.len())
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Flush(context.Background()) }()
+	// Complete the copies only once Flush waits for them (Drain).
+	m.lock()
+	for m.drained == nil {
+		m.unlock()
+		runtime.Gosched()
+		m.lock()
+	}
+	m.unlock()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Metrics().Tiers[NVMe].ResidentBlocks; got != 2 {
+				t.Fatalf("after Flush %d blocks in the NVMe tier, want 2", got)
+			}
+			m.check(t)
+			return
+		default:
+			f.drain()
+			runtime.Gosched()
+		}
+	}
+}
