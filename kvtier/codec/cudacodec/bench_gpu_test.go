@@ -37,13 +37,13 @@ func newRig(b *testing.B) *rig {
 	r.dEnc, r.dEnc2 = devAlloc(b, dev, benchBlocks*r.enc), devAlloc(b, dev, benchBlocks*r.enc)
 	r.hRaw, r.hEnc = gputest.HostAlloc(b, dev, benchBlocks*r.raw), gputest.HostAlloc(b, dev, benchBlocks*r.enc)
 	fill(r.hRaw, func(i int) uint16 { return bf16(float64(i%251-125) * 0.01) })
-	for i := range 2 * benchBlocks {
+	for i := range 2 * benchBlocks / benchChunk {
 		ev, err := dev.NewEvent(cudastream.EventOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { ev.Destroy() })
-		if i < benchBlocks {
+		if i < benchBlocks/benchChunk {
 			r.evOut = append(r.evOut, ev)
 		} else {
 			r.evIn = append(r.evIn, ev)
@@ -52,7 +52,7 @@ func newRig(b *testing.B) *rig {
 	// Real blocks on both sides: the host's encoded copy comes from the kernel.
 	r.check(b, r.cs.CopyHtoD(r.dRaw, r.hRaw))
 	r.check(b, r.cs.Synchronize())
-	r.out(b, true)
+	r.move(b, true, false, true)
 	r.check(b, r.cs.Synchronize())
 	return r
 }
@@ -63,35 +63,52 @@ func (r *rig) check(b *testing.B, err error) {
 	}
 }
 
-// out enqueues the out direction, block by block: with the codec, the
-// quantize of block i runs on ks while cs copies block i-1 out.
-func (r *rig) out(b *testing.B, codec bool) {
-	for i := range int64(benchBlocks) {
-		if !codec {
-			r.check(b, r.cs.CopyDtoH(r.hRaw[i*r.raw:(i+1)*r.raw], r.dRaw+cudastream.DevicePtr(i*r.raw)))
-			continue
-		}
-		e := r.dEnc + cudastream.DevicePtr(i*r.enc)
-		r.check(b, r.k.Quantize(r.ks, llama8B, e, r.dRaw+cudastream.DevicePtr(i*r.raw), 1))
-		r.check(b, r.evOut[i].Record(r.ks))
-		r.check(b, r.cs.WaitEvent(r.evOut[i]))
-		r.check(b, r.cs.CopyDtoH(r.hEnc[i*r.enc:(i+1)*r.enc], e))
+// benchChunk blocks go per kernel launch and per copy: a mover codes a
+// transfer's blocks in few launches, not one per block.
+const benchChunk = 8
+
+// outChunk enqueues the out direction of blocks [i, i+benchChunk): with
+// the codec, their quantize on ks, then their copy on cs once it is done
+// (while ks quantizes the next chunk).
+func (r *rig) outChunk(b *testing.B, i int64, codec bool) {
+	if !codec {
+		r.check(b, r.cs.CopyDtoH(r.hRaw[i*r.raw:(i+benchChunk)*r.raw], r.dRaw+cudastream.DevicePtr(i*r.raw)))
+		return
 	}
+	e := r.dEnc + cudastream.DevicePtr(i*r.enc)
+	r.check(b, r.k.Quantize(r.ks, llama8B, e, r.dRaw+cudastream.DevicePtr(i*r.raw), benchChunk))
+	ev := r.evOut[i/benchChunk]
+	r.check(b, ev.Record(r.ks))
+	r.check(b, r.cs.WaitEvent(ev))
+	r.check(b, r.cs.CopyDtoH(r.hEnc[i*r.enc:(i+benchChunk)*r.enc], e))
 }
 
-// in enqueues the in direction: with the codec, cs2 copies block i in
-// while ks2 dequantizes block i-1.
-func (r *rig) in(b *testing.B, codec bool) {
-	for i := range int64(benchBlocks) {
-		if !codec {
-			r.check(b, r.cs2.CopyHtoD(r.dRaw2+cudastream.DevicePtr(i*r.raw), r.hRaw[i*r.raw:(i+1)*r.raw]))
-			continue
+// inChunk enqueues the in direction of blocks [i, i+benchChunk): with the
+// codec, their copy on cs2, then their dequantize on ks2 (while cs2
+// copies the next chunk in).
+func (r *rig) inChunk(b *testing.B, i int64, codec bool) {
+	if !codec {
+		r.check(b, r.cs2.CopyHtoD(r.dRaw2+cudastream.DevicePtr(i*r.raw), r.hRaw[i*r.raw:(i+benchChunk)*r.raw]))
+		return
+	}
+	e := r.dEnc2 + cudastream.DevicePtr(i*r.enc)
+	r.check(b, r.cs2.CopyHtoD(e, r.hEnc[i*r.enc:(i+benchChunk)*r.enc]))
+	ev := r.evIn[i/benchChunk]
+	r.check(b, ev.Record(r.cs2))
+	r.check(b, r.ks2.WaitEvent(ev))
+	r.check(b, r.k.Dequantize(r.ks2, llama8B, r.dRaw2+cudastream.DevicePtr(i*r.raw), e, benchChunk))
+}
+
+// move enqueues the directions asked for, chunk by chunk, the two
+// directions' chunks interleaved.
+func (r *rig) move(b *testing.B, out, in, codec bool) {
+	for i := int64(0); i < benchBlocks; i += benchChunk {
+		if out {
+			r.outChunk(b, i, codec)
 		}
-		e := r.dEnc2 + cudastream.DevicePtr(i*r.enc)
-		r.check(b, r.cs2.CopyHtoD(e, r.hEnc[i*r.enc:(i+1)*r.enc]))
-		r.check(b, r.evIn[i].Record(r.cs2))
-		r.check(b, r.ks2.WaitEvent(r.evIn[i]))
-		r.check(b, r.k.Dequantize(r.ks2, llama8B, r.dRaw2+cudastream.DevicePtr(i*r.raw), e, 1))
+		if in {
+			r.inChunk(b, i, codec)
+		}
 	}
 }
 
@@ -127,12 +144,7 @@ func BenchmarkCuCodec(b *testing.B) {
 			}
 			b.SetBytes(n)
 			for b.Loop() {
-				if c.out {
-					r.out(b, c.codec)
-				}
-				if c.in {
-					r.in(b, c.codec)
-				}
+				r.move(b, c.out, c.in, c.codec)
 				r.sync(b)
 			}
 		})
