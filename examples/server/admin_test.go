@@ -301,7 +301,12 @@ func TestAdminBadInput(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want 400 naming %q", tc.path, tc.body, status, b, tc.field)
 		}
 	}
-	if after := s.tiers(t); after.Tiers["gpu"] != before.Tiers["gpu"] || after.Invalidations != before.Invalidations {
+	// InUseBlocks is left out: the first request's write-through copies may
+	// still hold its blocks at the first snapshot.
+	after := s.tiers(t)
+	b, a := before.Tiers["gpu"], after.Tiers["gpu"]
+	b.InUseBlocks, a.InUseBlocks = 0, 0
+	if a != b || after.Invalidations != before.Invalidations {
 		t.Errorf("bad calls changed the cache: %+v, then %+v", before, after)
 	}
 	if c := s.cached(t, p, ""); c.GPU != 40 {
