@@ -39,6 +39,7 @@ type calcConfig struct {
 	cal      *cost.Calibration
 	samples  []cost.PrefillSample
 	writeCal string
+	codec    cost.Codec // --codec's; zero: none
 }
 
 func runCalc(args []string, stdout, stderr io.Writer) int {
@@ -107,6 +108,7 @@ type calcFlags struct {
 	latency                          time.Duration
 	tflops, efficiency, gpuMemory    float64
 	calPath, samplesPath, writeCal   string
+	codec                            string
 	// set holds the flags given on the command line.
 	set map[string]bool
 }
@@ -146,6 +148,7 @@ func calcFlagSet(f *calcFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&f.gpuMemory, "gpu-memory", 0, "override the GPU's memory, GB: the weights (per GPU) and the request's KV must fit in it")
 	fs.StringVar(&f.calPath, "calibration", "", "a calibration file (--write-calibration's, a server's) or `kvtier probe --json` output: its fitted prefill and links replace the presets")
 	fs.StringVar(&f.samplesPath, "prefill-samples", "", "fit prefill to measured samples, one JSON object a line: {\"model\":\"llama-3.1-8b\",\"prefix\":0,\"tokens\":512,\"seconds\":0.0222}; prints the fitted terms and each sample's error")
+	fs.StringVar(&f.codec, "codec", "", calcCodecFlag())
 	fs.StringVar(&f.writeCal, "write-calibration", "", "write the calibration (--calibration, then --prefill-samples) to this file as JSON")
 	return fs
 }
@@ -172,10 +175,16 @@ func calcParse(args []string, stderr io.Writer) (calcConfig, error) {
 	if err != nil {
 		return calcConfig{}, err
 	}
+	if cfg.codec, err = calcLookupCodec(f.codec); err != nil {
+		return calcConfig{}, err
+	}
 	if err := cfg.check(); err != nil {
 		return calcConfig{}, err
 	}
 	if err := cfg.fitTP(autoTP); err != nil {
+		return calcConfig{}, err
+	}
+	if err := cfg.checkCodec(); err != nil {
 		return calcConfig{}, err
 	}
 	return cfg, nil
@@ -434,6 +443,8 @@ type calcReport struct {
 	Sweep                     []calcSweepRow `json:"sweep,omitempty"`
 	// Calibration: with --calibration or --prefill-samples.
 	Calibration *calcCalibration `json:"calibration,omitempty"`
+	// Codec: with --codec, the same request with the tier compressed.
+	Codec *calcCodec `json:"codec,omitempty"`
 }
 
 type calcModel struct {
@@ -505,6 +516,11 @@ func calcBuildReport(cfg calcConfig) (*calcReport, error) {
 	}
 	if n, ok := s.BreakEven(false); ok {
 		r.BreakEvenLinearTokens = &n
+	}
+	if cfg.codec.Enabled() {
+		if r.Codec, err = calcCodecReport(cfg); err != nil {
+			return nil, err
+		}
 	}
 	links := calcLinks()
 	for _, l := range links {
@@ -589,6 +605,9 @@ func calcPrint(w io.Writer, cfg calcConfig, r *calcReport) {
 		calcInt(int64(r.SplitRecomputeTokens)), calcInt(int64(r.SplitLoadTokens)), calcDur(r.SplitSeconds), win/r.SplitSeconds, r.Decision)
 	fmt.Fprintf(w, "break-even reload wins from %s (recompute with attention), %s (linear only)\n",
 		calcTokensOrNever(r.BreakEvenTokens), calcTokensOrNever(r.BreakEvenLinearTokens))
+	if r.Codec != nil {
+		calcPrintCodec(w, r)
+	}
 
 	if len(r.Sweep) > 0 {
 		fmt.Fprintf(w, "\nsweep over context length (recompute with attention unless marked linear):\n")

@@ -13,6 +13,9 @@
 //     seconds inside; rates carry their unit in their name (BytesPerS, FLOPS);
 //   - (*Planner).Plan, the block manager's hot path, plans a prefix of any
 //     length and allocates nothing once its scratch space holds it;
+//   - a tier that holds compressed blocks (Path.Codec) is priced by its
+//     encoded bytes, computed from the Model's shape, and the GPU's
+//     decode of them;
 //   - a Calibration learns what this server's GPU and links actually do,
 //     and the Planner reads it without a lock.
 //

@@ -111,11 +111,17 @@ func LookupLink(name string) (Link, error) {
 }
 
 // Path is how a tier's bytes reach the GPU: over its Ingress, after a
-// Source hop (an NVMe drive, a NIC) or not.
+// Source hop (an NVMe drive, a NIC) or not, encoded by Codec or not.
+// Latency, StreamTime and TransferTime are the links' times for bytes as
+// they travel (encoded, when the tier compresses); a load's time with its
+// decode is Scenario.ReloadTime's or the Planner's.
 type Path struct {
 	Source    Link // zero when the data starts in host memory
 	Ingress   Link // the GPU's own link (PCIe, NVLink-C2C)
 	Pipelined bool // the hops overlap, the slower one sets the rate
+	// Codec is how the tier holds blocks (zero: as the GPU holds them,
+	// LookupCodec("fp8-e4m3"): half the bytes cross the links).
+	Codec Codec
 }
 
 // DirectPath is a path of one link.
@@ -134,19 +140,24 @@ func (p *Path) Validate() error {
 			return fmt.Errorf("link %s: %w", p.Source.Name, err)
 		}
 	}
-	return nil
+	return p.Codec.Validate()
 }
 
-// Name is "source+ingress" or the ingress's name.
+// Name is "source | ingress" (pipelined), "source then ingress" or the
+// ingress's name, followed by " (codec)" when the tier compresses.
 func (p *Path) Name() string {
+	name := p.Ingress.Name
 	if p.HasSource() {
 		sep := " then "
 		if p.Pipelined {
 			sep = " | "
 		}
-		return p.Source.Name + sep + p.Ingress.Name
+		name = p.Source.Name + sep + p.Ingress.Name
 	}
-	return p.Ingress.Name
+	if p.Codec.Enabled() {
+		name += " (" + p.Codec.Name + ")"
+	}
+	return name
 }
 
 // latencySeconds is paid once per transfer: both hops' latencies.

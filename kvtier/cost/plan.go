@@ -86,7 +86,10 @@ type PlannerConfig struct {
 	// by name; nil: the presets, taken as exact.
 	Calibration *Calibration
 	// Paths[t] is how tier t's blocks reach the GPU (zero: a block there is
-	// an error); all should share one Ingress, as all loads do.
+	// an error); all should share one Ingress, as all loads do. A path's
+	// Codec is how tier t holds its blocks: Paths[TierNVMe].Codec =
+	// fp8-e4m3 prices an NVMe load as half the bytes over the drive and
+	// the link, then a decode on the GPU.
 	Paths [NumTiers]Path
 }
 
@@ -123,7 +126,10 @@ type plannerCosts struct {
 	blockS0, blockS1 float64
 	loadS            [NumTiers]float64 // s_t per block, seconds; 0 for unconfigured
 	latS             [NumTiers]float64
-	configured       [NumTiers]bool
+	// tailS is the decode of a compressed tier's last chunk, after its
+	// copy: every load from the tier ends that much later (0: no codec).
+	tailS      [NumTiers]float64
+	configured [NumTiers]bool
 	// Charged costs (docs/cost.md): recompute × chargeC, loads chargedS.
 	chargeC   float64
 	chargedS  [NumTiers]float64
@@ -145,9 +151,9 @@ func (c *plannerCosts) queuedLatency(q Backlog) [NumTiers]float64 {
 	var lat [NumTiers]float64
 	link := q.Link.Seconds()
 	for t := range NumTiers {
-		lat[t] = max(c.latS[t], link)
+		lat[t] = max(c.latS[t], link) + c.tailS[t]
 	}
-	lat[TierNVMe] = max(c.latS[TierNVMe]+q.Drive.Seconds(), link)
+	lat[TierNVMe] = max(c.latS[TierNVMe]+q.Drive.Seconds(), link) + c.tailS[TierNVMe]
 	return lat
 }
 
@@ -188,6 +194,9 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 		if err := path.Validate(); err != nil {
 			return nil, fmt.Errorf("planner: tier %s: %w", t, err)
 		}
+		if err := path.Codec.checkModel(&cfg.Model); err != nil {
+			return nil, fmt.Errorf("planner: tier %s: %w", t, err)
+		}
 		anyPath = true
 	}
 	if !anyPath {
@@ -226,8 +235,17 @@ func (p *Planner) setCosts(fit *Fit) {
 			w = max(w, ws)
 		}
 		c.loadS[t] = bytes * path.secondsPerByte()
-		c.latS[t] = path.latencySeconds()
 		c.chargedS[t] = c.loadS[t] * (1 + w)
+		if codec := &path.Codec; codec.Enabled() {
+			// Per block, the slower of the encoded copy and the decode
+			// (Codec); the fit's width widens the copy only.
+			wire := float64(codec.EncodedBlockBytes(&cfg.Model, cfg.BlockTokens, cfg.TP)) * path.secondsPerByte()
+			decode := bytes / codec.DecodeBytesPerS
+			c.loadS[t] = max(wire, decode)
+			c.chargedS[t] = max(wire*(1+w), decode)
+			c.tailS[t] = decode * float64(codec.ChunkBlocks)
+		}
+		c.latS[t] = path.latencySeconds()
 		c.configured[t] = true
 		if w > 0 {
 			c.uncertain = true
@@ -287,13 +305,15 @@ func (p *Planner) BlockLoadCost(t Tier) time.Duration {
 	if t >= NumTiers || !c.configured[t] {
 		return 0
 	}
-	return seconds(c.latS[t] + c.loadS[t])
+	return seconds(c.latS[t] + c.tailS[t] + c.loadS[t])
 }
 
 // PassFloor is Scenario.PassFloor: no plan takes less.
 func (p *Planner) PassFloor() time.Duration { return seconds(p.costs.Load().prefill.FloorSeconds) }
 
-// LinkBusy is how long bytes queued on tier t's path keep the ingress busy.
+// LinkBusy is how long bytes queued on tier t's path keep the ingress
+// busy, bytes counted as the GPU holds them (a compressed tier's at its
+// per-block load cost).
 func (p *Planner) LinkBusy(t Tier, bytes int64) time.Duration {
 	c := p.costs.Load()
 	if t >= NumTiers || !c.configured[t] || bytes <= 0 {

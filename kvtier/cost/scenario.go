@@ -14,6 +14,10 @@ type Scenario struct {
 	TP    int // GPUs, each reloading its shard over its own Path
 	Path  Path
 	Fit   *Fit // when set, prices prefill instead of the presets
+	// BlockTokens is the tokens per block (16) when Path.Codec is set: an
+	// encoded block carries its own scales, so the blocks' size counts.
+	// Unused without a codec.
+	BlockTokens int
 }
 
 // Validate checks every part; the error names the field.
@@ -27,23 +31,70 @@ func (s *Scenario) Validate() error {
 	if err := checkTP(s.TP); err != nil {
 		return err
 	}
-	return s.Path.Validate()
+	if err := s.Path.Validate(); err != nil {
+		return err
+	}
+	if s.Path.Codec.Enabled() {
+		if err := s.Path.Codec.checkModel(&s.Model); err != nil {
+			return err
+		}
+		if s.BlockTokens < 1 || s.BlockTokens > 1<<20 {
+			return fieldErr("block_tokens", s.BlockTokens, "must be between 1 and %d with codec %s", 1<<20, s.Path.Codec.Name)
+		}
+	}
+	return nil
 }
 
 // KVBytes is the KV of n tokens, all ranks together.
 func (s *Scenario) KVBytes(tokens int) int64 { return s.Model.KVBytesPerToken() * int64(tokens) }
 
-// ReloadTime brings n tokens' KV back over Path, every rank at once.
+// ReloadTime brings n tokens' KV back over Path, every rank at once; with
+// a codec, its encoded bytes, decoded on the GPU as they arrive (see
+// Codec).
 func (s *Scenario) ReloadTime(tokens int) time.Duration {
 	return seconds(s.reloadSeconds(tokens))
+}
+
+// WireBytes is what n tokens' KV puts on each rank's path: encoded when
+// Path.Codec is set.
+func (s *Scenario) WireBytes(tokens int) int64 {
+	if tokens <= 0 {
+		return 0
+	}
+	if s.Path.Codec.Enabled() {
+		return s.Path.Codec.encodedBytes(&s.Model, tokens, s.BlockTokens, s.TP)
+	}
+	return s.Model.KVBytesPerTokenPerRank(s.TP) * int64(tokens)
 }
 
 func (s *Scenario) reloadSeconds(tokens int) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	bytes := float64(s.Model.KVBytesPerTokenPerRank(s.TP)) * float64(tokens)
-	return s.Path.latencySeconds() + bytes*s.Path.secondsPerByte()
+	perToken := s.Model.KVBytesPerTokenPerRank(s.TP)
+	raw := perToken * int64(tokens)
+	if !s.Path.Codec.Enabled() {
+		return s.Path.latencySeconds() + float64(raw)*s.Path.secondsPerByte()
+	}
+	chunk := perToken * int64(min(tokens, s.Path.Codec.ChunkBlocks*s.BlockTokens))
+	return s.Path.codecLoadSeconds(raw, s.WireBytes(tokens), chunk)
+}
+
+// reloadLine is reloadSeconds as a line in n for the break-even's closed
+// form: seconds per token and a fixed cost. With a codec, full blocks'
+// encoded bytes and a full chunk's decode; the integer search settles the
+// rest.
+func (s *Scenario) reloadLine() (perToken, fixed float64) {
+	raw := float64(s.Model.KVBytesPerTokenPerRank(s.TP))
+	c := &s.Path.Codec
+	if !c.Enabled() {
+		return raw * s.Path.secondsPerByte(), s.Path.latencySeconds()
+	}
+	bt := float64(s.BlockTokens)
+	enc := float64(c.EncodedBlockBytes(&s.Model, s.BlockTokens, s.TP)) / bt
+	perToken = math.Max(enc*s.Path.secondsPerByte(), raw/c.DecodeBytesPerS)
+	fixed = s.Path.latencySeconds() + raw*bt*float64(c.ChunkBlocks)/c.DecodeBytesPerS
+	return perToken, fixed
 }
 
 // RecomputeFLOPs splits the prefill of n tokens after p present ones.
@@ -198,10 +249,9 @@ func (s *Scenario) BreakEven(withAttention bool) (tokens int, ok bool) {
 	if withAttention {
 		perPair = pc.AttentionSecondsPerPair
 	}
-	beta := float64(s.Model.KVBytesPerTokenPerRank(s.TP)) * s.Path.secondsPerByte()
+	beta, c := s.reloadLine()
 	a := perPair / 2
 	b := pc.LinearSecondsPerToken + a - beta
-	c := s.Path.latencySeconds()
 	var root float64
 	switch {
 	case a > 0:

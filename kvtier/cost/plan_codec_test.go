@@ -1,0 +1,113 @@
+package cost
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// codecPlanners are two planners of llama-3.1-8b (16-token blocks) on the
+// H200 with no pass floor whose NVMe tier sits behind drive and
+// pcie5-pinned, one holding raw blocks and one fp8-e4m3 blocks.
+func codecPlanners(t *testing.T, drive Link) (raw, enc *Planner) {
+	t.Helper()
+	pcie, err := LookupLink("pcie5-pinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testCodecPlannerConfig(t, Path{Source: drive, Ingress: pcie, Pipelined: true})
+	if raw, err = NewPlanner(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Paths[TierNVMe].Codec = fp8(t)
+	if enc, err = NewPlanner(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return raw, enc
+}
+
+func tierBlocks(tier Tier, n int) []BlockSource {
+	b := make([]BlockSource, n)
+	for i := range b {
+		b[i].Tier = tier
+	}
+	return b
+}
+
+// TestPlanCodecBlockLoadCost: a compressed block's load is its path's
+// latency, the last chunk's decode and the slower of its encoded copy and
+// its decode; the host tier, without a codec, is unchanged.
+func TestPlanCodecBlockLoadCost(t *testing.T) {
+	raw, enc := codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 3.5e9, Latency: 80 * time.Microsecond})
+	want := 82.1e-6 + float64(2048+1048576)/3.5e9 + 8*2097152/1.46e12
+	if got := enc.BlockLoadCost(TierNVMe).Seconds(); math.Abs(got-want) > 1e-9 {
+		t.Errorf("compressed NVMe block %g s, want %g", got, want)
+	}
+	want = 82.1e-6 + 2097152/3.5e9
+	if got := raw.BlockLoadCost(TierNVMe).Seconds(); math.Abs(got-want) > 1e-9 {
+		t.Errorf("raw NVMe block %g s, want %g", got, want)
+	}
+	if a, b := raw.BlockLoadCost(TierHost), enc.BlockLoadCost(TierHost); a != b {
+		t.Errorf("host tier without a codec: %v and %v", a, b)
+	}
+}
+
+// TestPlanCodecSlowDrive: over a 3.5 GB/s drive (a PCIe 3.0 x4 NVMe's
+// sequential read), recomputing a 16-token block of llama-3.1-8b on the
+// H200 beats loading it raw, but loading it compressed beats recomputing.
+// Over a 1.2 GB/s drive neither load beats a block's recompute, but a
+// 64-block prefix loads more of its blocks beside the recompute, and
+// sooner, when they are compressed.
+func TestPlanCodecSlowDrive(t *testing.T) {
+	raw, enc := codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 3.5e9, Latency: 80 * time.Microsecond})
+	rec := raw.BlockRecomputeCost(0)
+	if lr, le := raw.BlockLoadCost(TierNVMe), enc.BlockLoadCost(TierNVMe); !(le < rec && rec < lr) {
+		t.Fatalf("3.5 GB/s: load raw %v, compressed %v, recompute %v: want compressed < recompute < raw", lr, le, rec)
+	}
+	one := tierBlocks(TierNVMe, 1)
+	if _, a := checkPlan(t, raw, one); a[0] != ActionRecompute {
+		t.Errorf("3.5 GB/s raw: one block %v, want recompute", a[0])
+	}
+	if _, a := checkPlan(t, enc, one); a[0] != ActionLoad {
+		t.Errorf("3.5 GB/s compressed: one block %v, want load", a[0])
+	}
+
+	raw, enc = codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 1.2e9, Latency: 80 * time.Microsecond})
+	blocks := tierBlocks(TierNVMe, 64)
+	rr, _ := checkPlan(t, raw, blocks)
+	re, _ := checkPlan(t, enc, blocks)
+	t.Logf("1.2 GB/s, 64 blocks: raw %v (%d loaded), compressed %v (%d loaded), recompute all %v",
+		rr.Time, rr.LoadBlocks, re.Time, re.LoadBlocks, rr.RecomputeAllTime)
+	if re.LoadBlocks <= rr.LoadBlocks || re.Time >= rr.Time || rr.Time >= rr.RecomputeAllTime {
+		t.Errorf("1.2 GB/s, 64 blocks: raw %+v, compressed %+v", rr, re)
+	}
+}
+
+// TestPlanCodecFastLink: over NVLink-C2C (450 GB/s) a block of
+// llama-3.1-8b loads in about a hundredth of its recompute either way, so
+// a 64-block prefix loads every block, compressed or not, and what the
+// codec saves is under 1% of what recomputing the prefix would cost.
+func TestPlanCodecFastLink(t *testing.T) {
+	c2c, err := LookupLink("nvlink-c2c-gh200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testCodecPlannerConfig(t, DirectPath(c2c))
+	plans := [2]PlanResult{}
+	for i, codec := range []Codec{{}, fp8(t)} {
+		cfg.Paths[TierHost].Codec = codec
+		p, err := NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[i], _ = checkPlan(t, p, tierBlocks(TierHost, 64))
+		if plans[i].LoadBlocks != 64 {
+			t.Errorf("codec %q: %+v, want all 64 loaded", codec.Name, plans[i])
+		}
+	}
+	t.Logf("raw %v, compressed %v, recompute all %v", plans[0].Time, plans[1].Time, plans[0].RecomputeAllTime)
+	if saved := plans[0].Time - plans[1].Time; saved < 0 || saved > plans[0].RecomputeAllTime/100 {
+		t.Errorf("compression saves %v of %v (recompute all %v), want between 0 and 1%% of recompute all",
+			saved, plans[0].Time, plans[0].RecomputeAllTime)
+	}
+}

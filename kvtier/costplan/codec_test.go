@@ -1,0 +1,47 @@
+package costplan
+
+import (
+	"testing"
+	"time"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+)
+
+// TestPlanCompressedTier: the server's planner prices a tier's codec. With
+// llama-3.1-8b's NVMe tier behind a 3.5 GB/s drive, a block held raw is
+// recomputed (its load is slower than its prefill on the H200) and the
+// same block held as fp8-e4m3 is loaded.
+func TestPlanCompressedTier(t *testing.T) {
+	cfg, err := cost.NewPlannerConfig(cost.Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie5-pinned", NVMe: "nvme-gen5", BlockTokens: 16, MaxBlocks: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Paths[cost.TierNVMe].Source = cost.Link{Name: "pcie3-drive", BandwidthBytesPerS: 3.5e9, Latency: 80 * time.Microsecond}
+	fp8, err := cost.LookupCodec("fp8-e4m3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &kvtier.PlanRequest{Blocks: []kvtier.PlanBlock{{Cached: true, Tier: kvtier.NVMe}}}
+	for _, c := range []struct {
+		codec cost.Codec
+		want  kvtier.Action
+	}{{cost.Codec{}, kvtier.Recompute}, {fp8, kvtier.Load}} {
+		cfg.Paths[cost.TierNVMe].Codec = c.codec
+		cp, err := cost.NewPlanner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]kvtier.Action, 1)
+		if _, err := p.Plan(req, got); err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != c.want {
+			t.Errorf("codec %q: %v, want %v (load %v, recompute %v)", c.codec.Name, got[0], c.want, cp.BlockLoadCost(cost.TierNVMe), cp.BlockRecomputeCost(0))
+		}
+	}
+}
