@@ -117,12 +117,18 @@ func TestAdminPin(t *testing.T) {
 	if n := s.blocks(t, "pin", httpapi.AdminPinRequest{AdminPrefix: httpapi.AdminPrefix{Prompt: &a}, TTL: "1h"}); n != 10 {
 		t.Fatalf("pin a: %d blocks, want its 10", n)
 	}
+	if n := s.tiers(t).PinnedBlocks; n != 10 {
+		t.Errorf("tiers after the pin: %d pinned blocks, want 10", n)
+	}
 	floodServer(t, s, 100)
 	if c := s.cached(t, a, ""); c.GPU != 40 {
 		t.Errorf("pinned a after a flood: %+v cached, want its 40 tokens in GPU memory", c)
 	}
 	if n := s.blocks(t, "unpin", httpapi.AdminPrefix{Prompt: &a}); n != 10 {
 		t.Errorf("unpin a: %d blocks, want 10", n)
+	}
+	if n := s.tiers(t).PinnedBlocks; n != 0 {
+		t.Errorf("tiers after the unpin: %d pinned blocks, want 0", n)
 	}
 	floodServer(t, s, 200)
 	if c := s.cached(t, a, ""); c.GPU == 40 {
@@ -137,5 +143,22 @@ func TestAdminPin(t *testing.T) {
 func floodServer(t *testing.T, s *adminServer, seed int) {
 	for i := range 8 {
 		s.complete(t, openai.CompletionRequest{Prompt: tokenPrompt(seed+i, 41), MaxTokens: maxTokens(1)})
+	}
+}
+
+// TestAdminTiersShowsTenants: GET /admin/v1/tiers names each configured
+// tenant with its blocks and caps per tier, and the other salts as
+// "other".
+func TestAdminTiersShowsTenants(t *testing.T) {
+	s := startAdminServer(t, "-tenant-quota", "alice=gpu:8,weight:2")
+	s.complete(t, openai.CompletionRequest{Prompt: tokenPrompt(3, 41), MaxTokens: maxTokens(1), User: "alice"})
+	s.complete(t, openai.CompletionRequest{Prompt: tokenPrompt(4, 41), MaxTokens: maxTokens(1), User: "bob"})
+	ts := s.tiers(t).Tenants
+	alice, other := ts["alice"], ts["other"]
+	if len(ts) != 2 || alice.Weight != 2 || alice.CapSlots["gpu"] != 8 || other.CapSlots != nil {
+		t.Fatalf("tenants in tiers: %+v, want alice (weight 2, GPU cap 8) and other (no cap)", ts)
+	}
+	if a, o := alice.ResidentBlocks["gpu"], other.ResidentBlocks["gpu"]; a < 1 || a > 8 || o != 10 {
+		t.Errorf("GPU blocks: alice %d (want 1 to its cap of 8), other %d (want bob's 10)", a, o)
 	}
 }

@@ -34,7 +34,8 @@ import (
 //	                                  tier (kvtier.Manager.Flush)
 //	POST /admin/v1/drain              begin the server's drain, as SIGTERM
 //	GET  /admin/v1/tiers              each tier's capacity, resident and
-//	                                  in-use blocks (kvtier.Manager.Metrics)
+//	                                  in-use blocks (kvtier.Manager.Metrics),
+//	                                  the pinned blocks, each tenant's share
 //
 // A prefix is {"prompt": text or ids} or {"keys": ["0x…", …]} (the block
 // keys of its leading blocks in order, as /v1/kv/events announces them),
@@ -369,6 +370,19 @@ type AdminTiers struct {
 	Tiers         map[string]AdminTier `json:"tiers"`
 	Records       int64                `json:"records"`
 	Invalidations uint64               `json:"invalidations"`
+	// PinnedBlocks are the blocks pinned now (POST /admin/v1/pin).
+	PinnedBlocks int `json:"pinned_blocks"`
+	// Tenants, with -tenant-quota, are each configured tenant's blocks and
+	// caps per tier, and "other" for the rest, by name.
+	Tenants map[string]AdminTenantState `json:"tenants,omitempty"`
+}
+
+// AdminTenantState is one tenant's share of the tiers: resident blocks and
+// cap (0: none) by tier name.
+type AdminTenantState struct {
+	Weight         float64          `json:"weight"`
+	ResidentBlocks map[string]int64 `json:"resident_blocks"`
+	CapSlots       map[string]int64 `json:"cap_slots,omitempty"`
 }
 
 // tiers answers GET /admin/v1/tiers.
@@ -386,6 +400,26 @@ func (ad *admin) tiers(r *http.Request, body []byte) adminReply {
 		tm := mt.Tiers[t]
 		out.Tiers[t.String()] = AdminTier{CapacitySlots: int64(m.CapacitySlots(t)), ResidentBlocks: tm.ResidentBlocks, InUseBlocks: tm.InUseBlocks,
 			Hits: tm.Hits, Misses: tm.Misses, Evictions: tm.Evictions}
+	}
+	out.PinnedBlocks = m.Pinned()
+	for _, tm := range m.TenantMetrics() {
+		if out.Tenants == nil {
+			out.Tenants = map[string]AdminTenantState{}
+		}
+		st := AdminTenantState{Weight: tm.Weight, ResidentBlocks: map[string]int64{}}
+		for t := range kvtier.NumTiers {
+			if m.CapacitySlots(t) == 0 {
+				continue
+			}
+			st.ResidentBlocks[t.String()] = tm.Tiers[t].ResidentBlocks
+			if c := tm.Tiers[t].CapSlots; c > 0 {
+				if st.CapSlots == nil {
+					st.CapSlots = map[string]int64{}
+				}
+				st.CapSlots[t.String()] = c
+			}
+		}
+		out.Tenants[tm.Name] = st
 	}
 	return adminReply{http.StatusOK, out, nil}
 }
