@@ -38,6 +38,7 @@ type loadClock struct {
 	tier    kvtier.Tier
 	bytes   int64
 	mixed   bool // blocks came from more than one tier
+	split   bool // submitted in more than one Onboard, a wait for GPU slots between
 }
 
 // wait wraps the last layer's wait: it records its return when it blocked.
@@ -61,7 +62,7 @@ func (lc *loadClock) add(tier kvtier.Tier, bytes int64) {
 
 // report tells o the load's time, when it was seen.
 func (lc *loadClock) report(o Observer) {
-	if o == nil || lc.bytes == 0 || lc.mixed || lc.done.IsZero() {
+	if o == nil || lc.bytes == 0 || lc.mixed || lc.split || lc.done.IsZero() {
 		return
 	}
 	o.Load(lc.tier, lc.bytes, lc.done.Sub(lc.onboard))

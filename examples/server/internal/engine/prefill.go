@@ -133,7 +133,9 @@ func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 		e.log.Debug("engine: planner failed; loading every cached block", "request", s.req.ID, "err", err)
 	}
 	lc := loadClock{onboard: time.Now()}
-	if err := e.onboard(s); err != nil {
+	split, err := e.onboard(s)
+	lc.split = split
+	if err != nil {
 		return lc, err
 	}
 	return lc, e.insert(s, cached)
@@ -142,22 +144,24 @@ func (e *Engine) lookupAndLoad(s *seq, full int) (loadClock, error) {
 // onboard starts the planned loads. Those refused for want of a GPU slot
 // while copies still read GPU blocks wait for as many of those copies to
 // end, and are tried again: a block is recomputed, and left uncached, only
-// when no copy out of the GPU is left to free a slot.
-func (e *Engine) onboard(s *seq) error {
+// when no copy out of the GPU is left to free a slot. split reports a
+// retry: the loads were not one onboard, and their time is no link's.
+func (e *Engine) onboard(s *seq) (split bool, err error) {
 	m := e.cfg.Cache
 	for {
 		if err := m.Onboard(&s.look); err != nil {
-			return err
+			return split, err
 		}
 		refused := s.look.Refused()
 		if refused == 0 {
-			return nil
+			return split, nil
 		}
 		waited, err := e.waitForSlots(s, refused)
 		if err != nil || !waited {
-			return err
+			return split, err
 		}
 		s.look.RetryRefused()
+		split = true
 	}
 }
 
