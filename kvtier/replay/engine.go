@@ -80,9 +80,6 @@ type engine struct {
 	inRound  bool       // a decode round is running on the GPU
 
 	inFlight int // copies submitted and not completed
-	// driveCopies are the copies of inFlight between the host tier and
-	// the drive (writes, prefetches): none frees or takes a GPU slot.
-	driveCopies int
 	// Requests waiting for GPU slots (space.go), in arrival order, and
 	// the other buffer of waiting; gpuFreed counts the slots the copies
 	// out of the GPU and the released leases may have freed so far, and

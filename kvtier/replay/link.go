@@ -68,9 +68,6 @@ type copyJob struct {
 	staged bool
 	// write marks a copy into NVMe.
 	write bool
-	// hostDrive marks a copy between the host tier and the drive: it
-	// holds no GPU slot (engine.driveCopies).
-	hostDrive bool
 }
 
 // server is one channel's queue and what it is serving.

@@ -77,7 +77,7 @@ func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
 	op := &t.Ops[i]
 	ch, prio := route(op.From, op.To)
 	j := copyJob{t: t, op: i, req: req, ready: e.now + e.copyLatency[op.From][op.To], stream: e.copyStream[op.From][op.To],
-		write: op.To == kvtier.NVMe, hostDrive: ch == chanNVMe && op.From != kvtier.GPU}
+		write: op.To == kvtier.NVMe}
 	if prio == prioOffload && e.servers[ch].queuedOffloadBytes+e.blockBytes > maxQueuedOffloadBytes {
 		// Backpressure: the link cannot keep up with the offloads, so
 		// this one is dropped, as an offload engine does when its
@@ -94,9 +94,6 @@ func (e *engine) queueCopy(t *kvtier.Batch, i int, req *request) {
 	}
 	e.res.copies[op.From][op.To]++
 	e.inFlight++
-	if j.hostDrive {
-		e.driveCopies++
-	}
 }
 
 // kick starts the next copy on an idle channel: onboard copies first.
@@ -138,9 +135,6 @@ func (e *engine) copyDone(ch channel) {
 	e.serving[ch] = copyJob{}
 	e.servers[ch].busy = false
 	e.inFlight--
-	if j.hostDrive {
-		e.driveCopies--
-	}
 	if j.staged { // read from the drive: the device takes it to the GPU
 		e.dev.stage(e, j)
 		e.kick(ch)
