@@ -21,7 +21,8 @@ type copyWaiter struct {
 }
 
 // WaitCopiesFrom waits until the copies reading tier t that ended since the
-// call number n (each left a block of t evictable, or freed its slot), or
+// call number n (at least 1; each left a block of t evictable, or freed its
+// slot), or
 // until no copy reads t, or until ctx is done. It reports whether it waited:
 // false, at once, when no copy read t at the call. Then an Insert short of
 // slots will not find more by waiting, and keeps what fits.

@@ -58,3 +58,32 @@ func TestDecodeStep(t *testing.T) {
 		t.Errorf("a bad value: %v", err)
 	}
 }
+
+// TestReplayCellRequestsOut: -requests-out writes one replayed request a
+// line per cell, and a directory that cannot take the file is an error
+// naming the flag.
+func TestReplayCellRequestsOut(t *testing.T) {
+	dir := t.TempDir()
+	trace := writeFile(t, dir, "trace.jsonl", `{"arrival_us":0,"salt":0,"block_tokens":16,"input_tokens":32,"output_tokens":2,"keys":[1,2]}
+{"arrival_us":1000,"salt":0,"block_tokens":16,"input_tokens":48,"output_tokens":2,"keys":[1,2,3]}
+`)
+	cfg, err := baseConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cell{trace: "t", label: "gpu-only", strategy: "gpu-only", host: 1 << 30}
+	cfg.Strategy, cfg.HostBytes = c.strategy, c.host
+	if _, err := replayCell(trace, cfg, dir, c); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "t-gpu-only.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 2 {
+		t.Errorf("%d request lines, want 2:\n%s", n, b)
+	}
+	if _, err := replayCell(trace, cfg, filepath.Join(dir, "no", "such"), c); err == nil || !strings.Contains(err.Error(), "-requests-out") {
+		t.Errorf("a missing -requests-out directory: %v, want an error naming the flag", err)
+	}
+}

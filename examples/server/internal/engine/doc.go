@@ -19,6 +19,13 @@
 // when the sequence ends. Write-through copies the committed blocks down to
 // the host tier and on to NVMe in the background.
 //
+// A GPU block is not evictable while such a copy reads it. When Onboard or
+// Insert finds too few GPU slots while copies out of the GPU are in flight,
+// the prefill waits for as many of them to end and tries again
+// (kvtier.Manager.WaitCopiesFrom), as kvtier/replay's requests do; only
+// with no copy left does it recompute the loads refused a slot and compute
+// the blocks without one in scratch, uncached.
+//
 // A load that fails (a corrupt NVMe block: the store drops it) ends the
 // pass before the layer that needed it; the request is looked up again and
 // the lost blocks are recomputed. Wrong KV is never read and the failure is
