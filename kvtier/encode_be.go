@@ -2,19 +2,18 @@
 
 package kvtier
 
-import "encoding/binary"
-
-// putTokens writes tokens into dst little-endian, so that keys are the same
-// on every machine.
-func putTokens(dst []byte, tokens []int32) {
-	for i, tok := range tokens {
-		binary.LittleEndian.PutUint32(dst[4*i:], uint32(tok))
-	}
-}
+import "kvtier.dev/internal/blockkey"
 
 // inlineKeys is false: tokens' memory is big-endian here, so keys are
-// hashed from a little-endian copy (appendKeys' buffer).
+// hashed from a little-endian copy (leTokens' buffer).
 const inlineKeys = false
 
 // tokenBytes is never called where inlineKeys is false.
 func tokenBytes([]int32) []byte { panic("kvtier: tokenBytes on a big-endian machine") }
+
+// leTokens writes tokens into buf little-endian, so that keys are the same
+// on every machine, and returns those bytes and the grown buffer.
+func leTokens(buf []byte, tokens []int32) (le, scratch []byte) {
+	buf = blockkey.AppendTokens(buf[:0], tokens)
+	return buf, buf
+}

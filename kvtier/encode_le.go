@@ -4,20 +4,15 @@ package kvtier
 
 import "unsafe"
 
-// putTokens writes tokens into dst little-endian. On little-endian machines
-// that is their memory as is: one copy instead of a store per token.
-func putTokens(dst []byte, tokens []int32) {
-	if len(tokens) == 0 {
-		return
-	}
-	copy(dst, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens)))
-}
-
 // inlineKeys says that tokenBytes is the tokens' memory as is, so that
-// chainKey reads their words in place.
+// keys are hashed from the tokens where they are.
 const inlineKeys = true
 
 // tokenBytes is tokens' little-endian bytes: their memory on this machine.
 func tokenBytes(tokens []int32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens))
 }
+
+// leTokens returns tokens' little-endian bytes, and buf unchanged: here
+// they are the tokens' memory.
+func leTokens(buf []byte, tokens []int32) (le, scratch []byte) { return tokenBytes(tokens), buf }

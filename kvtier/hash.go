@@ -1,15 +1,14 @@
 package kvtier
 
 import (
-	"encoding/binary"
 	"fmt"
 
-	"github.com/cespare/xxhash/v2"
+	"kvtier.dev/internal/blockkey"
 )
 
-// Hasher computes the chained keys of token blocks:
-// h_i = xxhash64(salt, h_{i-1}, tokens of block i), h_{-1} = 0, encoded
-// little-endian; only full blocks have keys. It MUST NOT be used by two
+// Hasher computes the chained keys of token blocks, as internal/blockkey
+// defines them: h_i = XXH3-64(h_{i-1} ‖ XXH3-64(tokens of block i, seed
+// salt)), h_{-1} = 0, numbers little-endian; only full blocks have keys. It MUST NOT be used by two
 // goroutines at once.
 type Hasher struct {
 	blockTokens int
@@ -37,24 +36,10 @@ func (h *Hasher) AppendKeys(dst []Key, salt Salt, parent Key, tokens []int32) []
 // appendKeys hashes tokens' full blocks into dst using buf as scratch; it
 // returns both so that callers keep the grown buffers.
 func appendKeys(dst []Key, buf []byte, blockTokens int, salt Salt, parent Key, tokens []int32) ([]Key, []byte) {
-	if inlineKeys && blockTokens >= 4 {
-		for len(tokens) >= blockTokens {
-			parent = chainKey(salt, parent, tokenBytes(tokens[:blockTokens]))
-			dst = append(dst, parent)
-			tokens = tokens[blockTokens:]
-		}
-		return dst, buf
-	}
-	n := 16 + 4*blockTokens
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	binary.LittleEndian.PutUint64(buf[0:8], uint64(salt))
 	for len(tokens) >= blockTokens {
-		binary.LittleEndian.PutUint64(buf[8:16], uint64(parent))
-		putTokens(buf[16:n], tokens[:blockTokens])
-		parent = Key(xxhash.Sum64(buf))
+		var tb []byte
+		tb, buf = leTokens(buf, tokens[:blockTokens])
+		parent = Key(blockkey.Next(uint64(salt), uint64(parent), tb))
 		dst = append(dst, parent)
 		tokens = tokens[blockTokens:]
 	}

@@ -1,6 +1,10 @@
 package kvtier
 
-import "sync"
+import (
+	"sync"
+
+	"kvtier.dev/internal/blockkey"
+)
 
 // PrefixInfo is what CachedPrefix reports of a request: how much of it the
 // cache holds now, per tier.
@@ -38,7 +42,7 @@ var prefixScratchPool = sync.Pool{New: func() any { return new(prefixScratch) }}
 // no policy touch, no admission record, no counter. What it reports can
 // change as soon as it returns; a Lookup with nothing in between finds it.
 func (m *Manager) CachedPrefix(salt Salt, tokens []int32) PrefixInfo {
-	if inlineKeys && m.blockTokens >= 4 && m.testKeyHook == nil {
+	if inlineKeys && m.testKeyHook == nil {
 		return m.cachedPrefix(salt, nil, tokens) // keys hashed in the walk
 	}
 	sc := prefixScratchPool.Get().(*prefixScratch)
@@ -60,13 +64,13 @@ func (m *Manager) CachedPrefixKeys(salt Salt, keys []Key) PrefixInfo {
 
 // cachedPrefix walks the blocks as lookup does (holes included) under one
 // stripe's read lock, writing nothing but its result. With keys nil it
-// hashes tokens' blocks (blockTokens >= 4) itself, a batch at a time, and
+// hashes tokens' blocks itself (inlineKeys only), a batch at a time, and
 // stops hashing where the walk stops.
 //
 // A batch goes in two passes. The first hashes its blocks and probes the
-// index for each: the key chain is serial (each hash waits for the last
-// multiply of the one before), which leaves the core free to run each
-// probe in the chain's shadow. The second reads the records and compares
+// index for each: only the short outer hash of a key waits on the key
+// before (internal/blockkey), so the core hashes blocks side by side and
+// runs each probe in their shadow. The second reads the records and compares
 // the tokens, with every key and probe known, so that their loads overlap
 // with each other instead of waiting behind the chain.
 func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo {
@@ -100,7 +104,7 @@ blocks:
 				bkeys[j] = keys[base+j]
 			} else {
 				i := base + j
-				chain = chainKey(salt, chain, tokenBytes(tokens[i*bt:(i+1)*bt]))
+				chain = Key(blockkey.Next(uint64(salt), uint64(chain), tokenBytes(tokens[i*bt:(i+1)*bt])))
 				bkeys[j] = chain
 			}
 			refs[j], found[j] = m.index.findMixed(bkeys[j] ^ mix)

@@ -31,8 +31,9 @@ func (t Tier) String() string {
 	return fmt.Sprintf("tier(%d)", uint8(t))
 }
 
-// Key identifies a block: h_i = xxhash64(salt, h_{i-1}, tokens of block i),
-// or a key the caller computed elsewhere (trace hash ids).
+// Key identifies a block: the chained hash of its prefix that Hasher
+// computes (h_i = XXH3-64(h_{i-1} ‖ XXH3-64(tokens of block i, seed salt)),
+// internal/blockkey), or a key the caller computed elsewhere (trace hash ids).
 type Key uint64
 
 // Salt separates tenants, models and adapters: no hit crosses salts.

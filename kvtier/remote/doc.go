@@ -49,7 +49,7 @@
 //   - Without the salt, a key name says nothing useful about the tokens,
 //     and the same prompt under two salts gives unrelated keys: tenants
 //     with different salts never hit each other's blocks, even in one
-//     prefix. A tenant's salt is its secret. The chained hash is xxhash64,
+//     prefix. A tenant's salt is its secret. The chained hash is XXH3,
 //     which is fast, not cryptographic: against a determined adversary it
 //     is the ACLs below, not the hash, that keep tenants apart.
 //   - Whoever knows a salt can compute the keys of any token sequence and
