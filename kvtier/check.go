@@ -118,7 +118,7 @@ func (m *Manager) checkTenantsAndPins(freeRec map[BlockRef]bool) {
 			continue
 		}
 		r := m.recs.at(ref)
-		if _, ok := m.pins.until[ref]; ok != (r.flags&flagPinned != 0) {
+		if _, ok := m.pins.of[ref]; ok != (r.flags&flagPinned != 0) {
 			invariants.Failf("record %d (key %#x): pin flag %v, in the pins %v", ref, uint64(r.key), r.flags&flagPinned != 0, ok)
 		}
 		if r.flags&flagPinned != 0 {
@@ -137,8 +137,21 @@ func (m *Manager) checkTenantsAndPins(freeRec map[BlockRef]bool) {
 			}
 		}
 	}
-	if pinned != len(m.pins.until) {
-		invariants.Failf("%d blocks flagged pinned, %d pins", pinned, len(m.pins.until))
+	if pinned != len(m.pins.of) {
+		invariants.Failf("%d blocks flagged pinned, %d pins", pinned, len(m.pins.of))
+	}
+	var levels [MaxPriority + 1]int32
+	var resident [NumTiers][MaxPriority + 1]int32
+	for ref, p := range m.pins.of {
+		levels[p.priority]++
+		for t, s := range m.recs.at(ref).state {
+			if s != stateNone {
+				resident[t][p.priority]++
+			}
+		}
+	}
+	if levels != m.pins.levels || resident != m.pins.resident {
+		invariants.Failf("pins per priority %v, counted %v; per tier %v, counted %v", m.pins.levels, levels, m.pins.resident, resident)
 	}
 	for t := range NumTiers {
 		for g := range groups {

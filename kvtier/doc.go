@@ -20,8 +20,8 @@
 //   - Nothing on a request's path waits on the host for a copy.
 //   - With Config.Tenants, no tenant's blocks hold more slots of a tier
 //     than its cap, and a full tier evicts from the tenant most over its
-//     weighted share. A pinned block (Pin) is evicted only when nothing
-//     unpinned in its tier is evictable.
+//     weighted share. A tier evicts its blocks of the lowest retention
+//     priority first (Pin; unpinned blocks have DefaultPriority).
 //   - With Config.EventBuffer, every block that becomes readable in a tier,
 //     or stops being so, is announced in order (Subscribe); the manager
 //     never waits for a subscriber, which loses what it falls behind.

@@ -289,6 +289,9 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 		if m.ten != nil {
 			m.tenantResident(r, t, 1)
 		}
+		if r.flags&flagPinned != 0 {
+			m.pins.resident[t][m.pins.of[ref].priority]++
+		}
 		if r.refs > 0 {
 			m.stripes[0].inUse[t].Add(1)
 		}
@@ -296,6 +299,9 @@ func (m *Manager) setState(ref BlockRef, t Tier, s blockState) {
 		g.resident[t]--
 		if m.ten != nil {
 			m.tenantResident(r, t, -1)
+		}
+		if r.flags&flagPinned != 0 {
+			m.pins.resident[t][m.pins.of[ref].priority]--
 		}
 		if r.refs > 0 {
 			m.stripes[0].inUse[t].Add(-1)

@@ -94,7 +94,7 @@ type tierState struct {
 	admitter  policy.Admitter[Key]
 	gate      WriteGate
 	evictable func(BlockRef) bool
-	unpinned  func(BlockRef) bool // evictable and not pinned
+	atLevel   func(BlockRef) bool // evictable and of priority pins.level
 	below     Tier                // next present tier, or NumTiers
 }
 
@@ -149,9 +149,9 @@ func New(cfg Config) (*Manager, error) {
 		ts.admitter, ts.gate = tc.Admitter, tc.Gate
 		m.admitters = m.admitters || tc.Admitter != nil
 		ts.evictable = func(v BlockRef) bool { return m.recs.at(v).evictableIn(t) }
-		ts.unpinned = func(v BlockRef) bool {
+		ts.atLevel = func(v BlockRef) bool {
 			r := m.recs.at(v)
-			return r.flags&flagPinned == 0 && r.evictableIn(t)
+			return m.priorityOf(v, r) == m.pins.level && r.evictableIn(t)
 		}
 		below = t
 	}

@@ -2,6 +2,7 @@ package kvtier
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,7 +37,7 @@ func TestPinnedPrefixSurvivesAFloodUntilItExpires(t *testing.T) {
 	m, now := pinRig(t)
 	sys := toks(4, 4, 0)
 	serve(t, m, 1, sys)
-	if n, err := m.Pin(1, sys, now.Add(time.Minute)); n != 4 || err != nil {
+	if n, err := m.Pin(1, sys, MaxPriority, now.Add(time.Minute)); n != 4 || err != nil {
 		t.Fatalf("Pin = %d, %v; want 4 blocks", n, err)
 	}
 	flood(t, m, 40, 1<<20)
@@ -54,7 +55,7 @@ func TestUnpinReleasesAPin(t *testing.T) {
 	m, _ := pinRig(t)
 	sys := toks(4, 4, 0)
 	serve(t, m, 1, sys)
-	if n, err := m.Pin(1, sys, time.Time{}); n != 4 || err != nil {
+	if n, err := m.Pin(1, sys, MaxPriority, time.Time{}); n != 4 || err != nil {
 		t.Fatalf("Pin = %d, %v", n, err)
 	}
 	if n, err := m.Unpin(1, sys[:8]); n != 2 || err != nil {
@@ -76,7 +77,7 @@ func TestPinsNeverRefuseABlock(t *testing.T) {
 	for i := range 8 {
 		p := toks(4, 4, int32(i)*16)
 		serve(t, m, 1, p)
-		if _, err := m.Pin(1, p, time.Time{}); err != nil {
+		if _, err := m.Pin(1, p, MaxPriority, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,11 +100,19 @@ func TestPinBadInputChangesNothing(t *testing.T) {
 	sys := toks(4, 4, 0)
 	serve(t, m, 1, sys)
 	for _, until := range []time.Time{*now, now.Add(-time.Second)} {
-		if _, err := m.Pin(1, sys, until); !errors.Is(err, ErrBadInput) {
+		if _, err := m.Pin(1, sys, MaxPriority, until); !errors.Is(err, ErrBadInput) {
 			t.Errorf("Pin until %v (now %v): %v, want ErrBadInput", until, *now, err)
 		}
-		if _, err := m.PinKeys(1, []Key{1}, until); !errors.Is(err, ErrBadInput) {
+		if _, err := m.PinKeys(1, []Key{1}, MaxPriority, until); !errors.Is(err, ErrBadInput) {
 			t.Errorf("PinKeys until %v: %v, want ErrBadInput", until, err)
+		}
+	}
+	for _, p := range []int{-1, MaxPriority + 1, 1 << 20} {
+		if _, err := m.Pin(1, sys, p, time.Time{}); !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "priority") {
+			t.Errorf("Pin at priority %d: %v, want ErrBadInput naming the priority", p, err)
+		}
+		if _, err := m.PinKeys(1, []Key{1}, p, time.Time{}); !errors.Is(err, ErrBadInput) {
+			t.Errorf("PinKeys at priority %d: %v, want ErrBadInput", p, err)
 		}
 	}
 	if m.Pinned() != 0 {
@@ -113,4 +122,55 @@ func TestPinBadInputChangesNothing(t *testing.T) {
 		t.Errorf("UnpinKeys of nothing = %d, %v", n, err)
 	}
 	m.check(t)
+}
+
+// TestPriorityOrdersEviction: a 32-slot tier holds 8 prompts of 4 blocks,
+// two at each of priorities 10, 35 (unpinned), 50 and 80, the first 80 with
+// a time limit; floods of new prompts, each pinned at MaxPriority once
+// cached, take them lowest priority first and, within one, by the policy
+// (oldest first). The limited 80 expires before the fifth flood: it is
+// then at the default and goes before the 50s.
+func TestPriorityOrdersEviction(t *testing.T) {
+	m, now := pinRig(t)
+	prios := []int{10, 10, DefaultPriority, DefaultPriority, 50, 50, 80, 80}
+	prompts := make([][]int32, len(prios))
+	for i, p := range prios {
+		prompts[i] = toks(4, 4, int32(i)*100)
+		serve(t, m, 1, prompts[i])
+		until := time.Time{}
+		if i == 6 {
+			until = now.Add(time.Minute)
+		}
+		if p != DefaultPriority {
+			if n, err := m.Pin(1, prompts[i], p, until); n != 4 || err != nil {
+				t.Fatalf("Pin of prompt %d at %d = %d, %v", i, p, n, err)
+			}
+		}
+	}
+	if at := m.PinnedAt(); at[10] != 8 || at[50] != 8 || at[80] != 8 || at[DefaultPriority] != 0 || m.Pinned() != 24 {
+		t.Fatalf("pinned at 10, 50, 80: %d, %d, %d; %d in all", at[10], at[50], at[80], m.Pinned())
+	}
+	gone := map[int]bool{}
+	for f, victim := range []int{0, 1, 2, 3, 6, 4, 5, 7} {
+		if f == 4 {
+			*now = now.Add(2 * time.Minute) // prompt 6's pin ends
+		}
+		p := toks(4, 4, 1<<20+int32(f)*16)
+		serve(t, m, 9, p)
+		if _, err := m.Pin(9, p, MaxPriority, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		m.check(t)
+		gone[victim] = true
+		for i, pr := range prompts {
+			want := 16
+			if gone[i] {
+				want = 0
+			}
+			c := m.CachedPrefix(1, pr)
+			if got := c.CachedTokens(); got != want {
+				t.Fatalf("flood %d: prompt %d (priority %d) has %d tokens cached, want %d", f, i, prios[i], got, want)
+			}
+		}
+	}
 }

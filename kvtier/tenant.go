@@ -178,16 +178,23 @@ func (m *Manager) atCap(t Tier, salt Salt) int32 {
 
 // victim picks and forgets tier t's next victim: from group own's policy
 // when own >= 0 (a tenant at its cap), otherwise from the groups by
-// weighted share, largest first; unpinned blocks before pinned ones.
+// weighted share, largest first; from the lowest retention priority that
+// has an evictable block (pin.go).
 func (m *Manager) victim(t Tier, own int32) (BlockRef, bool) {
 	ts := &m.tiers[t]
-	if m.ten == nil && len(m.pins.until) == 0 {
+	if m.ten == nil && len(m.pins.of) == 0 {
 		return ts.policy.Evict(ts.evictable)
 	}
 	m.expirePins()
-	if len(m.pins.until) > 0 {
-		if v, ok := m.victimAmong(t, own, ts.unpinned); ok {
-			return v, true
+	if len(m.pins.of) > 0 {
+		for p, n := range m.pins.resident[t] {
+			if n == 0 && p != DefaultPriority {
+				continue
+			}
+			m.pins.level = p
+			if v, ok := m.victimAmong(t, own, ts.atLevel); ok {
+				return v, true
+			}
 		}
 	}
 	return m.victimAmong(t, own, ts.evictable)

@@ -234,7 +234,7 @@ func TestTenantsAndPinsConcurrent(t *testing.T) {
 					now = now.Add(time.Second)
 					until := now.Add(time.Duration(rng.IntN(5)) * time.Second)
 					clock.Unlock()
-					if _, err := m.Pin(salt, p, until); err != nil && !errors.Is(err, ErrBadInput) {
+					if _, err := m.Pin(salt, p, rng.IntN(MaxPriority+1), until); err != nil && !errors.Is(err, ErrBadInput) {
 						t.Error(err)
 					}
 				case 4:

@@ -114,11 +114,28 @@ func TestAdminPin(t *testing.T) {
 	if status != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != "ttl" {
 		t.Errorf("pin with a negative ttl: %d %s, want 400 naming ttl", status, b)
 	}
+	for _, body := range []string{`{"prompt": [1, 2, 3, 4], "priority": 101}`, `{"prompt": [1, 2, 3, 4], "priority": -1}`} {
+		status, b := s.call(t, adminToken, http.MethodPost, "pin", body)
+		var e openai.ErrorResponse
+		if status != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != "priority" {
+			t.Errorf("pin %s: %d %s, want 400 naming priority", body, status, b)
+		}
+	}
+	if n := s.tiers(t).PinnedBlocks; n != 0 {
+		t.Errorf("tiers after refused pins: %d pinned blocks, want 0", n)
+	}
+	low := 5
+	if n := s.blocks(t, "pin", httpapi.AdminPinRequest{AdminPrefix: httpapi.AdminPrefix{Prompt: &a}, Priority: &low}); n != 10 {
+		t.Fatalf("pin a at priority 5: %d blocks, want its 10", n)
+	}
+	if ti := s.tiers(t); ti.PinnedBlocks != 10 || ti.PinnedByPriority[5] != 10 {
+		t.Errorf("tiers after the pin at 5: %d pinned blocks, by priority %v; want 10 at 5", ti.PinnedBlocks, ti.PinnedByPriority)
+	}
 	if n := s.blocks(t, "pin", httpapi.AdminPinRequest{AdminPrefix: httpapi.AdminPrefix{Prompt: &a}, TTL: "1h"}); n != 10 {
 		t.Fatalf("pin a: %d blocks, want its 10", n)
 	}
-	if n := s.tiers(t).PinnedBlocks; n != 10 {
-		t.Errorf("tiers after the pin: %d pinned blocks, want 10", n)
+	if ti := s.tiers(t); ti.PinnedBlocks != 10 || ti.PinnedByPriority[kvtier.MaxPriority] != 10 {
+		t.Errorf("tiers after the pin: %d pinned blocks, by priority %v; want 10 at %d", ti.PinnedBlocks, ti.PinnedByPriority, kvtier.MaxPriority)
 	}
 	floodServer(t, s, 100)
 	if c := s.cached(t, a, ""); c.GPU != 40 {

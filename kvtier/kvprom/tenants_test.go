@@ -49,7 +49,7 @@ func TestTenantsCollector(t *testing.T) {
 		}
 		m.Release(&l)
 	}
-	if _, err := m.Pin(9, []int32{3, 3}, time.Time{}); err != nil {
+	if _, err := m.Pin(9, []int32{3, 3}, kvtier.MaxPriority, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	want := `

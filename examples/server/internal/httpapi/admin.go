@@ -27,8 +27,9 @@ import (
 //	                                  (kvtier.Manager.Invalidate)
 //	POST /admin/v1/invalidate-tenant  forget every block of a tenant
 //	                                  (kvtier.Manager.InvalidateSalt)
-//	POST /admin/v1/pin                keep a prefix's blocks, with a TTL or
-//	                                  until unpinned (kvtier.Manager.Pin)
+//	POST /admin/v1/pin                give a prefix's blocks a retention
+//	                                  priority, with a TTL or until unpinned
+//	                                  (kvtier.Manager.Pin)
 //	POST /admin/v1/unpin              end a prefix's pin (kvtier.Manager.Unpin)
 //	POST /admin/v1/flush              write every block down to the slowest
 //	                                  tier (kvtier.Manager.Flush)
@@ -370,8 +371,10 @@ type AdminTiers struct {
 	Tiers         map[string]AdminTier `json:"tiers"`
 	Records       int64                `json:"records"`
 	Invalidations uint64               `json:"invalidations"`
-	// PinnedBlocks are the blocks pinned now (POST /admin/v1/pin).
-	PinnedBlocks int `json:"pinned_blocks"`
+	// PinnedBlocks are the blocks pinned now (POST /admin/v1/pin), and
+	// PinnedByPriority those at each priority that has some.
+	PinnedBlocks     int         `json:"pinned_blocks"`
+	PinnedByPriority map[int]int `json:"pinned_by_priority,omitempty"`
 	// Tenants, with -tenant-quota, are each configured tenant's blocks and
 	// caps per tier, and "other" for the rest, by name.
 	Tenants map[string]AdminTenantState `json:"tenants,omitempty"`
@@ -401,7 +404,15 @@ func (ad *admin) tiers(r *http.Request, body []byte) adminReply {
 		out.Tiers[t.String()] = AdminTier{CapacitySlots: int64(m.CapacitySlots(t)), ResidentBlocks: tm.ResidentBlocks, InUseBlocks: tm.InUseBlocks,
 			Hits: tm.Hits, Misses: tm.Misses, Evictions: tm.Evictions}
 	}
-	out.PinnedBlocks = m.Pinned()
+	for p, n := range m.PinnedAt() {
+		if n > 0 {
+			if out.PinnedByPriority == nil {
+				out.PinnedByPriority = map[int]int{}
+			}
+			out.PinnedByPriority[p] = n
+			out.PinnedBlocks += n
+		}
+	}
 	for _, tm := range m.TenantMetrics() {
 		if out.Tenants == nil {
 			out.Tenants = map[string]AdminTenantState{}

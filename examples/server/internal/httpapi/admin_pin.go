@@ -9,22 +9,32 @@ import (
 	"kvtier.dev/kvtier"
 )
 
-// AdminPinRequest is the body of POST /admin/v1/pin: a prefix, and how
-// long its blocks stay pinned (kvtier.Manager.Pin).
+// AdminPinRequest is the body of POST /admin/v1/pin: a prefix, its
+// blocks' retention priority and how long it lasts (kvtier.Manager.Pin).
 type AdminPinRequest struct {
 	AdminPrefix
+	// Priority is the retention priority in [0, 100] (kvtier.MaxPriority):
+	// a tier evicts its lowest priority first; unpinned blocks are at 35
+	// (kvtier.DefaultPriority). Absent: 100.
+	Priority *int `json:"priority,omitempty"`
 	// TTL is the pin's time limit as Go writes durations ("90s", "2h");
 	// "" pins until /admin/v1/unpin.
 	TTL string `json:"ttl,omitempty"`
 }
 
-// pin answers POST /admin/v1/pin: the cached blocks of the prefix are
-// evicted only when no unpinned block of their tier is evictable, until
-// the TTL passes or an unpin.
+// pin answers POST /admin/v1/pin: the cached blocks of the prefix get the
+// priority, so that their tiers evict them only once no block of a lower
+// priority is evictable there, until the TTL passes or an unpin.
 func (ad *admin) pin(r *http.Request, body []byte) adminReply {
 	var req AdminPinRequest
 	if err := decodeAdmin(body, &req); err != nil {
 		return adminError(err)
+	}
+	prio := kvtier.MaxPriority
+	if req.Priority != nil {
+		if prio = *req.Priority; prio < 0 || prio > kvtier.MaxPriority {
+			return adminError(&openai.FieldError{Field: "priority", Msg: fmt.Sprintf("%d: want 0 to %d", prio, kvtier.MaxPriority)})
+		}
 	}
 	var until time.Time
 	if req.TTL != "" {
@@ -41,14 +51,14 @@ func (ad *admin) pin(r *http.Request, body []byte) adminReply {
 	m, salt := ad.a.kv.Manager, ad.salt(req.User, req.Salt)
 	var n int
 	if keys != nil {
-		n, err = m.PinKeys(salt, keys, until)
+		n, err = m.PinKeys(salt, keys, prio, until)
 	} else {
-		n, err = m.Pin(salt, toks, until)
+		n, err = m.Pin(salt, toks, prio, until)
 	}
 	if err != nil {
 		return adminError(err)
 	}
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "ttl", req.TTL, "blocks", n}}
+	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "priority", prio, "ttl", req.TTL, "blocks", n}}
 }
 
 // unpin answers POST /admin/v1/unpin: the blocks of the prefix that were
