@@ -118,3 +118,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return d, nil
 }
+
+// TTL is how long after its write the store expires a value (Config.TTL);
+// 0: never.
+func (c *Cache) TTL() time.Duration { return c.cfg.TTL }

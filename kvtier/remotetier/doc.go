@@ -32,4 +32,8 @@
 //     and the remote store verifies what it returns (kvtier/remote).
 //   - A block is published only once admitted (seen twice by default) and
 //     not known to be there already.
+//   - The manager's event stream (kvtier.Remote) holds a block from its
+//     write until this server stops knowing the remote holds it: a fetch
+//     found it gone, its known set pushed it out, or the store's TTL has
+//     passed (known.go). Each removal is announced once.
 package remotetier

@@ -7,8 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-
-	lru "github.com/hashicorp/golang-lru/v2"
+	"time"
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/policy"
@@ -25,7 +24,7 @@ type Tier struct {
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
-	known *lru.Cache[kvtier.Key, struct{}]
+	known *known
 
 	fetched, fetchMisses, published, notAdmitted, removed atomic.Uint64
 
@@ -59,8 +58,12 @@ type Config struct {
 	// KnownBlocks sizes the set of blocks this server knows the remote
 	// holds (it fetched or published them), which Publish does not send
 	// again. A block the remote evicted is sent again once it has aged
-	// out of the set. 0 means 16,384.
+	// out of the set. A block leaving the set is announced removed from
+	// the remote tier (known.go says when). 0 means 16,384.
 	KnownBlocks int
+	// Now is the clock of the blocks' expiry (the Cache's TTL); nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Stats counts what a Tier did; the Cache's Stats say what
@@ -72,9 +75,11 @@ type Stats struct {
 	// Published: blocks Publish queued. NotAdmitted: blocks the Admitter
 	// held back.
 	Published, NotAdmitted uint64
-	// Removed: blocks a fetch found gone from the remote (absent, a part
-	// missing, or a value that did not verify and was deleted) that this
-	// server had announced there, each announced removed once.
+	// Removed: blocks announced removed from the remote tier, each once:
+	// those a fetch found gone (absent, a part missing, or a value that
+	// did not verify and was deleted) that this server knew were there,
+	// and those that left its known set (KnownBlocks full, or the
+	// Cache's TTL past since their write).
 	Removed uint64
 }
 
@@ -112,15 +117,19 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 		}
 		cfg.Admitter = a
 	}
-	known, err := lru.New[kvtier.Key, struct{}](cfg.KnownBlocks)
-	if err != nil {
-		return nil, bad("KnownBlocks", "%v", err)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known, log: log}, nil
+	r := &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, log: log}
+	var err error
+	if r.known, err = newKnown(cfg.KnownBlocks, cfg.Cache.TTL(), cfg.Now, r.announceGone); err != nil {
+		return nil, bad("KnownBlocks", "%v", err)
+	}
+	return r, nil
 }
 
 // Cache is the remote tier the Tier reads and writes, for its Stats.
@@ -167,6 +176,8 @@ func (r *Tier) Fetch(ctx context.Context, salt kvtier.Salt, tokens []int32, l *k
 	if err != nil {
 		return 0, err
 	}
+	r.known.sweep()
+	now := r.known.now()
 	keys := append([]kvtier.Key(nil), leased...)
 	n := len(keys)
 	found := make([]bool, n)
@@ -206,7 +217,7 @@ func (r *Tier) Fetch(ctx context.Context, salt kvtier.Salt, tokens []int32, l *k
 			continue
 		}
 		got[pos[j]] = op.Dst
-		r.known.Add(keys[pos[j]], struct{}{})
+		r.known.add(blockInfo(&op.Meta), now) // written at most a TTL ago
 	}
 	if len(ops) > 0 && len(ops) == r.maxFetch {
 		end = min(end, pos[len(pos)-1]+1)
@@ -275,6 +286,8 @@ func (r *Tier) Publish(salt kvtier.Salt, tokens []int32, l *kvtier.Lease) (int, 
 	if err != nil {
 		return 0, err
 	}
+	r.known.sweep()
+	now := r.known.now()
 	bb := r.cache.BlockBytes()
 	queued := 0
 	for i, b := range l.Blocks {
@@ -286,19 +299,20 @@ func (r *Tier) Publish(salt kvtier.Salt, tokens []int32, l *kvtier.Lease) (int, 
 			r.notAdmitted.Add(1)
 			continue
 		}
-		if r.known.Contains(b.Key) {
+		if r.known.contains(b.Key) {
 			continue
 		}
 		slot, ready := r.m.ReadySlot(l, i, kvtier.Host)
 		if !ready {
 			continue
 		}
-		q, err := r.cache.Put(r.meta(salt, tokens, keys, b.Position), r.host(slot)[:bb])
+		meta := r.meta(salt, tokens, keys, b.Position)
+		q, err := r.cache.Put(meta, r.host(slot)[:bb])
 		if err != nil {
 			return queued, err
 		}
 		if q {
-			r.known.Add(b.Key, struct{}{})
+			r.known.add(blockInfo(&meta), now)
 			queued++
 		}
 	}
@@ -322,13 +336,19 @@ func (r *Tier) noteGone(meta *remote.BlockMeta, err error) {
 	if !errors.Is(err, remote.ErrMiss) || errors.Is(err, remote.ErrUnavailable) || errors.Is(err, remote.ErrClosed) {
 		return
 	}
-	k := kvtier.Key(meta.Key)
-	if !r.known.Remove(k) && !errors.Is(err, remote.ErrCorrupt) {
-		return
+	if !r.known.remove(kvtier.Key(meta.Key)) && errors.Is(err, remote.ErrCorrupt) {
+		r.announceGone(blockInfo(meta)) // the set's removal announced the others
 	}
+}
+
+// announceGone announces info's block removed from the remote tier.
+func (r *Tier) announceGone(info kvtier.BlockInfo) {
 	r.removed.Add(1)
-	info := kvtier.BlockInfo{Key: k, Parent: kvtier.Key(meta.Parent), Salt: kvtier.Salt(meta.Salt), Position: meta.Position}
 	if err := r.m.Announce(kvtier.BlockRemoved, kvtier.Remote, info, nil); err != nil {
-		r.log.Debug("kvtier: a remote removal not announced", "key", meta.Key, "err", err)
+		r.log.Debug("kvtier: a remote removal not announced", "key", uint64(info.Key), "err", err)
 	}
+}
+
+func blockInfo(meta *remote.BlockMeta) kvtier.BlockInfo {
+	return kvtier.BlockInfo{Key: kvtier.Key(meta.Key), Parent: kvtier.Key(meta.Parent), Salt: kvtier.Salt(meta.Salt), Position: meta.Position}
 }

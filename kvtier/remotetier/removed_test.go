@@ -10,6 +10,7 @@ import (
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
+	"kvtier.dev/kvtier/remotetier"
 )
 
 // memStore is a remote.Store in memory: values by key, nothing evicted
@@ -153,3 +154,63 @@ func testRemovalsAnnounced(t *testing.T, addrs []string) {
 func TestRemovalsAnnouncedMem(t *testing.T) { testRemovalsAnnounced(t, nil) }
 
 func TestRemovalsAnnouncedRedis(t *testing.T) { testRemovalsAnnounced(t, redistest.Shared(t)) }
+
+// TestAgedOutAnnounced: a block that leaves the set of blocks this server
+// knows the remote holds is announced removed from the remote tier, once:
+// pushed out by the set's capacity (KnownBlocks), or once the store's TTL
+// has passed since it was written (announced by the first Publish or
+// Fetch after that, at most a second late).
+func TestAgedOutAnnounced(t *testing.T) {
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	a := newServerWith(t, nil, remotePrefix(t), policy.AlwaysAdmit[kvtier.Key]{}, func(rc *remote.Config, tc *remotetier.Config) {
+		rc.TTL = time.Minute
+		tc.KnownBlocks = 3
+		tc.Now = func() time.Time { return now }
+	})
+	sub, err := a.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	h, err := kvtier.NewHasher(blockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := a.request(2), a.request(2)
+	k1, k2 := h.AppendKeys(nil, 1, 0, first), h.AppendKeys(nil, 1, 0, second)
+	a.serve(t, first)
+	if n := a.publish(t, first); n != 2 {
+		t.Fatalf("published %d blocks, want 2", n)
+	}
+	removals(t, sub)
+	now = now.Add(30 * time.Second)
+	a.serve(t, second)
+	if n := a.publish(t, second); n != 2 {
+		t.Fatalf("published %d blocks, want 2", n)
+	}
+	if got := removals(t, sub); len(got) != 1 || got[0] != k1[0] {
+		t.Fatalf("a fourth block in a set of 3 announced %#x removed, want the oldest, %#x", got, k1[0])
+	}
+	now = now.Add(31 * time.Second) // the first prompt's TTL has passed, not the second's
+	a.publish(t, second)
+	if got := removals(t, sub); len(got) != 1 || got[0] != k1[1] {
+		t.Fatalf("past the first prompt's TTL %#x announced removed, want its second block %#x alone", got, k1[1])
+	}
+	now = now.Add(500 * time.Millisecond) // a sweep a second at most
+	a.publish(t, second)
+	if got := removals(t, sub); len(got) != 0 {
+		t.Fatalf("a sweep within a second of the last announced %#x", got)
+	}
+	now = now.Add(30 * time.Second)
+	// Gone from the set, the blocks are published again by the Publish
+	// whose sweep announced them gone.
+	if n := a.publish(t, second); n != 2 {
+		t.Errorf("published %d blocks after their TTL, want 2 again", n)
+	}
+	if got := removals(t, sub); len(got) != 2 || got[0] != k2[0] || got[1] != k2[1] {
+		t.Fatalf("past the second prompt's TTL %#x announced removed, want %#x", got, k2)
+	}
+	if s := a.rt.Stats(); s.Removed != 4 {
+		t.Errorf("Stats.Removed %d, want 4", s.Removed)
+	}
+}
