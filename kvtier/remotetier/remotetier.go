@@ -11,6 +11,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
 )
@@ -22,6 +23,7 @@ type Tier struct {
 	cache    *remote.Cache
 	host     func(kvtier.Slot) []byte
 	maxFetch int
+	codec    codec.Codec
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
@@ -61,6 +63,12 @@ type Config struct {
 	// again. A block the remote evicted is sent again once it has aged
 	// out of the set. 0 means 16,384.
 	KnownBlocks int
+	// Codec is the encoding of the blocks in the host slots (their first
+	// Cache.BlockBytes bytes): Publish labels what it sends with it, and
+	// Fetch asks the remote tier for blocks in it only (one in another is
+	// a corrupt miss, deleted). The Tier moves bytes and never converts
+	// them. Zero is codec.None, the bf16 bytes the GPU holds.
+	Codec codec.Codec
 }
 
 // Stats counts what a Tier did; the Cache's Stats say what
@@ -98,6 +106,8 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 		return nil, bad("MaxFetchBlocks", "%d is negative", cfg.MaxFetchBlocks)
 	case cfg.KnownBlocks < 0:
 		return nil, bad("KnownBlocks", "%d is negative", cfg.KnownBlocks)
+	case cfg.Codec >= codec.NumCodecs:
+		return nil, bad("Codec", "%v is not a codec", cfg.Codec)
 	}
 	if cfg.MaxFetchBlocks == 0 {
 		cfg.MaxFetchBlocks = 256
@@ -120,7 +130,7 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known, log: log}, nil
+	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, codec: cfg.Codec, adm: cfg.Admitter, known: known, log: log}, nil
 }
 
 // Cache is the remote tier the Tier reads and writes, for its Stats.
@@ -147,7 +157,7 @@ func (r *Tier) checkLease(op string, tokens []int32, l *kvtier.Lease) ([]kvtier.
 
 func (r *Tier) meta(salt kvtier.Salt, tokens []int32, keys []kvtier.Key, pos int) remote.BlockMeta {
 	bt := r.m.BlockTokens()
-	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt]}
+	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt], Codec: r.codec}
 	if pos > 0 {
 		m.Parent = uint64(keys[pos-1])
 	}
