@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"kvtier.dev/internal/checksum"
-	"kvtier.dev/kvtier/codec"
 )
 
 // Cache is the remote tier: verified blocks in a shared Store, read on
@@ -90,9 +89,6 @@ func (c *Cache) Get(ctx context.Context, ops []ReadOp) {
 		switch {
 		case len(op.Dst) != c.cfg.BlockBytes:
 			op.Err = fmt.Errorf("%w: block %#x: Dst is %d bytes, want %d", ErrBadInput, op.Meta.Key, len(op.Dst), c.cfg.BlockBytes)
-			continue
-		case op.Meta.Codec >= codec.NumCodecs:
-			op.Err = fmt.Errorf("%w: block %#x: Meta.Codec %v is not a codec", ErrBadInput, op.Meta.Key, op.Meta.Codec)
 			continue
 		case c.closing.Load():
 			op.Err = fmt.Errorf("%w: %w", ErrMiss, ErrClosed)
@@ -201,7 +197,7 @@ func (c *Cache) check(g *GetOp, m *BlockMeta, dst []byte) error {
 	case h.tokens != uint32(len(m.Tokens)) || h.tokenSum != tokSum:
 		return corrupt("token ids differ (%d stored, %d asked)", h.tokens, len(m.Tokens))
 	case h.codec != m.Codec:
-		return corrupt("header says codec %v, want %v", h.codec, m.Codec)
+		return corrupt("header says codec %d, want %d", h.codec, m.Codec)
 	case h.payload != uint64(len(dst)):
 		return corrupt("payload is %d bytes, want %d", h.payload, len(dst))
 	}

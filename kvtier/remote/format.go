@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"kvtier.dev/internal/checksum"
-	"kvtier.dev/kvtier/codec"
 )
 
 // A block is stored as 1+n values under keys that share one hash tag, so
@@ -23,7 +22,7 @@ import (
 //	0   magic "KVRB"
 //	4   format version (uint16)
 //	6   flags (uint8): bit 0 set when the checksums are keyed
-//	7   codec (uint8): the payload's codec.Codec (BlockMeta.Codec)
+//	7   codec (uint8): the payload's codec (BlockMeta.Codec)
 //	8   checksum of bytes 16..HeaderBytes
 //	16  block key
 //	24  parent key
@@ -64,15 +63,16 @@ type BlockMeta struct {
 	// Tokens are the block's token ids; nil when the caller knows keys
 	// only (traces), whose hits are then as strong as the keys.
 	Tokens []int32
-	// Codec is the payload's encoding (zero: codec.None, the bf16 bytes
-	// the GPU holds). Put records it in the header; Get serves a block
-	// only when its header names the codec asked for.
-	Codec codec.Codec
+	// Codec names the payload's encoding, as a kvtier/codec.Codec value
+	// (0 None: the bf16 bytes the GPU holds; 1 FP8E4M3PerHead). Put
+	// records it in the header without interpreting it; Get serves a
+	// block only when its header names the codec asked for.
+	Codec uint8
 }
 
 type header struct {
 	keyed                     bool
-	codec                     codec.Codec
+	codec                     uint8
 	key, parent, saltSum      uint64
 	position, tokens          uint32
 	tokenSum, payload, paySum uint64
@@ -101,7 +101,7 @@ func encodeHeader(dst []byte, h *header, sum *checksum.Sum) {
 	if h.keyed {
 		flags = flagKeyed
 	}
-	dst[6], dst[7] = flags, byte(h.codec)
+	dst[6], dst[7] = flags, h.codec
 	le.PutUint64(dst[16:], h.key)
 	le.PutUint64(dst[24:], h.parent)
 	le.PutUint64(dst[32:], h.saltSum)
@@ -133,9 +133,9 @@ func decodeHeader(src []byte, h *header, sum *checksum.Sum) error {
 	if got := sum.Of(src[16:HeaderBytes]); got != le.Uint64(src[8:]) {
 		return fmt.Errorf("header checksum %#x, stored %#x", got, le.Uint64(src[8:]))
 	}
-	c := codec.None
+	c := uint8(0) // version 1: codec None
 	if v == formatVersion {
-		c = codec.Codec(src[7])
+		c = src[7]
 	}
 	*h = header{keyed: keyed, codec: c, key: le.Uint64(src[16:]), parent: le.Uint64(src[24:]),
 		saltSum: le.Uint64(src[32:]), position: le.Uint32(src[40:]), tokens: le.Uint32(src[44:]),

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"kvtier.dev/kvtier/codec"
 )
 
 // Put queues the block for writing and returns at once: it copies payload
@@ -20,9 +18,6 @@ func (c *Cache) Put(meta BlockMeta, payload []byte) (bool, error) {
 	}
 	if meta.Position < 0 {
 		return false, fmt.Errorf("%w: block %#x: position %d is negative", ErrBadInput, meta.Key, meta.Position)
-	}
-	if meta.Codec >= codec.NumCodecs {
-		return false, fmt.Errorf("%w: block %#x: Meta.Codec %v is not a codec", ErrBadInput, meta.Key, meta.Codec)
 	}
 	if state, _, _ := c.br.snapshot(); state == open {
 		c.stats.dropOpen.Add(1)

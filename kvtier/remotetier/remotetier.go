@@ -11,7 +11,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"kvtier.dev/kvtier"
-	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
 )
@@ -23,7 +22,7 @@ type Tier struct {
 	cache    *remote.Cache
 	host     func(kvtier.Slot) []byte
 	maxFetch int
-	codec    codec.Codec
+	codec    uint8
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
@@ -67,8 +66,9 @@ type Config struct {
 	// Cache.BlockBytes bytes): Publish labels what it sends with it, and
 	// Fetch asks the remote tier for blocks in it only (one in another is
 	// a corrupt miss, deleted). The Tier moves bytes and never converts
-	// them. Zero is codec.None, the bf16 bytes the GPU holds.
-	Codec codec.Codec
+	// them. It is a kvtier/codec.Codec value (remote.BlockMeta.Codec);
+	// zero is None, the bf16 bytes the GPU holds.
+	Codec uint8
 }
 
 // Stats counts what a Tier did; the Cache's Stats say what
@@ -106,8 +106,6 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 		return nil, bad("MaxFetchBlocks", "%d is negative", cfg.MaxFetchBlocks)
 	case cfg.KnownBlocks < 0:
 		return nil, bad("KnownBlocks", "%d is negative", cfg.KnownBlocks)
-	case cfg.Codec >= codec.NumCodecs:
-		return nil, bad("Codec", "%v is not a codec", cfg.Codec)
 	}
 	if cfg.MaxFetchBlocks == 0 {
 		cfg.MaxFetchBlocks = 256
