@@ -43,7 +43,7 @@ func (c *checksum) payload(b []byte, wordSum bool) uint64 {
 func (c *checksum) keyed() bool { return c.pay.Keyed() }
 
 // flags is what the header's flags field says of this checksum.
-func (c *checksum) flags() uint16 {
+func (c *checksum) flags() uint8 {
 	if c.keyed() {
 		return flagKeyed
 	}

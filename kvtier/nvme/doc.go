@@ -21,6 +21,15 @@
 //     times the CPU of the raw I/O on the H200 machine, where the GPU's
 //     check keeps the tier within 1.4 times
 //     (benchmarks/results/nvme-h200.md).
+//   - A block is read only in the codec it was written in. Its header
+//     records the payload's codec (BlockMeta.Codec, a kvtier/codec.Codec
+//     value: 0 None, 1 FP8E4M3PerHead), and a read names the codec it
+//     decodes (ReadOp.WantCodec): a block in another is a miss (ErrNotFound
+//     and ErrCodec) and stays; a header whose codec differs from the one
+//     the block was written in is corrupt. Open keeps blocks of every
+//     codec and Range lists each one's: the caller adopts those it
+//     decodes and frees the rest. Headers written before codecs read as
+//     None (see header.go).
 //   - A block is readable only after its write completed (and, with
 //     Config.Durable, was synced). A slot is never reused while an I/O on it
 //     is in flight: Free and Write refuse a busy slot with ErrBusy.

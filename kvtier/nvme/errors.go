@@ -15,6 +15,10 @@ var (
 	// ErrFormatVersion means a slot header was written by another format
 	// version. Such slots are dropped and counted at Open.
 	ErrFormatVersion = errors.New("nvme: slot header from another format version")
+	// ErrCodec, wrapped with ErrNotFound, means a read named another codec
+	// (ReadOp.WantCodec) than the block's (BlockMeta.Codec): to that
+	// caller the block is a miss. The block stays readable in its own.
+	ErrCodec = errors.New("nvme: block stored in another codec")
 	// ErrIO means a read, write or sync failed in the kernel or returned
 	// short. The errno, when there is one, is in the chain too.
 	ErrIO = errors.New("nvme: I/O error")

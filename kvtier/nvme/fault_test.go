@@ -109,6 +109,7 @@ func TestFlippedBytesAtRead(t *testing.T) {
 		{"header checksum", func(g *geometry) int64 { return 8 }},
 		{"header magic", func(g *geometry) int64 { return 0 }},
 		{"header version", func(g *geometry) int64 { return 16 }},
+		{"header codec", func(g *geometry) int64 { return 19 }},
 		{"header token", func(g *geometry) int64 { return 81 }},
 		{"header payload checksum", func(g *geometry) int64 { return 72 }},
 	} {

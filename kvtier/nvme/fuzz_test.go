@@ -23,10 +23,10 @@ func fuzzSums(keyed bool) *checksum {
 func FuzzDecodeHeader(f *testing.F) {
 	for _, keyed := range []bool{false, true} {
 		cs := fuzzSums(keyed)
-		for _, n := range []int{0, 3, 16} {
+		for i, n := range []int{0, 3, 16} {
 			b := make([]byte, 512)
 			h := header{version: formatVersion, seq: 9, key: 1, parent: 2, salt: 3, position: 6, payloadLen: 4096,
-				slot: 5, file: 1, payloadSum: 77, tokens: tokensFor(4, n)}
+				slot: 5, file: 1, payloadSum: 77, codec: uint8(i % 2), tokens: tokensFor(4, n)}
 			encodeHeader(b, &h, cs)
 			f.Add(b, keyed)
 			old := bytes.Clone(b)

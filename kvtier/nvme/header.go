@@ -11,7 +11,8 @@ import (
 //	 0 magic       uint64  headerMagic
 //	 8 headerSum   uint64  checksum of bytes [16, 80+4*tokenCount)
 //	16 version     uint16  formatVersion
-//	18 flags       uint16  flagKeyed, flagWordSum or 0
+//	18 flags       uint8   flagKeyed, flagWordSum or 0
+//	19 codec       uint8   the payload's codec (BlockMeta.Codec)
 //	20 tokenCount  uint32
 //	24 seq         uint64  store-wide write sequence number
 //	32 key         uint64
@@ -29,14 +30,20 @@ import (
 // flagKeyed the MAC under Config.ChecksumKey, or with flagWordSum
 // internal/checksum's WordSum, which the writer computed (on the GPU,
 // WriteOp.WordSummed). A keyed store never writes a word sum.
+//
+// Byte 19 was the high byte of a uint16 flags field, zero in every header
+// written before codecs: such a header reads as codec 0 (None), which its
+// payload is, so the format version stayed 4. A build from before reads a
+// non-zero codec byte as unknown flags, a corrupt slot, and never serves
+// its payload as bf16.
 const (
 	headerMagic      uint64 = 0x31454d564e54564b // "KVTNVME1"
 	formatVersion    uint16 = 4                  // 4: headers keyed (3: XXH3 headers; 2: xxhash64; 1 had no position)
 	headerFixedBytes        = 80
 	// flagKeyed marks a payload sum keyed with Config.ChecksumKey.
-	flagKeyed uint16 = 1
+	flagKeyed uint8 = 1
 	// flagWordSum marks a payload checksum that is a word sum.
-	flagWordSum uint16 = 2
+	flagWordSum uint8 = 2
 )
 
 // header is the decoded form of a slot header.
@@ -51,7 +58,8 @@ type header struct {
 	slot       uint32
 	file       uint32
 	payloadSum uint64
-	wordSum    bool // payloadSum is a word sum (flagWordSum)
+	wordSum    bool  // payloadSum is a word sum (flagWordSum)
+	codec      uint8 // the payload's codec (BlockMeta.Codec)
 	tokens     []uint32
 }
 
@@ -69,7 +77,8 @@ func encodeHeader(dst []byte, h *header, cs *checksum) {
 	if h.wordSum {
 		flags |= flagWordSum
 	}
-	le.PutUint16(dst[18:], flags)
+	dst[18] = flags
+	dst[19] = h.codec
 	le.PutUint32(dst[20:], uint32(len(h.tokens)))
 	le.PutUint64(dst[24:], h.seq)
 	le.PutUint64(dst[32:], h.key)
@@ -117,7 +126,7 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 		return fmt.Errorf("%w: header claims %d tokens, at most %d fit", ErrCorrupt, nt, maxTokens)
 	}
 	n := headerBytes(int(nt))
-	f := le.Uint16(src[18:])
+	f := src[18]
 	switch keyed := f&flagKeyed != 0; {
 	case f&^(flagKeyed|flagWordSum) != 0:
 		return fmt.Errorf("%w: unknown header flags %#x", ErrCorrupt, f)
@@ -142,6 +151,7 @@ func decodeHeader(src []byte, h *header, maxTokens int, cs *checksum) error {
 	h.position = le.Uint32(src[68:])
 	h.payloadSum = le.Uint64(src[72:])
 	h.wordSum = f&flagWordSum != 0
+	h.codec = src[19]
 	h.tokens = h.tokens[:0]
 	for i := range int(nt) {
 		h.tokens = append(h.tokens, le.Uint32(src[headerFixedBytes+4*i:]))

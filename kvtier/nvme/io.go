@@ -18,8 +18,12 @@ const maxRunSlots = 64
 
 // WriteOp is one block of a WriteBatch.
 type WriteOp struct {
-	Slot    Slot
-	Meta    BlockMeta
+	Slot Slot
+	// Meta names the block; Meta.Codec is Payload's codec, which the
+	// header records.
+	Meta BlockMeta
+	// Payload is 1 to Config.BlockBytes bytes: an encoded block (a codec
+	// other than None) is shorter than the slot.
 	Payload []byte
 	// WordSummed says that WordSum is internal/checksum's WordSum of
 	// Payload, computed by the caller where the bytes already are (the
@@ -47,6 +51,10 @@ type ReadOp struct {
 	// Meta is filled on success; Meta.Tokens' storage is reused (and, like
 	// Dst, its contents are undefined on error).
 	Meta BlockMeta
+	// WantCodec is the codec the caller decodes (BlockMeta.Codec; 0 is
+	// None). A block stored in another is not read: Err wraps ErrNotFound
+	// and ErrCodec and names the slot and both codecs; the block stays.
+	WantCodec uint8
 	// DeferWordSum leaves the payload's check to the caller where the slot
 	// was written with a word sum (WriteOp.WordSummed): ReadBatch checks
 	// the header (the block's identity, its sequence number, the header's
@@ -91,6 +99,7 @@ type op struct {
 	sum         uint64    // writes: the caller's word sum (wordSum); reads: the payload checksum of the header that passed checkHeader
 	hashPending bool      // for reads: the payload still has to be checked against sum
 	wordSum     bool      // writes: sum is the caller's word sum; reads: the header's sum is a word sum
+	codec       uint8     // writes: the block's codec; reads: the codec the slot recorded (and the caller wants)
 	deferSum    bool      // reads: the caller checks a word-summed payload (ReadOp.DeferWordSum)
 	deferred    bool      // reads: the check was left to the caller
 	prepared    bool      // the slot was marked busy and must be released
@@ -173,7 +182,7 @@ func (s *Store) prepareWriteLocked(o *op, w *WriteOp) error {
 	si.busy = -1
 	o.file, o.idx = s.geom.split(w.Slot)
 	o.buf, o.plen, o.meta = w.Payload, len(w.Payload), w.Meta
-	o.wordSum, o.sum = w.WordSummed, w.WordSum
+	o.wordSum, o.sum, o.codec = w.WordSummed, w.WordSum, w.Meta.Codec
 	s.seq++
 	o.seq = s.seq
 	o.prepared = true
@@ -191,7 +200,7 @@ func (s *Store) finishWriteLocked(o *op) {
 		return
 	}
 	m := &o.meta
-	*si = slotInfo{state: stReadable, ntok: uint32(len(m.Tokens)), payloadLen: uint32(o.plen),
+	*si = slotInfo{state: stReadable, codec: o.codec, ntok: uint32(len(m.Tokens)), payloadLen: uint32(o.plen),
 		position: m.Position, key: m.Key, parent: m.Parent, salt: m.Salt, seq: o.seq}
 	copy(s.tokens[int(o.slot)*s.cfg.MaxTokens:], m.Tokens)
 	s.index[m.Key] = o.slot
@@ -202,8 +211,9 @@ func (s *Store) finishWriteLocked(o *op) {
 // Read reads slot's block into dst and returns its identity. Any failure to
 // produce a verified block is a miss: errors.Is(err, ErrNotFound); a slot
 // that failed verification is dropped (ErrCorrupt) and one that failed with
-// an I/O error too (ErrIO). In direct mode dst MUST be aligned like Write's
-// payload. The returned Tokens are a new slice (one allocation when the
+// an I/O error too (ErrIO). It reads blocks of codec 0 (None) only
+// (ReadBatch names another, ReadOp.WantCodec). In direct mode dst MUST be
+// aligned like Write's payload. The returned Tokens are a new slice (one allocation when the
 // block has tokens); ReadBatch reuses the caller's.
 func (s *Store) Read(ctx context.Context, slot Slot, dst []byte) (BlockMeta, error) {
 	ops := [1]ReadOp{{Slot: slot, Dst: dst}}
@@ -213,8 +223,8 @@ func (s *Store) Read(ctx context.Context, slot Slot, dst []byte) (BlockMeta, err
 	return ops[0].Meta, ops[0].Err
 }
 
-// ReadKey reads the block stored under key, like Read; an absent key is
-// ErrNotFound.
+// ReadKey reads the block stored under key, like Read (codec None only);
+// an absent key is ErrNotFound.
 func (s *Store) ReadKey(ctx context.Context, key uint64, dst []byte) (Slot, BlockMeta, error) {
 	ops := [1]ReadOp{{Slot: NoSlot, Key: key, Dst: dst}}
 	if err := s.ReadBatch(ctx, ops[:]); err != nil {
@@ -285,6 +295,9 @@ func (s *Store) prepareReadLocked(o *op, r *ReadOp) error {
 	if si.busy < 0 {
 		return fmt.Errorf("%w: read of slot %d during its write", ErrBusy, r.Slot)
 	}
+	if si.codec != r.WantCodec {
+		return fmt.Errorf("%w: %w: slot %d holds key %#x in codec %d, the read wants codec %d", ErrNotFound, ErrCodec, r.Slot, si.key, si.codec, r.WantCodec)
+	}
 	if len(r.Dst) < int(si.payloadLen) {
 		return fmt.Errorf("%w: slot %d holds %d bytes, dst has %d", ErrInvalid, r.Slot, si.payloadLen, len(r.Dst))
 	}
@@ -294,7 +307,7 @@ func (s *Store) prepareReadLocked(o *op, r *ReadOp) error {
 	si.busy++
 	o.file, o.idx = s.geom.split(r.Slot)
 	o.buf, o.plen, o.meta = r.Dst, int(si.payloadLen), r.Meta
-	o.seq, o.key = si.seq, si.key
+	o.seq, o.key, o.codec = si.seq, si.key, si.codec
 	o.deferSum = r.DeferWordSum
 	o.prepared = true
 	return nil
@@ -462,7 +475,7 @@ func (s *Store) writeRun(w *worker, ops []op, run []int) {
 		}
 		h := header{version: formatVersion, seq: o.seq, key: o.meta.Key, parent: o.meta.Parent,
 			salt: o.meta.Salt, position: o.meta.Position, payloadLen: uint32(o.plen), slot: uint32(o.idx), file: uint32(o.file),
-			payloadSum: sum, wordSum: o.wordSum, tokens: o.meta.Tokens}
+			payloadSum: sum, wordSum: o.wordSum, codec: o.codec, tokens: o.meta.Tokens}
 		encodeHeader(hb, &h, sf.sums)
 		if s.cfg.Durable {
 			w.bufs = append(w.bufs, w.zero)
@@ -580,8 +593,11 @@ func (s *Store) checkHeader(w *worker, hb []byte, o *op) error {
 		return fmt.Errorf("%w: header names key %#x seq %d file %d slot %d length %d, want key %#x seq %d file %d slot %d length %d",
 			ErrCorrupt, h.key, h.seq, h.file, h.slot, h.payloadLen, o.key, o.seq, o.file, o.idx, o.plen)
 	}
+	if h.codec != o.codec {
+		return fmt.Errorf("%w: header says codec %d, the slot was written (and is read) in codec %d", ErrCorrupt, h.codec, o.codec)
+	}
 	m := &o.meta
-	m.Key, m.Parent, m.Salt, m.Position, m.PayloadBytes = h.key, h.parent, h.salt, h.position, o.plen
+	m.Key, m.Parent, m.Salt, m.Position, m.PayloadBytes, m.Codec = h.key, h.parent, h.salt, h.position, o.plen, h.codec
 	m.Tokens = append(m.Tokens[:0], h.tokens...)
 	o.sum, o.wordSum, o.hashPending = h.payloadSum, h.wordSum, true
 	return nil

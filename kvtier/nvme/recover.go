@@ -131,7 +131,7 @@ func (s *Store) buildIndex(res []scanResult) {
 			s.slots[t] = slotInfo{state: stFree}
 			s.ctr.duplicate.Add(1)
 		}
-		s.slots[i] = slotInfo{state: stReadable, ntok: uint32(len(r.h.tokens)), payloadLen: r.h.payloadLen,
+		s.slots[i] = slotInfo{state: stReadable, codec: r.h.codec, ntok: uint32(len(r.h.tokens)), payloadLen: r.h.payloadLen,
 			position: r.h.position, key: r.h.key, parent: r.h.parent, salt: r.h.salt, seq: r.h.seq}
 		copy(s.tokens[i*s.cfg.MaxTokens:], r.h.tokens)
 		s.index[r.h.key] = Slot(i)

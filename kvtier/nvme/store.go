@@ -29,6 +29,12 @@ type BlockMeta struct {
 	Tokens            []uint32
 	// PayloadBytes is set by reads and Range; Write uses len(payload).
 	PayloadBytes int
+	// Codec names the payload's encoding, as a kvtier/codec.Codec value
+	// (0 None: the bf16 bytes the GPU holds; 1 FP8E4M3PerHead). The store
+	// records it in the slot header without interpreting it, reports it
+	// in reads and Range, and reads a block only for a caller that names
+	// the same codec (ReadOp.WantCodec).
+	Codec uint8
 }
 
 // Info describes what Open chose.
@@ -86,6 +92,7 @@ const (
 // Store.tokens at [slot*MaxTokens, slot*MaxTokens+ntok).
 type slotInfo struct {
 	state                  slotState
+	codec                  uint8 // the block's BlockMeta.Codec
 	busy                   int32 // readers in flight, or -1 for a writer
 	ntok                   uint32
 	payloadLen             uint32
@@ -240,8 +247,9 @@ func (s *Store) Len() int {
 // Range calls fn for each readable block, in slot order, until fn returns
 // false. It works on a snapshot taken first, so fn may call the Store; the
 // Tokens slice passed to fn is fn's to keep. After Open it lists what
-// survived the restart: those slots are allocated, and the caller MUST Free
-// the ones it does not adopt.
+// survived the restart, of every codec (BlockMeta.Codec): those slots are
+// allocated, and the caller MUST Free the ones it does not adopt, among
+// them those of a codec it does not decode.
 func (s *Store) Range(fn func(Slot, BlockMeta) bool) {
 	type entry struct {
 		slot Slot
@@ -257,7 +265,7 @@ func (s *Store) Range(fn func(Slot, BlockMeta) bool) {
 		base := i * s.cfg.MaxTokens
 		snap = append(snap, entry{Slot(i), BlockMeta{Key: si.key, Parent: si.parent, Salt: si.salt, Position: si.position,
 			Tokens:       append([]uint32(nil), s.tokens[base:base+int(si.ntok)]...),
-			PayloadBytes: int(si.payloadLen)}})
+			PayloadBytes: int(si.payloadLen), Codec: si.codec}})
 	}
 	s.mu.Unlock()
 	for _, e := range snap {

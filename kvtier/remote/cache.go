@@ -65,8 +65,8 @@ func New(cfg Config) (*Cache, error) {
 // BlockBytes is the payload size of every block.
 func (c *Cache) BlockBytes() int { return c.cfg.BlockBytes }
 
-// ReadOp is one block to read: Meta names it, Dst (BlockBytes long)
-// receives its payload. After Get, Err is nil for a hit; otherwise Dst's
+// ReadOp is one block to read: Meta names it, and Meta.Codec the codec
+// the caller decodes; Dst (BlockBytes long) receives its payload. After Get, Err is nil for a hit; otherwise Dst's
 // contents are undefined and Err wraps ErrMiss (and says why), or
 // ErrBadInput.
 type ReadOp struct {
@@ -77,7 +77,8 @@ type ReadOp struct {
 
 // Get reads ops in one pipelined batch under one OpTimeout deadline (or
 // ctx's, if sooner). It never fails as a whole: each op is a hit or a
-// miss. A value that does not match its block is deleted and counted
+// miss. A value that does not match its block, a header that names
+// another codec than Meta.Codec among it, is deleted and counted
 // (Stats.Corrupt); while the breaker is open every op misses at once.
 func (c *Cache) Get(ctx context.Context, ops []ReadOp) {
 	gets := make([]GetOp, 0, len(ops))
@@ -195,6 +196,8 @@ func (c *Cache) check(g *GetOp, m *BlockMeta, dst []byte) error {
 		return corrupt("salt differs")
 	case h.tokens != uint32(len(m.Tokens)) || h.tokenSum != tokSum:
 		return corrupt("token ids differ (%d stored, %d asked)", h.tokens, len(m.Tokens))
+	case h.codec != m.Codec:
+		return corrupt("header says codec %d, want %d", h.codec, m.Codec)
 	case h.payload != uint64(len(dst)):
 		return corrupt("payload is %d bytes, want %d", h.payload, len(dst))
 	}

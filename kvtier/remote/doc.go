@@ -11,13 +11,16 @@
 //     stored as a header and its payload parts, under keys that share a
 //     hash tag (one shard, one round trip). The header carries a format
 //     version, the block's key, parent key and position, digests of the
-//     salt and of the token ids, the payload's size and checksum, and its
-//     own checksum (XXH3-64, or HMAC-SHA256 under Config.ChecksumKey, as
+//     salt and of the token ids, the payload's codec (BlockMeta.Codec), size
+//     and checksum, and its own checksum (XXH3-64, or HMAC-SHA256 under Config.ChecksumKey, as
 //     the NVMe tier's). A read checks all of it against what the caller
 //     asked for; a mismatch, a short or missing part, or a payload whose
 //     checksum differs is a miss, counted (Stats.Corrupt, Incomplete), and
 //     the value is deleted. A value is read at most one byte past its
 //     expected size (GETRANGE), so an oversized one costs no memory.
+//     A block is served only in the codec asked for: a header naming
+//     another is a corrupt value, deleted (and a Put of a block the store
+//     holds in another codec is deduplicated until that read deletes it).
 //   - A prefix holds one model's blocks: CheckModel records Config.Model
 //     (the weights, shapes, KV dtype, tokenizer) in <prefix>model and
 //     refuses a prefix that another model, or another deployment's

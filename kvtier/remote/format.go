@@ -21,7 +21,8 @@ import (
 //
 //	0   magic "KVRB"
 //	4   format version (uint16)
-//	6   flags (uint16): bit 0 set when the checksums are keyed
+//	6   flags (uint8): bit 0 set when the checksums are keyed
+//	7   codec (uint8): the payload's codec (BlockMeta.Codec)
 //	8   checksum of bytes 16..HeaderBytes
 //	16  block key
 //	24  parent key
@@ -34,11 +35,19 @@ import (
 //
 // The salt and the token ids are stored as digests only: the header
 // verifies them without telling a reader what they are.
+//
+// Version 2 added the codec byte; version 1 had a uint16 flags field at 6
+// whose byte 7 was always zero, and its headers are read as codec None,
+// which their payloads are. A version-1 reader refuses a version-2 header
+// (another format version: a corrupt value, deleted), so it never takes
+// an encoded payload for bf16.
 const (
 	// HeaderBytes is the size of a block's header value.
 	HeaderBytes   = 72
-	formatVersion = 1
-	flagKeyed     = 1
+	formatVersion = 2
+	// formatV1 is the version before codecs, still read.
+	formatV1  = 1
+	flagKeyed = 1
 )
 
 var magic = [4]byte{'K', 'V', 'R', 'B'}
@@ -54,10 +63,16 @@ type BlockMeta struct {
 	// Tokens are the block's token ids; nil when the caller knows keys
 	// only (traces), whose hits are then as strong as the keys.
 	Tokens []int32
+	// Codec names the payload's encoding, as a kvtier/codec.Codec value
+	// (0 None: the bf16 bytes the GPU holds; 1 FP8E4M3PerHead). Put
+	// records it in the header without interpreting it; Get serves a
+	// block only when its header names the codec asked for.
+	Codec uint8
 }
 
 type header struct {
 	keyed                     bool
+	codec                     uint8
 	key, parent, saltSum      uint64
 	position, tokens          uint32
 	tokenSum, payload, paySum uint64
@@ -82,11 +97,11 @@ func encodeHeader(dst []byte, h *header, sum *checksum.Sum) {
 	le := binary.LittleEndian
 	copy(dst[0:4], magic[:])
 	le.PutUint16(dst[4:], formatVersion)
-	var flags uint16
+	var flags byte
 	if h.keyed {
 		flags = flagKeyed
 	}
-	le.PutUint16(dst[6:], flags)
+	dst[6], dst[7] = flags, h.codec
 	le.PutUint64(dst[16:], h.key)
 	le.PutUint64(dst[24:], h.parent)
 	le.PutUint64(dst[32:], h.saltSum)
@@ -107,17 +122,22 @@ func decodeHeader(src []byte, h *header, sum *checksum.Sum) error {
 	if [4]byte(src[0:4]) != magic {
 		return fmt.Errorf("header magic %q, want %q", src[0:4], magic[:])
 	}
-	if v := le.Uint16(src[4:]); v != formatVersion {
-		return fmt.Errorf("header format version %d, want %d", v, formatVersion)
+	v := le.Uint16(src[4:])
+	if v != formatVersion && v != formatV1 {
+		return fmt.Errorf("header format version %d, want %d (or %d)", v, formatVersion, formatV1)
 	}
-	keyed := le.Uint16(src[6:])&flagKeyed != 0
+	keyed := src[6]&flagKeyed != 0
 	if keyed != sum.Keyed() {
 		return fmt.Errorf("header keyed=%v, this tier keyed=%v (Config.ChecksumKey differs)", keyed, sum.Keyed())
 	}
 	if got := sum.Of(src[16:HeaderBytes]); got != le.Uint64(src[8:]) {
 		return fmt.Errorf("header checksum %#x, stored %#x", got, le.Uint64(src[8:]))
 	}
-	*h = header{keyed: keyed, key: le.Uint64(src[16:]), parent: le.Uint64(src[24:]),
+	c := uint8(0) // version 1: codec None
+	if v == formatVersion {
+		c = src[7]
+	}
+	*h = header{keyed: keyed, codec: c, key: le.Uint64(src[16:]), parent: le.Uint64(src[24:]),
 		saltSum: le.Uint64(src[32:]), position: le.Uint32(src[40:]), tokens: le.Uint32(src[44:]),
 		tokenSum: le.Uint64(src[48:]), payload: le.Uint64(src[56:]), paySum: le.Uint64(src[64:])}
 	return nil

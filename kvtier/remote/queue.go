@@ -7,7 +7,7 @@ import (
 )
 
 // Put queues the block for writing and returns at once: it copies payload
-// (BlockBytes long) and meta's tokens, so the caller may reuse both when
+// (BlockBytes long, in meta.Codec) and meta's tokens, so the caller may reuse both when
 // Put returns. It reports whether the block was queued; a block is not
 // queued, and this is counted, when it is queued already, when the queue
 // is full, or while the breaker is open. Errors are for bad input and a
@@ -122,7 +122,7 @@ func (c *Cache) write(j *job, scratch *[]byte) bool {
 	}
 	payload := *j.buf
 	var h header
-	h.keyed = c.sum.Keyed()
+	h.keyed, h.codec = c.sum.Keyed(), j.meta.Codec
 	h.key, h.parent, h.position = j.meta.Key, j.meta.Parent, uint32(j.meta.Position)
 	h.saltSum, h.tokenSum, *scratch = digests(c.sum, &j.meta, *scratch)
 	h.tokens = uint32(len(j.meta.Tokens))

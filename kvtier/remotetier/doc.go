@@ -29,7 +29,8 @@
 //     most once per reason every WarnEvery.
 //   - Nothing wrong is served: a fetched block is inserted through the
 //     manager, which verifies it by salt, parent and tokens like any other,
-//     and the remote store verifies what it returns (kvtier/remote).
+//     and the remote store verifies what it returns (kvtier/remote),
+//     down to its codec: a Tier gets only blocks in its Config.Codec.
 //   - A block is published only once admitted (seen twice by default) and
 //     not known to be there already.
 //   - The manager's event stream (kvtier.Remote) holds a block from its

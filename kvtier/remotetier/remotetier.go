@@ -21,6 +21,7 @@ type Tier struct {
 	cache    *remote.Cache
 	host     func(kvtier.Slot) []byte
 	maxFetch int
+	codec    uint8
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
@@ -64,6 +65,13 @@ type Config struct {
 	// Now is the clock of the blocks' expiry (the Cache's TTL); nil means
 	// time.Now.
 	Now func() time.Time
+	// Codec is the encoding of the blocks in the host slots (their first
+	// Cache.BlockBytes bytes): Publish labels what it sends with it, and
+	// Fetch asks the remote tier for blocks in it only (one in another is
+	// a corrupt miss, deleted). The Tier moves bytes and never converts
+	// them. It is a kvtier/codec.Codec value (remote.BlockMeta.Codec);
+	// zero is None, the bf16 bytes the GPU holds.
+	Codec uint8
 }
 
 // Stats counts what a Tier did; the Cache's Stats say what
@@ -124,7 +132,7 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, log: log}
+	r := &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, codec: cfg.Codec, adm: cfg.Admitter, log: log}
 	var err error
 	if r.known, err = newKnown(cfg.KnownBlocks, cfg.Cache.TTL(), cfg.Now, r.announceGone); err != nil {
 		return nil, bad("KnownBlocks", "%v", err)
@@ -156,7 +164,7 @@ func (r *Tier) checkLease(op string, tokens []int32, l *kvtier.Lease) ([]kvtier.
 
 func (r *Tier) meta(salt kvtier.Salt, tokens []int32, keys []kvtier.Key, pos int) remote.BlockMeta {
 	bt := r.m.BlockTokens()
-	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt]}
+	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt], Codec: r.codec}
 	if pos > 0 {
 		m.Parent = uint64(keys[pos-1])
 	}
