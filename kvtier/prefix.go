@@ -1,6 +1,7 @@
 package kvtier
 
 import (
+	"math/bits"
 	"sync"
 
 	"kvtier.dev/internal/blockkey"
@@ -80,11 +81,11 @@ func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo
 		n = len(tokens) / bt
 	}
 	p := PrefixInfo{Blocks: n}
-	var open, ready [NumTiers]uint8 // tier t's leading run goes on; block ready in t
-	var runs [NumTiers]int          // tier t's leading run, in blocks
+	var open uint8         // bit t: tier t's leading run goes on
+	var runs [NumTiers]int // tier t's leading run, in blocks, once it ended
 	for t := range NumTiers {
 		if m.tiers[t].present {
-			open[t] = 1
+			open |= 1 << t
 		}
 	}
 	const batch = 32
@@ -95,7 +96,7 @@ func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo
 	st := &m.stripes[0]
 	m.rlock(st)
 	parent, chain := Key(0), Key(0) // the walk's parent; the hashing's
-	holes := 0
+	holes, walked := 0, 0
 blocks:
 	for base := 0; base < n; base += batch {
 		c := min(batch, n-base)
@@ -111,48 +112,44 @@ blocks:
 		}
 		for j := range c {
 			i := base + j
-			best := NumTiers
-			var r *record
+			var ready uint8 // bit t: the block is ready in tier t
 			if found[j] {
 				ref := BlockRef(refs[j])
-				r = m.recs.at(ref)
+				r := m.recs.at(ref)
 				var tok []int32
 				if tokens != nil {
 					tok = tokens[i*bt : (i+1)*bt : (i+1)*bt]
 				}
 				if m.verify(ref, r, salt, parent, i, tok) && r.flags&flagInvalid == 0 {
-					best = r.best()
+					ready = r.readyTiers()
 				}
 			}
-			if best == NumTiers {
+			if ready == 0 {
 				if holes == m.maxHoles {
 					break blocks
 				}
 				holes++
-				ready = [NumTiers]uint8{}
 			} else {
-				p.Cached[best] += bt
-				for t := range NumTiers {
-					ready[t] = b2u8(r.state[t] == stateReady)
-				}
+				p.Cached[bits.TrailingZeros8(ready)] += bt // the fastest
 			}
-			for t := range NumTiers { // a tier's run goes on while each block is ready there
-				open[t] &= ready[t]
-				runs[t] += int(open[t])
+			if ended := open &^ ready; ended != 0 {
+				for t := range NumTiers {
+					if ended&(1<<t) != 0 {
+						runs[t] = i
+					}
+				}
+				open &= ready
 			}
 			parent = bkeys[j]
+			walked = i + 1
 		}
 	}
 	m.runlock(st)
 	for t := range NumTiers {
+		if open&(1<<t) != 0 {
+			runs[t] = walked
+		}
 		p.Prefix[t] = runs[t] * bt
 	}
 	return p
-}
-
-func b2u8(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
 }

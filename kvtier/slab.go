@@ -57,6 +57,18 @@ func (r *record) best() Tier {
 	return NumTiers
 }
 
+// readyTiers is the set of tiers where r is ready, bit t for tier t: its
+// lowest bit is best's tier.
+func (r *record) readyTiers() uint8 {
+	var m uint8
+	for t := range NumTiers {
+		if r.state[t] == stateReady {
+			m |= 1 << t
+		}
+	}
+	return m
+}
+
 func (r *record) resident() bool {
 	for _, s := range r.state {
 		if s != stateNone {
