@@ -144,6 +144,17 @@ type RequestRecord struct {
 type VerifyReport struct {
 	Every    int `json:"every"`
 	Compared int `json:"compared"`
+	// Tokens is the generated tokens of the compared references, and
+	// CachedMin and CachedMax the fewest and most cached prompt tokens
+	// the compared answers' usage reported (0 without usage).
+	Tokens    int `json:"tokens"`
+	CachedMin int `json:"cached_tokens_min"`
+	CachedMax int `json:"cached_tokens_max"`
+	// Agreement is the share of compared answers whose tokens all equal
+	// the reference's; AgreementWithTies also counts those whose first
+	// difference was a near tie. Both 0 when none were compared.
+	Agreement         float64 `json:"agreement"`
+	AgreementWithTies float64 `json:"agreement_with_ties"`
 	// Mismatches are answers whose tokens differ from the reference's;
 	// Ties of them differed first at a near tie, Differences did not (or
 	// could not be told: no logprobs, or a token outside the other's top).
@@ -159,6 +170,34 @@ type VerifyReport struct {
 	Errors      int        `json:"errors"`
 	ErrorSample string     `json:"error_sample,omitempty"`
 	Examples    []Mismatch `json:"examples,omitempty"`
+}
+
+// countCompared counts a cached answer compared with its reference.
+func (v *VerifyReport) countCompared(o outcome) {
+	cached := 0
+	if u := o.res.Usage; u != nil && u.PromptTokensDetails != nil {
+		cached = u.PromptTokensDetails.CachedTokens
+	}
+	if v.Compared == 0 || cached < v.CachedMin {
+		v.CachedMin = cached
+	}
+	v.CachedMax = max(v.CachedMax, cached)
+	v.Compared++
+	v.Tokens += o.refTokens
+	v.MaxDrift = max(v.MaxDrift, o.drift)
+	if m := o.mismatch; m != nil {
+		v.Mismatches++
+		if m.Tie {
+			v.Ties++
+		} else {
+			v.Differences++
+		}
+		if len(v.Examples) < maxMismatchExamples {
+			v.Examples = append(v.Examples, *m)
+		}
+	}
+	v.Agreement = float64(v.Compared-v.Mismatches) / float64(v.Compared)
+	v.AgreementWithTies = float64(v.Compared-v.Differences) / float64(v.Compared)
 }
 
 // report turns the collected outcomes into the report.
@@ -275,6 +314,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(w, "verify (every %d): %d compared, %d differ: %d near ties (within %g nats), %d differences; %d reference requests failed; largest drift of a shared token's logprob %.4f nats\n",
 			v.Every, v.Compared, v.Mismatches, v.Ties, v.Tolerance, v.Differences, v.Errors, v.MaxDrift)
+		fmt.Fprintf(w, "  agreement: %.4f of answers token for token, %.4f with near ties; %d reference tokens; %d-%d cached prompt tokens\n",
+			v.Agreement, v.AgreementWithTies, v.Tokens, v.CachedMin, v.CachedMax)
 		for _, m := range v.Examples {
 			kind := "difference"
 			if m.Tie {
