@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -256,3 +257,21 @@ func TestRunCountsAFlip(t *testing.T) {
 type recodeFunc func(src, dst []int32) error
 
 func (f recodeFunc) Recode(src, dst []int32) error { return f(src, dst) }
+
+// TestAdjacentRuns: the kernels' launches cover runs adjacent on both
+// sides, cut at the chunk.
+func TestAdjacentRuns(t *testing.T) {
+	src := []int32{0, 1, 2, 3, 7, 8, 9, 10, 11}
+	dst := []int32{20, 21, 22, 30, 31, 32, 33, 34, 35}
+	var got [][2]int
+	for i, j := range adjacentRuns(src, dst, 3) {
+		got = append(got, [2]int{i, j})
+	}
+	want := [][2]int{{0, 3}, {3, 4}, {4, 7}, {7, 9}} // dst breaks at 3, src at 4, the chunk at 7
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs %v, want %v", got, want)
+	}
+	for range adjacentRuns(nil, nil, 3) {
+		t.Fatal("a run of nothing")
+	}
+}

@@ -3,6 +3,7 @@ package kvdrift
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"runtime"
 	"sync"
 
@@ -195,23 +196,35 @@ func (r *KernelRecoder) Recode(src, dst []int32) error {
 	if len(src) != len(dst) {
 		return fmt.Errorf("kvdrift: Recode: %d source slots, %d destinations", len(src), len(dst))
 	}
-	for i := 0; i < len(src); {
-		j := i + 1 // blocks [i, j) are adjacent on both sides
-		for j < len(src) && j-i < r.chunk && src[j] == src[j-1]+1 && dst[j] == dst[j-1]+1 {
-			j++
-		}
+	for i, j := range adjacentRuns(src, dst, r.chunk) {
 		if err := r.k.Quantize(r.st, r.shape, r.enc, r.region.slot(src[i]), j-i); err != nil {
 			return fmt.Errorf("kvdrift: slots %d..%d: %w", src[i], src[j-1], err)
 		}
 		if err := r.k.Dequantize(r.st, r.shape, r.region.slot(dst[i]), r.enc, j-i); err != nil {
 			return fmt.Errorf("kvdrift: into slots %d..%d: %w", dst[i], dst[j-1], err)
 		}
-		i = j
 	}
 	if err := r.st.Synchronize(); err != nil {
 		return fmt.Errorf("kvdrift: round trip of %d blocks: %w", len(src), err)
 	}
 	return nil
+}
+
+// adjacentRuns yields the runs [i, j) of at most chunk blocks that are
+// adjacent slots in src and in dst, in order, covering every index once.
+func adjacentRuns(src, dst []int32, chunk int) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for i := 0; i < len(src); {
+			j := i + 1
+			for j < len(src) && j-i < chunk && src[j] == src[j-1]+1 && dst[j] == dst[j-1]+1 {
+				j++
+			}
+			if !yield(i, j) {
+				return
+			}
+			i = j
+		}
+	}
 }
 
 // Check reads the blocks in slots src and dst and reports an error unless
