@@ -118,8 +118,9 @@ func TestVerifyReportCounts(t *testing.T) {
 		Usage: &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4, CachedTokensByTier: &openai.TierTokens{Host: 4}, RecomputedTokens: 2},
 			ServerTiming: &openai.ServerTiming{QueueSeconds: 0.25, PrefillSeconds: 0.5, ForwardSeconds: 0.375}}}
 	j := func(i int) *job { return &job{index: i, arrival: time.Duration(i) * time.Second} }
-	longer := *res
+	longer, uncached := *res, *res
 	longer.Usage = &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 32}}
+	uncached.Usage = nil
 	c.add(j(2), outcome{res: res, verified: true, mismatch: &Mismatch{Tie: true, Gap: 0.01}, drift: 0.002, refTokens: 5})
 	c.add(j(0), outcome{res: res, verified: true, mismatch: &Mismatch{Gap: -1}, drift: 0.004, refTokens: 7})
 	c.add(j(1), outcome{res: &longer, verified: true, refTokens: 1})
@@ -128,12 +129,19 @@ func TestVerifyReportCounts(t *testing.T) {
 	if v.Compared != 3 || v.Mismatches != 2 || v.Ties != 1 || v.Differences != 1 || v.MaxDrift != 0.004 {
 		t.Fatalf("%+v", v)
 	}
-	if v.Tokens != 13 || v.CachedMin != 4 || v.CachedMax != 32 || v.Agreement != 1.0/3 || v.AgreementWithTies != 2.0/3 {
-		t.Fatalf("tokens %d, cached %d-%d, agreement %g (%g with ties); want 13, 4-32, 1/3, 2/3",
-			v.Tokens, v.CachedMin, v.CachedMax, v.Agreement, v.AgreementWithTies)
+	if v.Tokens != 13 || v.Agreement != 1.0/3 || v.AgreementWithTies != 2.0/3 ||
+		v.Reused != 3 || v.CachedMin != 4 || v.CachedMax != 32 || v.ReusedAgreement != 1.0/3 || v.ReusedAgreementWithTies != 2.0/3 {
+		t.Fatalf("tokens %d, agreement %g (%g with ties); %d reused %d-%d, agreement %g (%g); want 13, 1/3 (2/3); 3 reused 4-32, 1/3 (2/3)",
+			v.Tokens, v.Agreement, v.AgreementWithTies, v.Reused, v.CachedMin, v.CachedMax, v.ReusedAgreement, v.ReusedAgreementWithTies)
+	}
+	// An answer that reused nothing counts in the agreement, not among
+	// the reused.
+	c.add(j(4), outcome{res: &uncached, verified: true, refTokens: 2})
+	if v.Compared != 4 || v.Agreement != 0.5 || v.Reused != 3 || v.ReusedAgreement != 1.0/3 || v.CachedMin != 4 {
+		t.Fatalf("after an uncached answer: %+v", v)
 	}
 	rep := c.report(a, trace.NewReader(strings.NewReader(""), trace.Options{}), time.Second)
-	if len(rep.Requests) != 4 {
+	if len(rep.Requests) != 5 {
 		t.Fatalf("%d records", len(rep.Requests))
 	}
 	for i, r := range rep.Requests {
