@@ -112,14 +112,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rs, err := rig.runAll(f)
+	rs, took, err := rig.runAll(f)
 	if cerr := rig.close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	rep := newReport(c, f, rig.describe(), rs)
+	rep := newReport(c, f, rig.setup, rs, took)
 	log.Print(rep.headline())
 	if f.out == "" {
 		return rep.markdown(stdout)

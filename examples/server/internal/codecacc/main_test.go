@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/examples/server/internal/kvdrift"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/results"
+	"kvtier.dev/kvtier/codec"
 )
 
 // TestFlagErrors: each bad flag is named before any GPU work.
@@ -98,7 +100,7 @@ func TestReport(t *testing.T) {
 		{CachedTokens: 9100, Gap: 3, FirstDiff: 0, Compared: 1, Prefill: kvdrift.Drift{Abs: 0.6, OfStd: 0.07}},
 	}
 	f := flags{model: "tiny", seed: 1, cachedMin: 2048, cachedMax: 16384, tail: 64, steps: 32, tolerance: 0.1, machine: "test", commit: "abc"}
-	rep := newReport(model.Tiny(), f, "a setup", rs)
+	rep := newReport(model.Tiny(), f, "a setup", rs, 8*time.Second)
 	bins := rep.bins
 	if len(bins) != 3 || bins[0].name() != "0K-4K" || bins[1].sum.Prompts != 1 || bins[2].name() != "8K-16K" || bins[2].sum.Prompts != 2 {
 		t.Fatalf("bins: %+v", bins)
@@ -132,7 +134,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| tail drift | logit |", "| 8K-16K | 2 | 1 | 0 | 1 | 0.5000 | 0.5000 | 0.6 |", "| all | 4 | 2 | 1 | 1 |"} {
+	for _, want := range []string{"| tail drift | logit |", "4 prompts compared in 8 s (2.00 s each", "| 8K-16K | 2 | 1 | 0 | 1 | 0.5000 | 0.5000 | 0.6 |", "| all | 4 | 2 | 1 | 1 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the markdown lacks %q:\n%s", want, md)
 		}
@@ -162,5 +164,49 @@ func TestRunWithoutGPU(t *testing.T) {
 	}
 	if _, serr := os.Stat(filepath.Join(dir, "codecacc-t.md")); (err == nil) != (serr == nil) {
 		t.Fatalf("run returned %v, the report: %v", err, serr)
+	}
+}
+
+// TestRunAllOnCPU: the run's loop and report over the CPU reference at
+// the tiny shape, with the codec in Go over its region: every prompt is
+// compared, the tail over the original blocks equals the one-shot prefill
+// (no GPU rounding here) and the codec moves the logits.
+func TestRunAllOnCPU(t *testing.T) {
+	f, err := parseFlags([]string{"-model", "tiny", "-prompts", "3", "-cached-min", "32", "-cached-max", "64", "-tail", "8", "-steps", "4", "-machine", "cpu"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSide := (&kvdrift.Setup{Config: c, Steps: f.steps}).SlotsPerSide(f.cachedMax + f.tail)
+	m, err := model.NewCPU(c, f.seed, 2*perSide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := kvdrift.NewHostRecoder(c, codec.FP8E4M3PerHead, m.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{c: c, perSide: perSide, fw: m, recoder: h, setup: "the CPU reference"}
+	rs, took, err := r.runAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || took <= 0 {
+		t.Fatalf("%d results in %v", len(rs), took)
+	}
+	for i, res := range rs {
+		if want := prompt(c, f, i).Cached; res.CachedTokens != want || res.Noise != (kvdrift.Drift{}) || res.Prefill.Abs == 0 {
+			t.Fatalf("prompt %d (%d cached): %+v", i, want, res)
+		}
+	}
+	dir := t.TempDir()
+	if err := newReport(c, f, r.setup, rs, took).write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, "codecacc-cpu.md")); err != nil || !strings.Contains(string(md), "the CPU reference") {
+		t.Fatalf("the markdown (%v):\n%s", err, md)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"kvtier.dev/examples/server/internal/kvdrift"
 	"kvtier.dev/examples/server/internal/model"
@@ -50,7 +51,7 @@ func binsOf(rs []kvdrift.Result) []bin {
 	return out
 }
 
-func newReport(c model.Config, f flags, setup string, rs []kvdrift.Result) *report {
+func newReport(c model.Config, f flags, setup string, rs []kvdrift.Result, took time.Duration) *report {
 	rep := &report{file: results.New("codecacc", f.machine, f.commit), all: kvdrift.Summarize(rs), bins: binsOf(rs), prompts: rs, steps: f.steps}
 	s := rep.all
 	rep.file.Notes = []string{
@@ -60,6 +61,8 @@ func newReport(c model.Config, f flags, setup string, rs []kvdrift.Result) *repo
 		fmt.Sprintf("%d prompts of random tokens: %d-%d cached tokens (uniform over whole blocks), then %d tokens computed on top; a %d-token greedy continuation", s.Prompts, f.cachedMin, f.cachedMax, f.tail, f.steps),
 		"per prompt: a one-shot prefill into slots A; the cached blocks' round trip through the codec into slots B; the tail computed over A and over B; both continuations step by step until they differ (examples/server/internal/kvdrift)",
 		"drift = largest |logit over B - logit over A| over the vocabulary at a position (of the logits' standard deviation over the vocabulary: 'of spread'); noise = the tail over A against the one-shot prefill (passes of other shapes, no codec); continuation = the largest drift at any position both reached with the same tokens; logprob drift = of the token both chose, as bench-serve --verify's max_drift",
+		"the tail drift row's ratio is the noise's median over its own (below 1: the codec moves the logits more than reuse alone does)",
+		fmt.Sprintf("%d prompts compared in %.0f s (%.2f s each, the model's construction not counted)", len(rs), took.Seconds(), took.Seconds()/float64(max(1, len(rs)))),
 		fmt.Sprintf("a first differing token is a near tie when each side's token beats the other's by at most %g nats in its own logits (bench-serve --verify's rule, benchserve.TieGap)", f.tolerance),
 		fmt.Sprintf("%d of %d continuations agree (%.4f); %d more differ first at a near tie (%.4f with them); %d differ; %d tokens compared; largest logit drift %.4g (%.3g of spread) in the tail, %.4g (%.3g of spread) over the continuations; largest logprob drift %.4g nats; largest gap of a first difference %.4g nats",
 			s.Agree, s.Prompts, s.Agreement, s.Ties, s.AgreementWithTies, s.Differences, s.Tokens, s.Prefill.Abs, s.Prefill.OfStd, s.Continuation.Abs, s.Continuation.OfStd, s.LogprobDrift, s.LargestGap),

@@ -23,15 +23,16 @@ const codecChunk = 256
 // perSide), their round trip in [perSide, 2*perSide).
 type rig struct {
 	c       model.Config
-	dev     cudastream.Device
-	st      cudastream.Stream
-	region  cudastream.DevicePtr
 	perSide int
-	m       *gpu.Model
-	k       *cudacodec.Kernels
-	kr      *kvdrift.KernelRecoder // nil on the Go path
+	fw      kvdrift.Forwarder
 	recoder kvdrift.Recoder
-	closers []func() error // last first
+	kr      *kvdrift.KernelRecoder // nil on the Go path
+	setup   string                 // the device, cuBLAS and the codec's path
+	closers []func() error         // last first
+
+	dev    cudastream.Device
+	st     cudastream.Stream
+	region cudastream.DevicePtr
 }
 
 // openRig opens GPU 0 and builds everything on it; on an error it closes
@@ -63,13 +64,22 @@ func (r *rig) open(f flags) error {
 	}
 	r.closers = append(r.closers, func() error { return dev.Free(r.region) })
 	t0 := time.Now()
-	r.m, err = gpu.New(r.c, f.seed, r.region, 2*r.perSide, gpu.Options{MaxTokens: longest, MaxContext: longest + f.steps})
+	m, err := gpu.New(r.c, f.seed, r.region, 2*r.perSide, gpu.Options{MaxTokens: longest, MaxContext: longest + f.steps})
 	if err != nil {
 		return err
 	}
-	r.closers = append(r.closers, r.m.Close)
-	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", r.c.Name, r.c.Params(), time.Since(t0).Round(time.Millisecond), r.m.Library())
-	return r.openCodec(f.codec)
+	r.fw = m
+	r.closers = append(r.closers, m.Close)
+	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", r.c.Name, r.c.Params(), time.Since(t0).Round(time.Millisecond), m.Library())
+	if err := r.openCodec(f.codec); err != nil {
+		return err
+	}
+	path := "package codec in Go (blocks copied to the host and back)"
+	if r.kr != nil {
+		path = "package cudacodec's kernels on the device (each prompt's first and last cached blocks checked against the Go reference, byte for byte)"
+	}
+	r.setup = fmt.Sprintf("device %s; cuBLAS %s; round trip through %s", dev.Info().Name, m.Library(), path)
+	return nil
 }
 
 // openCodec loads the kernels (-codec kernels or auto) or sets up the Go
@@ -80,7 +90,6 @@ func (r *rig) openCodec(which string) error {
 		k, err := cudacodec.Load(r.dev)
 		switch {
 		case err == nil:
-			r.k = k
 			r.closers = append(r.closers, k.Close)
 			if r.kr, err = kvdrift.NewKernelRecoder(r.dev, k, r.st, reg, r.c, codecChunk); err != nil {
 				return err
@@ -111,15 +120,6 @@ func (r *rig) close() error {
 	return errors.Join(errs...)
 }
 
-// describe names the device, cuBLAS and the codec's path.
-func (r *rig) describe() string {
-	path := "package codec in Go (blocks copied to the host and back)"
-	if r.kr != nil {
-		path = "package cudacodec's kernels on the device (each prompt's first and last cached blocks checked against the Go reference, byte for byte)"
-	}
-	return fmt.Sprintf("device %s; cuBLAS %s; round trip through %s", r.dev.Info().Name, r.m.Library(), path)
-}
-
 // prompt is prompt i under f: a cached count uniform over whole blocks in
 // [cachedMin, cachedMax], then tail more tokens, every token uniform over
 // the vocabulary, all from a generator seeded by (seed, i).
@@ -134,9 +134,10 @@ func prompt(c model.Config, f flags, i int) kvdrift.Prompt {
 	return kvdrift.Prompt{Tokens: tok, Cached: cached}
 }
 
-// runAll runs every prompt, logging progress every tenth of the run.
-func (r *rig) runAll(f flags) ([]kvdrift.Result, error) {
-	s := kvdrift.Setup{Config: r.c, Model: r.m, Recoder: r.recoder, Steps: f.steps, Tolerance: f.tolerance}
+// runAll runs every prompt, logging progress every tenth of the run, and
+// returns the results and how long they took.
+func (r *rig) runAll(f flags) ([]kvdrift.Result, time.Duration, error) {
+	s := kvdrift.Setup{Config: r.c, Model: r.fw, Recoder: r.recoder, Steps: f.steps, Tolerance: f.tolerance}
 	ref, rec := span(0, r.perSide), span(r.perSide, r.perSide)
 	rs := make([]kvdrift.Result, 0, f.prompts)
 	t0 := time.Now()
@@ -144,13 +145,13 @@ func (r *rig) runAll(f flags) ([]kvdrift.Result, error) {
 		p := prompt(r.c, f, i)
 		res, err := kvdrift.Run(s, p, ref, rec)
 		if err != nil {
-			return nil, fmt.Errorf("prompt %d (%d cached tokens): %w", i, p.Cached, err)
+			return nil, 0, fmt.Errorf("prompt %d (%d cached tokens): %w", i, p.Cached, err)
 		}
 		if r.kr != nil {
 			k := p.Cached / r.c.BlockTokens
 			for _, b := range []int{0, k - 1} {
 				if err := r.kr.Check(ref[b], rec[b]); err != nil {
-					return nil, fmt.Errorf("prompt %d, block %d: %w", i, b, err)
+					return nil, 0, fmt.Errorf("prompt %d, block %d: %w", i, b, err)
 				}
 			}
 		}
@@ -161,7 +162,7 @@ func (r *rig) runAll(f flags) ([]kvdrift.Result, error) {
 				done, f.prompts, el.Round(time.Second), el.Seconds()/float64(done), sum.Agree, sum.Ties, sum.Differences, sum.Prefill.Abs, sum.Prefill.OfStd)
 		}
 	}
-	return rs, nil
+	return rs, time.Since(t0), nil
 }
 
 // span is n slots from from.
