@@ -130,7 +130,7 @@ func TestVerifyReportCounts(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 	if v.Tokens != 13 || v.Agreement != 1.0/3 || v.AgreementWithTies != 2.0/3 ||
-		v.Reused != 3 || v.CachedMin != 4 || v.CachedMax != 32 || v.ReusedAgreement != 1.0/3 || v.ReusedAgreementWithTies != 2.0/3 {
+		v.Reused != 3 || v.CachedMin != 4 || v.CachedMax != 32 || v.ReusedAgree != 1 || v.ReusedTies != 1 || v.ReusedAgreement != 1.0/3 || v.ReusedAgreementWithTies != 2.0/3 {
 		t.Fatalf("tokens %d, agreement %g (%g with ties); %d reused %d-%d, agreement %g (%g); want 13, 1/3 (2/3); 3 reused 4-32, 1/3 (2/3)",
 			v.Tokens, v.Agreement, v.AgreementWithTies, v.Reused, v.CachedMin, v.CachedMax, v.ReusedAgreement, v.ReusedAgreementWithTies)
 	}

@@ -153,14 +153,16 @@ type VerifyReport struct {
 	AgreementWithTies float64 `json:"agreement_with_ties"`
 	// Reused is the compared answers whose usage reported cached prompt
 	// tokens (an answer computed without any tells nothing of served KV),
-	// CachedMin and CachedMax their fewest and most, and ReusedAgreement
-	// and ReusedAgreementWithTies the agreement among them alone.
+	// CachedMin and CachedMax their fewest and most; ReusedAgree of them
+	// equal their reference and ReusedTies differ first at a near tie;
+	// ReusedAgreement and ReusedAgreementWithTies are the shares.
 	Reused                  int     `json:"reused"`
 	CachedMin               int     `json:"cached_tokens_min"`
 	CachedMax               int     `json:"cached_tokens_max"`
+	ReusedAgree             int     `json:"reused_agree"`
+	ReusedTies              int     `json:"reused_ties"`
 	ReusedAgreement         float64 `json:"reused_agreement"`
 	ReusedAgreementWithTies float64 `json:"reused_agreement_with_ties"`
-	reusedAgree, reusedTies int
 	// Mismatches are answers whose tokens differ from the reference's;
 	// Ties of them differed first at a near tie, Differences did not (or
 	// could not be told: no logprobs, or a token outside the other's top).
@@ -211,12 +213,12 @@ func (v *VerifyReport) countCompared(o outcome) {
 	v.Reused++
 	switch {
 	case m == nil:
-		v.reusedAgree++
+		v.ReusedAgree++
 	case m.Tie:
-		v.reusedTies++
+		v.ReusedTies++
 	}
-	v.ReusedAgreement = float64(v.reusedAgree) / float64(v.Reused)
-	v.ReusedAgreementWithTies = float64(v.reusedAgree+v.reusedTies) / float64(v.Reused)
+	v.ReusedAgreement = float64(v.ReusedAgree) / float64(v.Reused)
+	v.ReusedAgreementWithTies = float64(v.ReusedAgree+v.ReusedTies) / float64(v.Reused)
 }
 
 // report turns the collected outcomes into the report.
