@@ -166,7 +166,8 @@ func TestHostRecoder(t *testing.T) {
 
 // TestGoDeviceRecoder: on the simulated device, the round trip in chunks
 // of 3 over 7 blocks writes what HostRecoder writes; bad arguments are
-// refused.
+// refused, by the kernels' recoder too, whose Check tells the Go round
+// trip from a block with one byte changed.
 func TestGoDeviceRecoder(t *testing.T) {
 	c, m := tinyCPU(t, 16)
 	r := rand.New(rand.NewPCG(3, 3))
@@ -224,6 +225,29 @@ func TestGoDeviceRecoder(t *testing.T) {
 	}
 	if _, err := NewKernelRecoder(sim, nil, st, reg, c, 0); err == nil || !strings.Contains(err.Error(), "chunk 0") {
 		t.Fatalf("kernels, chunk 0: %v", err)
+	}
+	if _, err := NewKernelRecoder(sim, nil, st, DeviceRegion{Base: base, BlockBytes: 4096}, c, 1); err == nil || !strings.Contains(err.Error(), "blocks of 4096 bytes") {
+		t.Fatalf("kernels, a region of other blocks: %v", err)
+	}
+
+	// KernelRecoder.Check holds a destination to the Go reference's round
+	// trip of its source (here the Go path's, on the simulator).
+	kr, err := NewKernelRecoder(sim, nil, st, reg, c, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kr.Close()
+	if err := kr.Recode(src, dst[:1]); err == nil || !strings.Contains(err.Error(), "7 source slots, 1 destinations") {
+		t.Fatalf("kernels, mismatched slots: %v", err)
+	}
+	if err := kr.Check(src[2], dst[2]); err != nil {
+		t.Fatalf("Check of the Go round trip: %v", err)
+	}
+	if err := st.CopyHtoD(base+cudastream.DevicePtr(int64(dst[2])*c.BlockBytes()+100), []byte{^got[int64(dst[2])*c.BlockBytes()+100]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kr.Check(src[2], dst[2]); err == nil || !strings.Contains(err.Error(), "differs from the Go reference's at byte 100") {
+		t.Fatalf("Check of a block with a byte changed: %v", err)
 	}
 }
 
