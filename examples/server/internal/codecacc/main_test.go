@@ -102,7 +102,7 @@ func TestReport(t *testing.T) {
 	f := flags{model: "tiny", seed: 1, cachedMin: 2048, cachedMax: 16384, tail: 64, steps: 32, tolerance: 0.1, machine: "test", commit: "abc"}
 	rep := newReport(model.Tiny(), f, "a setup", rs, 8*time.Second)
 	bins := rep.bins
-	if len(bins) != 3 || bins[0].name() != "0K-4K" || bins[1].sum.Prompts != 1 || bins[2].name() != "8K-16K" || bins[2].sum.Prompts != 2 {
+	if len(bins) != 3 || bins[0].name() != "below 4K" || bins[1].sum.Prompts != 1 || bins[2].name() != "8K-16K" || bins[2].sum.Prompts != 2 {
 		t.Fatalf("bins: %+v", bins)
 	}
 	if !strings.Contains(rep.headline(), "2 of 32-token continuations agree (0.5000), 1 near ties (0.7500 with them), 1 differ; largest logit drift 0.6") {
@@ -134,7 +134,8 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| tail drift | logit |", "4 prompts compared in 8 s (2.00 s each", "| 8K-16K | 2 | 1 | 0 | 1 | 0.5000 | 0.5000 | 0.6 |", "| all | 4 | 2 | 1 | 1 |"} {
+	for _, want := range []string{"| tail drift | logit |", "4 prompts compared in 8 s (2.00 s each", "| 8K-16K | 2 | 1 | 0 | 1 | 0.5000 | 0.5000 | 0.6 |", "| all | 4 | 2 | 1 | 1 |",
+		"| first differences at a gap of | <= 0.1 | <= 0.25 | <= 0.5 | <= 1 | > 1 |", "| continuations | 1 | 0 | 0 | 0 | 1 | "} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the markdown lacks %q:\n%s", want, md)
 		}

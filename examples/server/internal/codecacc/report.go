@@ -106,7 +106,10 @@ func (rep *report) addRows() {
 
 func (b bin) name() string {
 	k := func(n int) string { return fmt.Sprintf("%gK", float64(n)/1024) }
-	if b.hi >= 1<<62 {
+	switch {
+	case b.lo == 0:
+		return "below " + k(b.hi)
+	case b.hi >= 1<<62:
 		return k(b.lo) + "+"
 	}
 	return k(b.lo) + "-" + k(b.hi)
@@ -137,8 +140,42 @@ func (rep *report) markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.4f | %.4f | %.4g | %.3g | %.4g |\n",
 			name, s.Prompts, s.Agree, s.Ties, s.Differences, s.Agreement, s.AgreementWithTies, s.Prefill.Abs, s.Prefill.OfStd, s.Continuation.Abs)
 	}
+	rep.gapTable(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// gapEdges split the first differences by their near-tie gap (nats).
+var gapEdges = []float64{0.1, 0.25, 0.5, 1}
+
+// gapTable writes how many continuations differed first at a gap of at
+// most each of gapEdges, and above the last: how close the choices the
+// codec flipped were.
+func (rep *report) gapTable(b *strings.Builder) {
+	counts := make([]int, len(gapEdges)+1)
+	for _, r := range rep.prompts {
+		if r.Agree {
+			continue
+		}
+		i := 0
+		for i < len(gapEdges) && r.Gap > gapEdges[i] {
+			i++
+		}
+		counts[i]++
+	}
+	b.WriteString("\n| first differences at a gap of | ")
+	for _, e := range gapEdges {
+		fmt.Fprintf(b, "<= %g | ", e)
+	}
+	fmt.Fprintf(b, "> %g |\n|---|", gapEdges[len(gapEdges)-1])
+	for range counts {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n| continuations | ")
+	for _, n := range counts {
+		fmt.Fprintf(b, "%d | ", n)
+	}
+	b.WriteString("\n")
 }
 
 // write saves codecacc-<machine>.{json,md} and -prompts.jsonl under dir.
