@@ -130,7 +130,7 @@ flags:
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "give up on one request after this long (counted as an error)")
 	fs.IntVar(&c.Verify, "verify", 0, "send every Nth request again with no cache and compare the greedy tokens (0: off)")
 	fs.IntVar(&c.VerifyLogprobs, "verify-logprobs", 5, "with --verify, the most likely tokens per position both answers ask for (logprobs), to tell near ties (0: none, every differing token is a difference)")
-	fs.Float64Var(&c.VerifyTolerance, "verify-tolerance", 0.1, "with --verify, a first differing token is a near tie when each answer's token beats the other's by at most this many nats (0.1: about twice the largest drift of a shared token measured between cached and no-cache answers on the H200, 0.055)")
+	fs.Float64Var(&c.VerifyTolerance, "verify-tolerance", benchserve.DefaultVerifyTolerance, "with --verify, a first differing token is a near tie when each answer's token beats the other's by at most this many nats (default: about twice the largest drift of a shared token measured between cached and no-cache answers on the H200, 0.055)")
 	fs.BoolVar(&c.PerRequest, "per-request", false, "add one record per request (arrival, send time, TTFT, cached tokens per tier) to the --json report")
 	fs.IntVar(&c.Vocab, "vocab", openai.ByteVocab, "prompt token ids are drawn from [0, vocab)")
 	fs.IntVar(&c.BlockTokens, "block-tokens", 0, "tokens a trace block becomes in the prompts sent (0: the trace's, 512 for Mooncake); smaller shrinks prompts in proportion and keeps their shared prefixes")

@@ -76,7 +76,8 @@ func TestBenchServeCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"bench-serve " + url + openai.CompletionsPath, "12 sent, 12 completed", "TTFT", "inter-token",
-		"p99", "cached prompt tokens: 120 of 240 (50.0%) from 12 usage reports", "verify (every 3): 4 compared, 0 differ"} {
+		"p99", "cached prompt tokens: 120 of 240 (50.0%) from 12 usage reports", "verify (every 3): 4 compared, 0 differ",
+		"agreement: 1.0000 of answers token for token, 1.0000 with near ties, over 12 reference tokens; of the 4 that reused 10-10 cached prompt tokens: 1.0000, 1.0000 with near ties"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}

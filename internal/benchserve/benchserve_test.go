@@ -118,16 +118,30 @@ func TestVerifyReportCounts(t *testing.T) {
 		Usage: &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 4, CachedTokensByTier: &openai.TierTokens{Host: 4}, RecomputedTokens: 2},
 			ServerTiming: &openai.ServerTiming{QueueSeconds: 0.25, PrefillSeconds: 0.5, ForwardSeconds: 0.375}}}
 	j := func(i int) *job { return &job{index: i, arrival: time.Duration(i) * time.Second} }
-	c.add(j(2), outcome{res: res, verified: true, mismatch: &Mismatch{Tie: true, Gap: 0.01}, drift: 0.002})
-	c.add(j(0), outcome{res: res, verified: true, mismatch: &Mismatch{Gap: -1}, drift: 0.004})
-	c.add(j(1), outcome{res: res, verified: true})
+	longer, uncached := *res, *res
+	longer.Usage = &openai.Usage{PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 32}}
+	uncached.Usage = nil
+	c.add(j(2), outcome{res: res, verified: true, mismatch: &Mismatch{Tie: true, Gap: 0.01}, drift: 0.002, refTokens: 5})
+	c.add(j(0), outcome{res: res, verified: true, mismatch: &Mismatch{Gap: -1}, drift: 0.004, refTokens: 7})
+	c.add(j(1), outcome{res: &longer, verified: true, refTokens: 1})
 	c.add(j(3), outcome{err: errors.New("refused")})
 	v := c.verify
 	if v.Compared != 3 || v.Mismatches != 2 || v.Ties != 1 || v.Differences != 1 || v.MaxDrift != 0.004 {
 		t.Fatalf("%+v", v)
 	}
+	if v.Tokens != 13 || v.Agreement != 1.0/3 || v.AgreementWithTies != 2.0/3 ||
+		v.Reused != 3 || v.CachedMin != 4 || v.CachedMax != 32 || v.ReusedAgree != 1 || v.ReusedTies != 1 || v.ReusedAgreement != 1.0/3 || v.ReusedAgreementWithTies != 2.0/3 {
+		t.Fatalf("tokens %d, agreement %g (%g with ties); %d reused %d-%d, agreement %g (%g); want 13, 1/3 (2/3); 3 reused 4-32, 1/3 (2/3)",
+			v.Tokens, v.Agreement, v.AgreementWithTies, v.Reused, v.CachedMin, v.CachedMax, v.ReusedAgreement, v.ReusedAgreementWithTies)
+	}
+	// An answer that reused nothing counts in the agreement, not among
+	// the reused.
+	c.add(j(4), outcome{res: &uncached, verified: true, refTokens: 2})
+	if v.Compared != 4 || v.Agreement != 0.5 || v.Reused != 3 || v.ReusedAgreement != 1.0/3 || v.CachedMin != 4 {
+		t.Fatalf("after an uncached answer: %+v", v)
+	}
 	rep := c.report(a, trace.NewReader(strings.NewReader(""), trace.Options{}), time.Second)
-	if len(rep.Requests) != 4 {
+	if len(rep.Requests) != 5 {
 		t.Fatalf("%d records", len(rep.Requests))
 	}
 	for i, r := range rep.Requests {
@@ -141,6 +155,29 @@ func TestVerifyReportCounts(t *testing.T) {
 	}
 	if r := rep.Requests[3]; r.Error != "refused" {
 		t.Errorf("record 3: %+v", r)
+	}
+}
+
+// TestTieGap: the near-tie rule on margins, as the codec accuracy
+// experiment (examples/server/internal/kvdrift) applies it to logits.
+func TestTieGap(t *testing.T) {
+	for _, c := range []struct {
+		got, ref, gap float64
+		tie           bool
+	}{
+		{0.03, 0.01, 0.03, true},
+		{0.01, 0.2, 0.2, false},
+		{-0.001, 0.05, 0.05, true}, // a negative margin (rounding) counts as 0
+		{-0.01, -0.02, 0, true},
+		{0.1, 0, 0.1, true}, // the tolerance itself is a tie
+	} {
+		gap := TieGap(c.got, c.ref)
+		if gap != c.gap || NearTie(gap, DefaultVerifyTolerance) != c.tie {
+			t.Errorf("TieGap(%g, %g) = %g (tie %v), want %g (tie %v)", c.got, c.ref, gap, NearTie(gap, DefaultVerifyTolerance), c.gap, c.tie)
+		}
+	}
+	if NearTie(-1, 1) {
+		t.Error("an unknown gap (-1) is a near tie")
 	}
 }
 

@@ -25,7 +25,11 @@
 // again once answered, with "no_cache": true (internal/openai): the server
 // computes it without its KV cache, and the two answers' token ids must be
 // equal. A difference means served KV was wrong (or the server is not
-// deterministic); each one is counted and the first few are listed.
+// deterministic); each one is counted and the first few are listed. A
+// first difference where each answer's token beat the other's by at most
+// Config.VerifyTolerance is a near tie, counted apart (TieGap, NearTie).
+// The report gives the agreement over all compared answers and over those
+// that reused cached tokens, with the tokens compared and the cached range.
 //
 // The package promises that the prompts are a pure function of the trace,
 // Config.Vocab, Seed, BlockTokens and MaxPromptTokens: the same flags send

@@ -144,6 +144,25 @@ type RequestRecord struct {
 type VerifyReport struct {
 	Every    int `json:"every"`
 	Compared int `json:"compared"`
+	// Tokens is the generated tokens of the compared references.
+	Tokens int `json:"tokens"`
+	// Agreement is the share of compared answers whose tokens all equal
+	// the reference's; AgreementWithTies also counts those whose first
+	// difference was a near tie. Both 0 when none were compared.
+	Agreement         float64 `json:"agreement"`
+	AgreementWithTies float64 `json:"agreement_with_ties"`
+	// Reused is the compared answers whose usage reported cached prompt
+	// tokens (an answer computed without any tells nothing of served KV),
+	// CachedMin and CachedMax their fewest and most; ReusedAgree of them
+	// equal their reference and ReusedTies differ first at a near tie;
+	// ReusedAgreement and ReusedAgreementWithTies are the shares.
+	Reused                  int     `json:"reused"`
+	CachedMin               int     `json:"cached_tokens_min"`
+	CachedMax               int     `json:"cached_tokens_max"`
+	ReusedAgree             int     `json:"reused_agree"`
+	ReusedTies              int     `json:"reused_ties"`
+	ReusedAgreement         float64 `json:"reused_agreement"`
+	ReusedAgreementWithTies float64 `json:"reused_agreement_with_ties"`
 	// Mismatches are answers whose tokens differ from the reference's;
 	// Ties of them differed first at a near tie, Differences did not (or
 	// could not be told: no logprobs, or a token outside the other's top).
@@ -159,6 +178,47 @@ type VerifyReport struct {
 	Errors      int        `json:"errors"`
 	ErrorSample string     `json:"error_sample,omitempty"`
 	Examples    []Mismatch `json:"examples,omitempty"`
+}
+
+// countCompared counts a cached answer compared with its reference.
+func (v *VerifyReport) countCompared(o outcome) {
+	cached := 0
+	if u := o.res.Usage; u != nil && u.PromptTokensDetails != nil {
+		cached = u.PromptTokensDetails.CachedTokens
+	}
+	m := o.mismatch
+	v.Compared++
+	v.Tokens += o.refTokens
+	v.MaxDrift = max(v.MaxDrift, o.drift)
+	if m != nil {
+		v.Mismatches++
+		if m.Tie {
+			v.Ties++
+		} else {
+			v.Differences++
+		}
+		if len(v.Examples) < maxMismatchExamples {
+			v.Examples = append(v.Examples, *m)
+		}
+	}
+	v.Agreement = float64(v.Compared-v.Mismatches) / float64(v.Compared)
+	v.AgreementWithTies = float64(v.Compared-v.Differences) / float64(v.Compared)
+	if cached == 0 {
+		return
+	}
+	if v.Reused == 0 || cached < v.CachedMin {
+		v.CachedMin = cached
+	}
+	v.CachedMax = max(v.CachedMax, cached)
+	v.Reused++
+	switch {
+	case m == nil:
+		v.ReusedAgree++
+	case m.Tie:
+		v.ReusedTies++
+	}
+	v.ReusedAgreement = float64(v.ReusedAgree) / float64(v.Reused)
+	v.ReusedAgreementWithTies = float64(v.ReusedAgree+v.ReusedTies) / float64(v.Reused)
 }
 
 // report turns the collected outcomes into the report.
@@ -275,6 +335,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	if v := r.Verify; v != nil {
 		fmt.Fprintf(w, "verify (every %d): %d compared, %d differ: %d near ties (within %g nats), %d differences; %d reference requests failed; largest drift of a shared token's logprob %.4f nats\n",
 			v.Every, v.Compared, v.Mismatches, v.Ties, v.Tolerance, v.Differences, v.Errors, v.MaxDrift)
+		fmt.Fprintf(w, "  agreement: %.4f of answers token for token, %.4f with near ties, over %d reference tokens; of the %d that reused %d-%d cached prompt tokens: %.4f, %.4f with near ties\n",
+			v.Agreement, v.AgreementWithTies, v.Tokens, v.Reused, v.CachedMin, v.CachedMax, v.ReusedAgreement, v.ReusedAgreementWithTies)
 		for _, m := range v.Examples {
 			kind := "difference"
 			if m.Tie {

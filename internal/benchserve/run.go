@@ -33,6 +33,7 @@ type outcome struct {
 	verified  bool
 	mismatch  *Mismatch
 	drift     float64
+	refTokens int // the reference's generated tokens
 	verifyErr error
 	sent      time.Duration // from the run's start
 }
@@ -212,7 +213,7 @@ func sendOne(ctx context.Context, client *openai.Client, a *Config, j job) outco
 		}
 		return o
 	}
-	o.verified = true
+	o.verified, o.refTokens = true, refRes.TokenCount
 	o.mismatch, o.drift = compareAnswers(j.index, o.res, refRes, a.VerifyTolerance)
 	return o
 }
@@ -252,7 +253,7 @@ func compareAnswers(index int, got, ref *openai.Result, tol float64) (*Mismatch,
 				m.Position = i
 				if i < len(got.Tokens) && i < len(ref.Tokens) {
 					m.Gap = tieGap(got, ref, i)
-					m.Tie = m.Gap >= 0 && m.Gap <= tol
+					m.Tie = NearTie(m.Gap, tol)
 				}
 				return m, drift
 			}
@@ -293,8 +294,26 @@ func tieGap(got, ref *openai.Result, i int) float64 {
 	if a < 0 || b < 0 {
 		return -1
 	}
-	return max(a, b)
+	return TieGap(a, b)
 }
+
+// DefaultVerifyTolerance is the near-tie tolerance --verify uses unless
+// told otherwise, in nats: about twice the largest drift of a shared
+// token's logprob measured between cached and no-cache answers on the
+// H200 (0.055).
+const DefaultVerifyTolerance = 0.1
+
+// TieGap is the near-tie rule's measure at the first position where two
+// greedy answers chose different tokens: the larger of the margins by
+// which each answer preferred its own token to the other's, each in its
+// own distribution (log-probabilities or logits: a difference is the same
+// in both). A margin below 0 (rounding) counts as 0.
+func TieGap(gotMargin, refMargin float64) float64 { return max(0, gotMargin, refMargin) }
+
+// NearTie reports whether a first difference of gap (TieGap; below 0 when
+// it could not be told) is a near tie under tol nats: a flip that rounding
+// alone can cause, counted apart from a real difference.
+func NearTie(gap, tol float64) bool { return gap >= 0 && gap <= tol }
 
 // errorKey names an error's kind in the report: the HTTP status, "stream"
 // for an error event inside a stream, "timeout", or "transport".
@@ -425,19 +444,7 @@ func (c *collector) add(j *job, o outcome) {
 				v.ErrorSample = fmt.Sprintf("request %d: %v", j.index, o.verifyErr)
 			}
 		case o.verified:
-			v.Compared++
-			v.MaxDrift = max(v.MaxDrift, o.drift)
-			if o.mismatch != nil {
-				v.Mismatches++
-				if o.mismatch.Tie {
-					v.Ties++
-				} else {
-					v.Differences++
-				}
-				if len(v.Examples) < maxMismatchExamples {
-					v.Examples = append(v.Examples, *o.mismatch)
-				}
-			}
+			v.countCompared(o)
 		}
 	}
 }

@@ -182,6 +182,8 @@ func run(runDir string, replays []string, resultsDir, machine, command, commit s
 		if v := r.Verify; v != nil {
 			line += fmt.Sprintf("; --verify %d: %d compared, %d differ (%d near ties within %g nats, %d differences), largest drift of a shared token's logprob %.4f nats, %d reference errors",
 				v.Every, v.Compared, v.Mismatches, v.Ties, v.Tolerance, v.Differences, v.MaxDrift, v.Errors)
+			line += fmt.Sprintf("; agreement %.4f (%.4f with near ties) over %d reference tokens; the %d that reused %d-%d cached tokens: %.4f (%.4f)",
+				v.Agreement, v.AgreementWithTies, v.Tokens, v.Reused, v.CachedMin, v.CachedMax, v.ReusedAgreement, v.ReusedAgreementWithTies)
 		}
 		f.Notes = append(f.Notes, line)
 	}

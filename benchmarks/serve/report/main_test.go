@@ -34,6 +34,10 @@ func TestReport(t *testing.T) {
 	for s, p50 := range map[string]float64{"cost": 0.05, "gpu-only": 0.2, "none": 0.4} {
 		var r benchserve.Report
 		r.TTFT.P50, r.TTFT.P90 = p50, 2*p50
+		if s == "cost" {
+			r.Verify = &benchserve.VerifyReport{Every: 2, Compared: 4, Tokens: 128, Agreement: 0.75, AgreementWithTies: 1,
+				Reused: 2, CachedMin: 2048, CachedMax: 4096, ReusedAgreement: 0.5, ReusedAgreementWithTies: 1}
+		}
 		writeJSON(t, filepath.Join(runDir, "bench-"+s+".json"), &r)
 	}
 	pred := func(cost float64) string {
@@ -76,6 +80,9 @@ func TestReport(t *testing.T) {
 		if strings.Contains(name, "reload") {
 			t.Errorf("row %q: reload was not measured", name)
 		}
+	}
+	if want := "agreement 0.7500 (1.0000 with near ties) over 128 reference tokens; the 2 that reused 2048-4096 cached tokens: 0.5000 (1.0000)"; !strings.Contains(strings.Join(f.Notes, "\n"), want) {
+		t.Errorf("no note on --verify's agreement %q in %q", want, f.Notes)
 	}
 	if f.Command != "a command" || f.Commit != "abc" || !strings.Contains(strings.Join(f.Notes, "\n"), "a note") {
 		t.Errorf("command %q, commit %q, notes %q", f.Command, f.Commit, f.Notes)
