@@ -95,7 +95,7 @@ func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) ([]
 }
 
 // waitLayer orders the runner's copies of layer l after its loads: on the
-// device (the stream waits on events' of layer l) or else on the host
+// device (the stream waits on the events of layer l) or else on the host
 // (ready).
 func (r *CPURunner) waitLayer(ready func(int) error, events func(int, []cudastream.Event) ([]cudastream.Event, error), l int) error {
 	if events == nil {
