@@ -49,6 +49,7 @@ type planRecorder struct {
 type recordedPass struct {
 	ready, hasEvents bool
 	events           []int // per layer: the events LayerEvents gave
+	pending          int   // of those, not complete when given
 	logits           []float32
 }
 
@@ -59,6 +60,11 @@ func (r *planRecorder) Forward(tokens []int32, p model.Plan, fromCache []int32) 
 			n := len(dst)
 			dst, err := events(l, dst)
 			rp.events = append(rp.events, len(dst)-n)
+			for _, ev := range dst[n:] {
+				if done, _ := ev.Query(); !done {
+					rp.pending++
+				}
+			}
 			return dst, err
 		}
 	}
