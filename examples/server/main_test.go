@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"kvtier.dev/examples/server/internal/engine"
 	srvmodel "kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/kvtier"
@@ -508,6 +509,14 @@ func TestArgs(t *testing.T) {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	for _, w := range []struct {
+		args []string
+		want engine.LayerWait
+	}{{nil, engine.LayerWaitDevice}, {[]string{"-layer-wait", "host"}, engine.LayerWaitHost}} {
+		if c, err := parseArgs(w.args, io.Discard); err != nil || c.layerWait != w.want {
+			t.Errorf("%v: layer wait %v (%v), want %v", w.args, c.layerWait, err, w.want)
 		}
 	}
 	// tiny: 256 GPU blocks of 4 KiB, so an NVMe tier of 16 times that by default.
