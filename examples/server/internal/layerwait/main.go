@@ -130,10 +130,15 @@ func run(f flags) error {
 		return err
 	}
 	dev, err := cudastream.Open(0)
-	if err != nil {
-		return err
+	if err == nil {
+		defer dev.Close()
+		err = runOn(dev, k, f)
 	}
-	defer dev.Close()
+	return err
+}
+
+// runOn verifies and times every split on dev and writes the results.
+func runOn(dev cudastream.Device, k config, f flags) error {
 	t0 := time.Now()
 	r, err := newRig(dev, k.c, k.maxTotal, k.maxLoaded, k.gatherStaging)
 	if err != nil {
