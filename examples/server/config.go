@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"kvtier.dev/examples/server/internal/engine"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/bytesize"
 	"kvtier.dev/kvtier/cost"
@@ -68,6 +69,7 @@ type config struct {
 
 	serveWhilePinning bool // listen before the host tier is registered
 	exactRows         bool // gpu.Options.ExactRows
+	layerWait         engine.LayerWait
 	warmUp            bool // run gpu.Model.WarmUp before listening
 
 	// The cache's events: the ring's size (-kv-events-buffer, 0: none),
@@ -163,6 +165,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.nvmeReformat, "nvme-reformat", false, "empty and reformat an -nvme-dir slab file the tier cannot use instead of refusing to start: a damaged superblock, a file written with another -nvme or -block-tokens (or model size), or one others may read or write (its blocks are lost)")
 	fs.BoolVar(&c.serveWhilePinning, "serve-while-pinning", false, "listen as soon as the first chunk of the host tier is pinned, instead of once all of it is (on the H200 test machine, GPU work submitted while 32 GiB of cold memory were pinned stalled: the first requests took 8 s instead of 0.85)")
 	fs.BoolVar(&c.exactRows, "exact-rows", false, "on the GPU, run the linear layers' products at exactly a pass's rows instead of padding them to a few dozen row buckets (whose shapes -warm-up runs once before listening: on the H200 a pass of a shape cuBLAS has not run yet took 54 ms against 15 for its repeats)")
+	layerWait := fs.String("layer-wait", "device", "where a prefill's forward pass waits for each layer's loads: device (the GPU's stream waits on the copies' events; the host enqueues every layer at once) or host (the host blocks before it enqueues the layer); device is a provisional default until the two are measured on the H200 (examples/server/internal/layerwait)")
 	fs.BoolVar(&c.warmUp, "warm-up", true, "on the GPU, before listening, run one pass of each row bucket up to -context and short passes after growing prefixes (106 passes, 9 s, for llama-3.1-8b at -context 16400 on the H200) (nothing with -exact-rows)")
 	fs.IntVar(&c.kvEventBuffer, "kv-events-buffer", 1<<16, "events of the cache (blocks stored in or removed from a tier) kept for subscribers that fall behind: GET /v1/kv/events and -kv-events-zmq (0: no events)")
 	fs.StringVar(&c.kvEventsZMQ, "kv-events-zmq", "", "also publish the cache's events in vLLM's wire format (msgpack EventBatch over a ZMQ PUB socket, ZMTP 3.1) on this address (host:port), for KV-aware routers built for vLLM")
@@ -188,6 +191,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	var err error
 	if c.strategy, err = costplan.ParseStrategy(*strategy); err != nil {
 		return c, fmt.Errorf("-strategy: %w", err)
+	}
+	if c.layerWait, err = engine.ParseLayerWait(*layerWait); err != nil {
+		return c, fmt.Errorf("-layer-wait: %w", err)
 	}
 	return c, c.validate()
 }

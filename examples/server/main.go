@@ -126,7 +126,7 @@ func run(ctx context.Context, c *config, listening func(addr string)) error {
 		return errors.Join(err, p.close())
 	}
 	eng, err := engine.New(engine.Config{Model: s.model, Runner: p.runner, Cache: p.cache, Remote: p.remote, RemoteTimeout: c.remoteFetchTimeout, CacheSlots: s.cacheSlots,
-		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, MaxQueue: c.maxQueue,
+		ScratchSlots: s.scratch, ContextTokens: s.context, Strategy: c.strategy, LayerWait: c.layerWait, MaxQueue: c.maxQueue,
 		MaxBatch: c.maxBatch, PrefetchBlocks: c.prefetchBlocks, Observer: p.cal.observer(), Registerer: reg, Logger: c.log})
 	if err != nil {
 		return errors.Join(err, p.close())

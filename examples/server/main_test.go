@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"kvtier.dev/examples/server/internal/engine"
 	srvmodel "kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/kvtier"
@@ -357,13 +359,14 @@ func TestServeRestartAdoptsNVMe(t *testing.T) {
 }
 
 // serveAll starts a server over dir (with the extra flags), answers
-// prompts once each and stops it cleanly.
+// prompts once each (with their top 5 log-probabilities) and stops it
+// cleanly.
 func serveAll(t *testing.T, dir string, prompts []openai.Prompt, extra ...string) []*openai.Result {
 	t.Helper()
 	s := start(t, testArgs(append([]string{"-nvme-dir", dir}, extra...)...)...)
 	var out []*openai.Result
 	for _, p := range prompts {
-		out = append(out, s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)}))
+		out = append(out, s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4), Logprobs: maxTokens(5)}))
 	}
 	if err := s.shutdown(); err != nil {
 		t.Fatalf("shutdown: %v\n%s", err, s.logs)
@@ -373,18 +376,30 @@ func serveAll(t *testing.T, dir string, prompts []openai.Prompt, extra ...string
 
 // TestServeCorruptNVMeIsRecomputed: every NVMe block is damaged between
 // two runs; the second run's loads of them fail, the prompts are
-// recomputed, the tokens are still those of the first run, and the server
-// keeps serving.
+// recomputed, the tokens and their log-probabilities are still those of
+// the first run (no damaged byte reached a response), and the server keeps
+// serving. With -layer-wait device the pass runs over the damaged blocks
+// before the failure is seen, and is discarded; with host it ends at the
+// first layer the failure reaches.
 func TestServeCorruptNVMeIsRecomputed(t *testing.T) {
+	for _, wait := range []string{"device", "host"} {
+		t.Run(wait, func(t *testing.T) { testCorruptNVMe(t, "-layer-wait", wait) })
+	}
+}
+
+func testCorruptNVMe(t *testing.T, flags ...string) {
 	dir := filepath.Join(t.TempDir(), "kv")
 	prompts := []openai.Prompt{tokenPrompt(9, 49), tokenPrompt(10, 41)}
 	first := serveAll(t, dir, prompts)
 	damageAll(t, dir)
-	s := start(t, testArgs("-nvme-dir", dir)...)
+	s := start(t, testArgs(append([]string{"-nvme-dir", dir}, flags...)...)...)
 	for i, p := range prompts {
-		r := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4)})
+		r := s.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(4), Logprobs: maxTokens(5)})
 		if !slices.Equal(r.Tokens, first[i].Tokens) {
 			t.Errorf("prompt %d after the damage: tokens %v, want %v", i, r.Tokens, first[i].Tokens)
+		}
+		if !reflect.DeepEqual(r.Logprobs, first[i].Logprobs) || len(r.Logprobs) != len(r.Tokens) {
+			t.Errorf("prompt %d after the damage: log-probabilities %v, want %v", i, r.Logprobs, first[i].Logprobs)
 		}
 	}
 	fams := scrape(t, s.url)
@@ -471,6 +486,7 @@ func TestArgs(t *testing.T) {
 		{[]string{"-prefetch-blocks", "-1"}, `-prefetch-blocks -1`},
 		{[]string{"-gather-staging", "-1"}, `invalid value "-1" for flag -gather-staging`},
 		{[]string{"-warm-up=maybe"}, `invalid boolean value "maybe" for -warm-up`},
+		{[]string{"-layer-wait", "gpu"}, `-layer-wait: engine: layer wait "gpu": want "device" or "host"`},
 		{[]string{"-remote", "127.0.0.1:1", "-strategy", "gpu-only"}, `-remote with -strategy gpu-only`},
 		{[]string{"-remote-prefix", ""}, `-remote-prefix is empty`},
 		{[]string{"-remote-fetch-timeout", "0s"}, `-remote-fetch-timeout 0s: must be positive`},
@@ -493,6 +509,14 @@ func TestArgs(t *testing.T) {
 		_, err := parseArgs(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v; want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	for _, w := range []struct {
+		args []string
+		want engine.LayerWait
+	}{{nil, engine.LayerWaitDevice}, {[]string{"-layer-wait", "host"}, engine.LayerWaitHost}} {
+		if c, err := parseArgs(w.args, io.Discard); err != nil || c.layerWait != w.want {
+			t.Errorf("%v: layer wait %v (%v), want %v", w.args, c.layerWait, err, w.want)
 		}
 	}
 	// tiny: 256 GPU blocks of 4 KiB, so an NVMe tier of 16 times that by default.

@@ -14,7 +14,9 @@
 // prompt's full blocks into the GPU tier (slots for the blocks to compute),
 // one forward pass that computes the blocks not present (the head the
 // planner chose to recompute, misses, the suffix) and waits, layer by
-// layer, only for that layer's loads (Lease.WaitLayer through
+// layer, only for that layer's loads (Config.LayerWait: on the device, the
+// runner's stream waiting on Lease.LayerEvents through
+// model.Plan.LayerEvents; or on the host, Lease.WaitLayer through
 // model.Plan.Ready), Commit once the pass has written the KV, and Release
 // when the sequence ends. Write-through copies the committed blocks down to
 // the host tier and on to NVMe in the background.
@@ -26,10 +28,13 @@
 // with no copy left does it recompute the loads refused a slot and compute
 // the blocks without one in scratch, uncached.
 //
-// A load that fails (a corrupt NVMe block: the store drops it) ends the
-// pass before the layer that needed it; the request is looked up again and
-// the lost blocks are recomputed. Wrong KV is never read and the failure is
-// never fatal: it is counted (kvserve_failed_loads_total).
+// A load that fails (a corrupt NVMe block: the store drops it) is seen
+// after the pass (Manager.Wait) when the pass waits on the device, before
+// the layer that needed it when it waits on the host; either way nothing
+// the pass computed is sent or committed, the request is looked up again
+// and the lost blocks are recomputed. Wrong KV never reaches a response or
+// the cache, and the failure is never fatal: it is counted
+// (kvserve_failed_loads_total).
 //
 // Slots: the KV region is the cache's GPU tier (slots [0, CacheSlots)) and
 // after it ScratchSlots slots the engine hands out itself, for what kvtier

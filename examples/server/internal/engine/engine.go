@@ -13,6 +13,7 @@ import (
 
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
+	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/remotetier"
 	"kvtier.dev/kvtier/stack"
@@ -56,6 +57,9 @@ type Config struct {
 	// request waits for it (others prefill and decode meanwhile), then
 	// recomputes what did not come. 0 means 1 s.
 	RemoteTimeout time.Duration
+	// LayerWait says where a prefill's pass waits for each layer's loads:
+	// on the device (LayerWaitDevice, the zero value) or on the host.
+	LayerWait LayerWait
 	// Strategy says how the cache is used (see Strategy).
 	Strategy costplan.Strategy
 	// MaxQueue is the most requests waiting to prefill; one more gets
@@ -104,6 +108,8 @@ type Engine struct {
 	prefetched  prometheus.Counter
 	spaceWaits  prometheus.Counter // prefills that waited for GPU slots
 	spaceSecs   prometheus.Counter
+
+	kvEvents []kvtier.Event // layerEvents scratch (the scheduler's)
 }
 
 // New checks cfg and starts the scheduler. The caller MUST Close the
@@ -123,6 +129,8 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.ScratchSlots < c.Blocks(cfg.ContextTokens):
 		return nil, fmt.Errorf("engine: Config.ScratchSlots %d: the longest sequence (%d tokens) takes %d blocks of %d tokens",
 			cfg.ScratchSlots, cfg.ContextTokens, c.Blocks(cfg.ContextTokens), c.BlockTokens)
+	case cfg.LayerWait >= NumLayerWaits:
+		return nil, fmt.Errorf("engine: Config.LayerWait %v: want %v or %v", cfg.LayerWait, LayerWaitDevice, LayerWaitHost)
 	case cfg.CacheSlots < 0 || cfg.MaxQueue < 0 || cfg.MaxBatch < 0 || cfg.PrefetchBlocks < 0:
 		return nil, fmt.Errorf("engine: Config: CacheSlots %d, MaxQueue %d, MaxBatch %d and PrefetchBlocks %d must not be negative",
 			cfg.CacheSlots, cfg.MaxQueue, cfg.MaxBatch, cfg.PrefetchBlocks)

@@ -39,6 +39,11 @@ type loadClock struct {
 	bytes   int64
 	mixed   bool // blocks came from more than one tier
 	split   bool // submitted in more than one Onboard, a wait for GPU slots between
+	// watch, when set, is closed by the goroutine that watches the last
+	// layer's events under LayerWaitDevice (watchLoad); watching says it
+	// started.
+	watch    chan struct{}
+	watching bool
 }
 
 // wait wraps the last layer's wait: it records its return when it blocked.

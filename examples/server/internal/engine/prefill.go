@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"kvtier.dev/cudastream"
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/kvtier"
@@ -263,9 +264,11 @@ func (e *Engine) place(s *seq, full int, lc *loadClock) placement {
 	return p
 }
 
-// forward runs the forward pass, waiting layer by layer for the loads, then
-// commits the computed blocks (or, if a load failed, marks its blocks lost
-// and returns the failure).
+// forward runs the forward pass, waiting layer by layer for the loads (on
+// the device or the host: Config.LayerWait), then commits the computed
+// blocks. If a load failed it marks its blocks lost, frees the blocks the
+// pass wrote (whose KV may have read the failed bytes, as the logits may)
+// and returns the failure: nothing of the pass is used.
 func (e *Engine) forward(s *seq, p placement, lc *loadClock, lost []bool) ([]float32, int32, error) {
 	m, c, bt, n := e.cfg.Cache, e.cfg.Model, e.bt, len(s.req.Tokens)
 	pos := model.AppendBlockPositions(nil, bt, n, p.compute)
@@ -277,10 +280,20 @@ func (e *Engine) forward(s *seq, p placement, lc *loadClock, lost []bool) ([]flo
 		return s.look.WaitLayer(s.ctx, l)
 	}
 	plan := model.Plan{Slots: s.slots[:c.Blocks(n)], Compute: pos, Ready: ready}
+	if e.cfg.LayerWait == LayerWaitDevice {
+		// The runner's stream waits; the load's errors are Wait's, below.
+		if lc.bytes > 0 && e.cfg.Observer != nil && !lc.mixed && !lc.split {
+			lc.watch = make(chan struct{})
+		}
+		plan.LayerEvents = func(l int, dst []cudastream.Event) ([]cudastream.Event, error) {
+			return e.layerEvents(s, lc, l, dst)
+		}
+	}
 	t0 := time.Now()
 	logits, next, ferr := e.cfg.Runner.Forward(s.tokens, plan, p.fromCache)
 	passTime := time.Since(t0)
 	s.forward += passTime
+	lc.joinWatch()
 	if werr := m.Wait(s.ctx, &s.look); werr != nil {
 		for b, lb := range p.byPos {
 			if lb != nil && lb.Loading {

@@ -9,7 +9,8 @@ import (
 )
 
 // GPURunner runs the model on the GPU, over the KV region kvtier copies
-// into: blocks from the cache need nothing more than Plan.Ready.
+// into: blocks from the cache need nothing more than Plan.LayerEvents (the
+// GPU's stream waits on them) or Plan.Ready.
 type GPURunner struct{ M *gpu.Model }
 
 // Forward implements Runner.
@@ -23,6 +24,9 @@ func (r GPURunner) Forward(tokens []int32, p model.Plan, _ []int32) ([]float32, 
 // runner keeps the two in step. Before layer l reads them it copies layer
 // l of the blocks kvtier provides from the device; after the pass it copies
 // the blocks it computed to the device, before the engine commits them.
+// With Plan.LayerEvents its copy stream waits on the layer's events on the
+// device, as the GPU's compute stream does, before that copy (the model
+// then waits on the host for the copy); without them it calls Plan.Ready.
 type CPURunner struct {
 	m      *model.CPU
 	dev    cudastream.Device
@@ -31,6 +35,7 @@ type CPURunner struct {
 	// cacheSlots: slots at and above it are the engine's scratch, which
 	// kvtier never copies: they stay in the model's memory.
 	cacheSlots int32
+	events     []cudastream.Event // Plan.LayerEvents scratch
 }
 
 // NewCPURunner returns a runner of m whose device region is region on dev,
@@ -50,12 +55,10 @@ func (r *CPURunner) Close() error { return r.st.Destroy() }
 func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) ([]float32, int32, error) {
 	c := r.m.Config()
 	bb, lb := c.BlockBytes(), 2*c.PartBytes() // a layer's K and V are adjacent in a block
-	ready := p.Ready
-	p.Ready = func(l int) error {
-		if ready != nil {
-			if err := ready(l); err != nil {
-				return err
-			}
+	ready, events := p.Ready, p.LayerEvents
+	p.Ready, p.LayerEvents = func(l int) error {
+		if err := r.waitLayer(ready, events, l); err != nil {
+			return err
 		}
 		if len(fromCache) == 0 {
 			return nil
@@ -67,7 +70,7 @@ func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) ([]
 			}
 		}
 		return r.st.Synchronize()
-	}
+	}, nil
 	logits, next, err := r.m.Forward(tokens, p)
 	if err != nil {
 		return nil, 0, err
@@ -89,4 +92,27 @@ func (r *CPURunner) Forward(tokens []int32, p model.Plan, fromCache []int32) ([]
 		return nil, 0, err
 	}
 	return logits, next, nil
+}
+
+// waitLayer orders the runner's copies of layer l after its loads: on the
+// device (the stream waits on the events of layer l) or else on the host
+// (ready).
+func (r *CPURunner) waitLayer(ready func(int) error, events func(int, []cudastream.Event) ([]cudastream.Event, error), l int) error {
+	if events == nil {
+		if ready == nil {
+			return nil
+		}
+		return ready(l)
+	}
+	var err error
+	if r.events, err = events(l, r.events[:0]); err != nil {
+		return err
+	}
+	for i, ev := range r.events {
+		if err := r.st.WaitEvent(ev); err != nil {
+			return fmt.Errorf("engine: layer %d: wait on event %d: %w", l, i, err)
+		}
+	}
+	clear(r.events)
+	return nil
 }

@@ -11,8 +11,12 @@
 // out as package model describes (transfer.BlockFirstLayout), so kvtier's
 // copy engine moves blocks in and out of the same memory the model reads.
 // The model retains that primary context itself and works on the legacy
-// default stream: a caller that loads blocks on other streams MUST wait for
-// those copies (Transfer.Done) before Forward.
+// default stream: a caller that loads blocks on other streams MUST either
+// wait for those copies on the host (before Forward, or per layer through
+// model.Plan.Ready) or hand the pass their events (model.Plan.LayerEvents,
+// events of a cudastream device from Open): the stream then waits on them
+// before each layer (cuStreamWaitEvent, which takes an event of any
+// context) and the host enqueues the whole pass without blocking.
 //
 // Attention: the K and V of the sequence's positions are gathered from the
 // blocks into a contiguous scratch buffer once per layer (16-byte copies of

@@ -74,6 +74,7 @@ gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t err
 	P(moduleGetFunction, "cuModuleGetFunction");
 	P(funcSetAttribute, "cuFuncSetAttribute");
 	P(launchKernel, "cuLaunchKernel");
+	P(streamWaitEvent, "cuStreamWaitEvent");
 #undef P
 // FAIL names the failed driver call and its error, then undoes the open.
 #define FAIL(call)                                                                                                   \
@@ -200,6 +201,8 @@ gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, uns
 	}
 	return l->launchKernel(f, gx, gy, 1, bx, 1, 1, shared, NULL, params, NULL);
 }
+
+gmResult gmWaitEvent(gmLib *l, uintptr_t ev) { return l->streamWaitEvent(NULL, (void *)ev, 0); }
 
 int gmGemmRun(gmLib *l, const gmGemm *g) {
 	const int compute32F = 68, algoDefault = -1;

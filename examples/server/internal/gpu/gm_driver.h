@@ -52,6 +52,7 @@ typedef struct gmLib {
 	gmResult (*funcSetAttribute)(gmFunc, int, int);
 	gmResult (*launchKernel)(gmFunc, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 	                         void **, void **);
+	gmResult (*streamWaitEvent)(void *, void *, unsigned);
 
 	int (*cublasCreate)(void **);
 	int (*cublasDestroy)(void *);
@@ -93,6 +94,11 @@ gmResult gmSharedBytes(gmLib *l, gmFunc f, int bytes);
 // (4-byte arguments in the slot's low half), on the legacy default stream.
 gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, unsigned shared, const uint64_t *args,
                   int nargs);
+// gmWaitEvent makes later work on the legacy default stream (the model's)
+// wait until the work captured by ev (a CUevent, possibly recorded on a
+// stream of another component of the process) completes, without blocking
+// the host.
+gmResult gmWaitEvent(gmLib *l, uintptr_t ev);
 // gmGemmRun returns a cublasStatus_t.
 int gmGemmRun(gmLib *l, const gmGemm *g);
 

@@ -74,6 +74,7 @@ type Model struct {
 	tok, pos, slots             ptr
 
 	hostTok []int32
+	events  []cudastream.Event // Plan.LayerEvents scratch
 	logitsH []float32
 	nextH   int32
 }
@@ -317,6 +318,12 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 		}
 	}
 	if err := m.forward(p, n, nc); err != nil {
+		// The layers enqueued before the error still read and write the
+		// region: drain them, so that no slot the caller frees is written
+		// after Forward returns.
+		if rc := C.gmSync(m.lib); rc != 0 {
+			err = fmt.Errorf("%w (and %w)", err, m.errf("synchronize after the failed pass", rc))
+		}
 		return nil, 0, err
 	}
 	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&m.logitsH[0]), m.logits, C.size_t(c.Vocab*4)); rc != 0 {
@@ -351,10 +358,8 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	}
 	gatherThreads := uint32(min(128, c.KVHeads*d/8))
 	for l := range c.Layers {
-		if p.Ready != nil {
-			if err := p.Ready(l); err != nil {
-				return fmt.Errorf("gpu: forward: layer %d not ready: %w", l, err)
-			}
+		if err := m.waitLayer(p, l); err != nil {
+			return err
 		}
 		w := &m.layers[l]
 		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
@@ -398,6 +403,35 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 		return err
 	}
 	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
+}
+
+// waitLayer makes layer l wait for its KV: on the device when p has
+// LayerEvents (the legacy default stream, which every kernel and product
+// of the pass runs on, waits on each event), else on the host (p.Ready).
+func (m *Model) waitLayer(p model.Plan, l int) error {
+	if p.LayerEvents == nil {
+		if p.Ready != nil {
+			if err := p.Ready(l); err != nil {
+				return fmt.Errorf("gpu: forward: layer %d not ready: %w", l, err)
+			}
+		}
+		return nil
+	}
+	var err error
+	if m.events, err = p.LayerEvents(l, m.events[:0]); err != nil {
+		return fmt.Errorf("gpu: forward: layer %d's events: %w", l, err)
+	}
+	for i, ev := range m.events {
+		h, err := cudastream.EventHandle(ev)
+		if err != nil {
+			return fmt.Errorf("gpu: forward: layer %d's event %d: %w", l, i, err)
+		}
+		if rc := C.gmWaitEvent(m.lib, C.uintptr_t(h)); rc != 0 {
+			return m.errf(fmt.Sprintf("cuStreamWaitEvent (layer %d, event %d)", l, i), rc)
+		}
+	}
+	clear(m.events) // hold no event past the pass
+	return nil
 }
 
 // WarmUp runs one pass of each row bucket up to Options.MaxTokens

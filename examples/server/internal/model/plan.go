@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"kvtier.dev/cudastream"
+)
 
 // Plan says, for one sequence, where each block's KV lives and which
 // positions a forward pass computes.
@@ -21,6 +25,17 @@ type Plan struct {
 	// GPU backend calls it while the device still runs the layers before,
 	// so loads and compute overlap.
 	Ready func(layer int) error
+	// LayerEvents, if set, lets a backend wait for layer l's KV on the
+	// device instead of calling Ready: it appends to dst the events that
+	// complete once that layer's KV of the present positions is in its
+	// slots (kvtier's Lease.LayerEvents), and the backend's stream waits
+	// on them before the layer reads that KV (cuStreamWaitEvent), so the
+	// host enqueues every layer without blocking. Such a wait does not see
+	// the loads' errors: the caller MUST check them after the pass
+	// (kvtier's Manager.Wait) and, if one failed, use neither the pass's
+	// output nor the KV it wrote. A backend with no device stream (CPU)
+	// calls Ready, so a caller that sets this sets Ready too.
+	LayerEvents func(layer int, dst []cudastream.Event) ([]cudastream.Event, error)
 }
 
 // AppendBlockPositions appends to dst the positions of the blocks that
