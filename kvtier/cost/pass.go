@@ -23,14 +23,17 @@ type tierPass struct {
 	pipelined       bool    // the ingress copies what the source has read while it reads on
 }
 
-// layerLine is a layer's landing time that grows by u per layer: layer l
-// lands at a + (l+1)·u.
+// layerLine is when a group of loads' layers land: layer l at
+// a + (l+1)·u. A staged tier's onboards are summed up in one line through
+// the latest of their first and of their last layers: the pass's end
+// depends on those alone (passEnd), and between them it is no later than
+// theirs.
 type layerLine struct{ a, u float64 }
 
 // passLoads is when each layer of a pass's loads lands, relative to now:
-// the latest of its lines (at most two per tier).
+// the latest of its lines (at most one per tier).
 type passLoads struct {
-	lines      [2 * NumTiers]layerLine
+	lines      [NumTiers]layerLine
 	n          int
 	ingressEnd float64 // the ingress has copied every layer of them
 }
@@ -40,20 +43,19 @@ func (pl *passLoads) add(a, u float64) {
 	pl.n++
 }
 
-// onboardLayer is the ingress's time for layer l of k blocks of tier tp:
-// a copy call, a descriptor and the layer's bytes per block, and an event.
+// onboardLayer is the ingress's time for one layer of k blocks of tier
+// tp: a copy call, a descriptor and the layer's bytes per block, and an
+// event.
 func (tp *tierPass) onboardLayer(k int, perBlock float64, layers float64) float64 {
 	return tp.call + float64(k)*(tp.desc+perBlock/layers) + tp.event
 }
 
 // loads prices n[t] loads per tier in one pass, behind the ingress's
 // backlog link and the drive's drive (seconds), at charged or nominal
-// costs. The ingress copies the tiers in order (host, NVMe, remote); a
-// tier behind a source is read block by block, and its onboards start
-// once its first block is read and the ingress is free: its layer l lands
-// no sooner than the last block's read plus l+1 layers of one block's
-// onboard, nor than l+1 layers of an onboard of all of them after the
-// first read (the copy engine's staged onboards between those).
+// costs. The ingress copies the tiers in order (host, NVMe, remote), each
+// as one onboard but a tier behind a source, which is read block by block
+// into staging and copied as the copy engine's staged onboards copy it
+// (staged).
 func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool) passLoads {
 	var pl passLoads
 	L := c.layers
@@ -68,8 +70,8 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if charged {
 			in, src = tp.inCharged, tp.srcCharged
 		}
-		uk := tp.onboardLayer(k, in, L)
 		if src == 0 {
+			uk := tp.onboardLayer(k, in, L)
 			pl.add(free+tp.tail, uk)
 			free += L * uk
 			continue
@@ -78,21 +80,54 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if t == TierNVMe {
 			d0 += drive
 		}
-		first, all := d0+src, d0+float64(k)*src
 		if !tp.pipelined {
-			start := max(free, all)
+			uk := tp.onboardLayer(k, in, L)
+			start := max(free, d0+float64(k)*src)
 			pl.add(start+tp.tail, uk)
 			free = start + L*uk
 			continue
 		}
-		u1 := tp.onboardLayer(1, in, L)
-		start := max(free, first)
-		pl.add(all+tp.tail, u1)
-		pl.add(start+tp.tail, uk)
-		free = max(all+L*u1, start+L*uk)
+		var first, last float64
+		first, last, free = tp.staged(k, in, src, d0, free, L)
+		u := 0.0
+		if L > 1 {
+			u = (last - first) / (L - 1)
+		}
+		pl.add(first-u+tp.tail, u)
 	}
 	pl.ingressEnd = free
 	return pl
+}
+
+// staged prices k blocks read one after another from d0, src each, and
+// copied to the GPU as the copy engine's staged onboards copy them: the
+// first read goes alone, once the ingress is free; the blocks read while
+// an onboard copies go together in the next when it is done. It returns
+// the latest landing of a first layer and of a last layer among the
+// onboards, and when the ingress is free again. Once the ingress is idle
+// before each next read and one block's onboard is shorter than a read,
+// every block left goes alone as it is read: only the last counts.
+func (tp *tierPass) staged(k int, in, src, d0, free, L float64) (first, last, end float64) {
+	read := func(j int) float64 { return d0 + float64(j+1)*src }
+	one := L * tp.onboardLayer(1, in, L)
+	i, at := 0, read(0)
+	for i < k {
+		if read(i) >= free && one <= src {
+			s := read(k - 1)
+			u := tp.onboardLayer(1, in, L)
+			first, last = max(first, s+u), max(last, s+L*u)
+			return first, last, s + one
+		}
+		at = max(at, read(i))
+		m := min(k, int((at-d0)/src*(1+1e-12))) - i // the blocks read by then
+		m = max(1, m)
+		s := max(free, at)
+		u := tp.onboardLayer(m, in, L)
+		first, last = max(first, s+u), max(last, s+L*u)
+		free = s + L*u
+		at, i = free, i+m
+	}
+	return first, last, free
 }
 
 // landed is when layer l of every load has landed (0 with no loads).

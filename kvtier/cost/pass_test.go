@@ -11,10 +11,10 @@ import (
 // blocks of llama-3.1-8b (32 layers, 2 MiB blocks of 16 tokens), the
 // ingress 1 ms and the drive 2 ms busy. The host onboard's layers take
 // 3 us (the call) + 4 × (0.5 us + 2 MiB/32 at 50 GB/s) + 0.32 us each from
-// 1 ms; the drive reads the NVMe blocks (80 us, then 2 MiB at 5 GB/s each)
-// from 2 ms, and their layers land no sooner than the last read plus a
-// one-block onboard's layers, nor than a two-block onboard's after the
-// first read and the host onboard.
+// 1 ms; the drive reads the NVMe blocks (80 us, then 2 MiB at 5 GB/s each,
+// 419 us) from 2 ms, after the host onboard, and a one-block onboard
+// (164 us) is shorter than a read: each goes alone as it is read, and the
+// last one's layers land last.
 func TestPassLoadsByHand(t *testing.T) {
 	m, _ := LookupModel("llama-3.1-8b")
 	g, _ := LookupGPU("h200")
@@ -30,13 +30,9 @@ func TestPassLoadsByHand(t *testing.T) {
 	}
 	const block = 2 << 20
 	layer := func(k int) float64 { return 3e-6 + float64(k)*(0.5e-6+block/50e9/32) + 0.32e-6 }
-	hostEnd := 1e-3 + 32*layer(4)
-	read := block / 5e9
-	first, last := 2e-3+80e-6+read, 2e-3+80e-6+2*read
+	last := 2e-3 + 80e-6 + 2*block/5e9
 	want := func(l int) float64 {
-		host := 1e-3 + float64(l+1)*layer(4)
-		nvme := max(last+float64(l+1)*layer(1), max(hostEnd, first)+float64(l+1)*layer(2))
-		return max(host, nvme)
+		return max(1e-3+float64(l+1)*layer(4), last+float64(l+1)*layer(1))
 	}
 	pl := p.PassLoads([NumTiers]int{TierHost: 4, TierNVMe: 2}, Backlog{Link: time.Millisecond, Drive: 2 * time.Millisecond})
 	for _, l := range []int{0, 1, 15, 31} {
@@ -47,13 +43,46 @@ func TestPassLoadsByHand(t *testing.T) {
 	if got, w := pl.Landed().Seconds(), want(31); math.Abs(got-w) > 1e-9 {
 		t.Errorf("landed %.9f s, want %.9f", got, w)
 	}
-	ingress := max(last+32*layer(1), max(hostEnd, first)+32*layer(2))
+	ingress := last + 32*layer(1)
 	if got := pl.IngressEnd().Seconds(); math.Abs(got-ingress) > 1e-9 || pl.Layers() != 32 {
 		t.Errorf("ingress free at %.9f s, want %.9f; %d layers", got, ingress, pl.Layers())
 	}
 	none := p.PassLoads([NumTiers]int{}, Backlog{Link: time.Millisecond})
 	if none.Landed() != 0 || none.IngressEnd() != time.Millisecond {
 		t.Errorf("no loads: landed %v, ingress free at %v", none.Landed(), none.IngressEnd())
+	}
+}
+
+// TestStagedOnboardsByHand: a drive faster than the ingress (100 GB/s
+// against 50) reads 3 NVMe blocks of 2 MiB in 21 us each after its 80 us:
+// the first goes alone from 101 us, and the two read while it copies
+// (164 us) go together when it is done, so their layers land at its end
+// plus l+1 layers of a two-block onboard.
+func TestStagedOnboardsByHand(t *testing.T) {
+	m, _ := LookupModel("llama-3.1-8b")
+	g, _ := LookupGPU("h200")
+	in := Link{Name: "in", BandwidthBytesPerS: 50e9, Latency: 3 * time.Microsecond,
+		DescriptorCost: 500 * time.Nanosecond, EventCost: 320 * time.Nanosecond}
+	drive := Link{Name: "drive", BandwidthBytesPerS: 100e9, Latency: 80 * time.Microsecond}
+	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16}
+	cfg.Paths[TierHost] = DirectPath(in)
+	cfg.Paths[TierNVMe] = Path{Source: drive, Ingress: in, Pipelined: true}
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const block = 2 << 20
+	layer := func(k int) float64 { return 3e-6 + float64(k)*(0.5e-6+block/50e9/32) + 0.32e-6 }
+	firstRead := 80e-6 + block/100e9
+	second := firstRead + 32*layer(1) // the first onboard is done
+	pl := p.PassLoads([NumTiers]int{TierNVMe: 3}, Backlog{})
+	for _, l := range []int{0, 7, 31} {
+		if got, want := pl.LayerLanded(l).Seconds(), second+float64(l+1)*layer(2); math.Abs(got-want) > 1e-9 {
+			t.Errorf("layer %d landed at %.9f s, want %.9f", l, got, want)
+		}
+	}
+	if got, want := pl.IngressEnd().Seconds(), second+32*layer(2); math.Abs(got-want) > 1e-9 {
+		t.Errorf("ingress free at %.9f s, want %.9f", got, want)
 	}
 }
 
