@@ -6,6 +6,26 @@ import (
 	"time"
 )
 
+// passPlanner plans llama-3.1-8b on the H200 in 16-token blocks (2 MiB)
+// over a 50 GB/s ingress (3 us a call, the H200's issue costs) and an NVMe
+// drive of driveBytesPerS (80 us).
+func passPlanner(t *testing.T, driveBytesPerS float64) *Planner {
+	t.Helper()
+	m, _ := LookupModel("llama-3.1-8b")
+	g, _ := LookupGPU("h200")
+	in := Link{Name: "in", BandwidthBytesPerS: 50e9, Latency: 3 * time.Microsecond,
+		DescriptorCost: 500 * time.Nanosecond, EventCost: 320 * time.Nanosecond}
+	drive := Link{Name: "drive", BandwidthBytesPerS: driveBytesPerS, Latency: 80 * time.Microsecond}
+	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16}
+	cfg.Paths[TierHost] = DirectPath(in)
+	cfg.Paths[TierNVMe] = Path{Source: drive, Ingress: in, Pipelined: true}
+	p, err := NewPlanner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // TestPassLoadsByHand: the layers of a pass's loads land where the copy
 // engine's onboards put them, worked by hand for 4 host blocks and 2 NVMe
 // blocks of llama-3.1-8b (32 layers, 2 MiB blocks of 16 tokens), the
@@ -16,18 +36,7 @@ import (
 // (164 us) is shorter than a read: each goes alone as it is read, and the
 // last one's layers land last.
 func TestPassLoadsByHand(t *testing.T) {
-	m, _ := LookupModel("llama-3.1-8b")
-	g, _ := LookupGPU("h200")
-	in := Link{Name: "in", BandwidthBytesPerS: 50e9, Latency: 3 * time.Microsecond,
-		DescriptorCost: 500 * time.Nanosecond, EventCost: 320 * time.Nanosecond}
-	drive := Link{Name: "drive", BandwidthBytesPerS: 5e9, Latency: 80 * time.Microsecond}
-	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16}
-	cfg.Paths[TierHost] = DirectPath(in)
-	cfg.Paths[TierNVMe] = Path{Source: drive, Ingress: in, Pipelined: true}
-	p, err := NewPlanner(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := passPlanner(t, 5e9)
 	const block = 2 << 20
 	layer := func(k int) float64 { return 3e-6 + float64(k)*(0.5e-6+block/50e9/32) + 0.32e-6 }
 	last := 2e-3 + 80e-6 + 2*block/5e9
@@ -59,18 +68,7 @@ func TestPassLoadsByHand(t *testing.T) {
 // (164 us) go together when it is done, so their layers land at its end
 // plus l+1 layers of a two-block onboard.
 func TestStagedOnboardsByHand(t *testing.T) {
-	m, _ := LookupModel("llama-3.1-8b")
-	g, _ := LookupGPU("h200")
-	in := Link{Name: "in", BandwidthBytesPerS: 50e9, Latency: 3 * time.Microsecond,
-		DescriptorCost: 500 * time.Nanosecond, EventCost: 320 * time.Nanosecond}
-	drive := Link{Name: "drive", BandwidthBytesPerS: 100e9, Latency: 80 * time.Microsecond}
-	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16}
-	cfg.Paths[TierHost] = DirectPath(in)
-	cfg.Paths[TierNVMe] = Path{Source: drive, Ingress: in, Pipelined: true}
-	p, err := NewPlanner(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := passPlanner(t, 100e9)
 	const block = 2 << 20
 	layer := func(k int) float64 { return 3e-6 + float64(k)*(0.5e-6+block/50e9/32) + 0.32e-6 }
 	firstRead := 80e-6 + block/100e9
@@ -92,10 +90,7 @@ func TestStagedOnboardsByHand(t *testing.T) {
 // once layer l of the loads has landed.
 func TestPassOverlapsLoadsAndCompute(t *testing.T) {
 	p := longPlanner(t)
-	blocks := make([]BlockSource, 256)
-	for i := range blocks {
-		blocks[i].Tier = TierHost
-	}
+	blocks := tierBlocks(TierHost, 256)
 	actions := make([]Action, len(blocks))
 	for i := range actions {
 		actions[i] = ActionLoad
