@@ -38,7 +38,7 @@ func (c *plannerCosts) action(i int, b BlockSource, k cut) Action {
 // each tier it loads and what it recomputes, so each costs O(1) from
 // forwardPass's prefix sums; each scan is coarse to fine (minimize).
 func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, q *queue) cut {
-	tiers := p.forwardPass(blocks)
+	tiers := p.forwardPass(cs, blocks)
 	B := len(blocks)
 	best := p.singleCut(cs, B, q)
 	if tiers > 1 {
@@ -74,8 +74,7 @@ func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, q *queue) cut {
 // (tierRec, charged); per position, the loadable blocks of each tier
 // before it (cnt); the missing blocks' recompute and the tokens on the
 // GPU. It returns how many loadable tiers are present.
-func (p *Planner) forwardPass(blocks []BlockSource) (tiers int) {
-	cs := p.costs.Load()
+func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource) (tiers int) {
 	p.cnt[0] = tierCounts{}
 	p.gpuTokens, p.missing = 0, 0
 	p.tierN = [NumTiers]int{}
