@@ -326,7 +326,7 @@ func TestCalibrationConcurrent(t *testing.T) {
 }
 
 // wrongPriorSamples is how many prefills a server needs, starting from a
-// prior that believes its GPU twice as fast as it is, before its plans
+// prior that believes its GPU four times as fast as it is, before its plans
 // are those of a correct prior (TestWrongPriorConverges); measuredSamples
 // is the same on the H200's measured prefills
 // (TestWrongPriorConvergesOnMeasuredPrefills).
@@ -336,7 +336,7 @@ const (
 )
 
 // TestWrongPriorConverges: two calibrations fed the same prefills of the
-// true curve, one from a prior with the GPU twice as fast as the curve and
+// true curve, one from a prior with the GPU four times as fast as the curve and
 // one from the curve's own terms. Their planners disagree on a set of
 // prefixes at first (over 10% of the blocks), and plan them alike (at
 // most 1% of the blocks apart, every later sample included) after
@@ -351,7 +351,7 @@ func TestWrongPriorConverges(t *testing.T) {
 // the PyTorch runs of benchmarks/results/prefill-h200.json, in that order,
 // over and over, as a server sees the same shapes again): the correct
 // prior is the fit to all of them, the wrong one that fit with the GPU
-// twice as fast. Each sample is one request's prefill.
+// four times as fast. Each sample is one request's prefill.
 func TestWrongPriorConvergesOnMeasuredPrefills(t *testing.T) {
 	g, _ := LookupGPU("h200")
 	measured := loadSamples(t, "testdata/prefill-h200-pytorch.jsonl")
@@ -368,7 +368,7 @@ func TestWrongPriorConvergesOnMeasuredPrefills(t *testing.T) {
 
 // wrongPrior feeds the samples next(1), next(2), ... to two calibrations
 // of the H200, one whose prior is truth and one whose prior has the GPU
-// twice as fast, and checks that the planners (Llama-3.1-8B over pinned
+// four times as fast, and checks that the planners (Llama-3.1-8B over pinned
 // PCIe 4.0, prefixes of 4 to 512 blocks of 64 tokens in host memory or on
 // NVMe) plan at most 1% of the blocks differently from sample want on,
 // where before any sample they differed on over 10%.
@@ -392,7 +392,7 @@ func wrongPrior(t *testing.T, truth PrefillFit, width float64, want int, next fu
 		}
 		return c
 	}
-	wrong, right := prior(2), prior(1)
+	wrong, right := prior(4), prior(1)
 	planners := func(c *Calibration) *Planner {
 		return calibratedPlanner(t, Presets{Model: "llama-3.1-8b", GPU: "h200", HostLink: "pcie4-pinned", NVMe: "nvme-gen4", BlockTokens: 64}, c)
 	}

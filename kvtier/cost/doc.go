@@ -13,6 +13,10 @@
 //     seconds inside; rates carry their unit in their name (BytesPerS, FLOPS);
 //   - (*Planner).Plan, the block manager's hot path, plans a prefix of any
 //     length and allocates nothing once its scratch space holds it;
+//   - a plan is priced as a model server runs it: one forward pass whose
+//     layer l waits for layer l of every load, each tier's loads one
+//     onboard with the copy engine's per-layer issue costs (Link), and
+//     PassLoads gives a replay the same layer landings;
 //   - a tier that holds compressed blocks (Path.Codec) is priced by its
 //     encoded bytes, computed from the Model's shape, and the GPU's
 //     decode of them;

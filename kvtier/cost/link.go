@@ -14,6 +14,14 @@ type Link struct {
 	BandwidthBytesPerS float64
 	Latency            time.Duration
 	Source             string
+	// DescriptorCost and EventCost are the copy engine's issue costs on a
+	// GPU's ingress, which the Planner prices in a pass's loads: an
+	// onboard is one copy call per layer (Latency), with a descriptor per
+	// block (DescriptorCost) and an event (EventCost) per layer. Zero on a
+	// hop that is not an ingress (a drive, a NIC). Example: 500 ns and
+	// 320 ns, the H200's (cudastream.H200Link), make an onboard of 31
+	// blocks of a 32-layer model 0.51 ms dearer than its bytes alone.
+	DescriptorCost, EventCost time.Duration
 }
 
 // Validate rejects a non-positive or absurd figure, naming the field.
@@ -23,6 +31,12 @@ func (l *Link) Validate() error {
 	}
 	if l.Latency < 0 || l.Latency > maxLatencySeconds*time.Second {
 		return fieldErr("latency", l.Latency, "must be between 0 and %ds", maxLatencySeconds)
+	}
+	if l.DescriptorCost < 0 || l.DescriptorCost > maxLatencySeconds*time.Second {
+		return fieldErr("descriptor_cost", l.DescriptorCost, "must be between 0 and %ds", maxLatencySeconds)
+	}
+	if l.EventCost < 0 || l.EventCost > maxLatencySeconds*time.Second {
+		return fieldErr("event_cost", l.EventCost, "must be between 0 and %ds", maxLatencySeconds)
 	}
 	return nil
 }
@@ -51,6 +65,16 @@ const gb = 1e9
 // the project's H200 (h2d_pageable_bytes_per_s, rounded).
 const pageableH2D = 6.8 * gb
 
+// descriptorCost and eventCost are the copy engine's issue costs measured
+// on the project's H200 (design.md: 0.5 us per batch descriptor, 0.32 us
+// per cuEventRecord + cuEventQuery; cudastream.H200Link), which every GPU
+// ingress preset and probed link takes: they are the driver's and the
+// engine's, not the wire's.
+const (
+	descriptorCost = 500 * time.Nanosecond
+	eventCost      = 320 * time.Nanosecond
+)
+
 // The link presets. Bandwidths are achievable rates, not line rates. Three
 // the seed chapter tabulates (pinned-memory-dma-numa: PCIe 4.0 pinned 25
 // GB/s, NVLink-C2C 450, 400 Gb/s RDMA 45) are taken as it gives them. The
@@ -65,21 +89,21 @@ const pageableH2D = 6.8 * gb
 // (it overlaps the copy before it, docs/cost.md), and the staging setup on
 // pageable memory.
 var linkPresets = map[string]Link{
-	"pcie4-pinned": {Name: "pcie4-pinned", BandwidthBytesPerS: 25 * gb, Latency: 3 * time.Microsecond,
+	"pcie4-pinned": {Name: "pcie4-pinned", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: 25 * gb, Latency: 3 * time.Microsecond,
 		Source: "seed chapter: PCIe 4.0 x16 from pinned memory, 25 GB/s achievable"},
-	"pcie4-pageable": {Name: "pcie4-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+	"pcie4-pageable": {Name: "pcie4-pageable", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
 		Source: "bounded by the CPU staging copy, not the link: kvtier probe on the project's H200, 6.8 GB/s host to device from pageable memory (the seed chapter's 12 GB/s is above it)"},
-	"pcie5-pinned": {Name: "pcie5-pinned", BandwidthBytesPerS: 55.3 * gb, Latency: 2100 * time.Nanosecond,
+	"pcie5-pinned": {Name: "pcie5-pinned", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: 55.3 * gb, Latency: 2100 * time.Nanosecond,
 		Source: "kvtier probe on the project's H200 (PCIe 5.0 x16): 55.3 GB/s host to device from pinned memory (51.5 GiB/s), 2.1 us to issue a small copy"},
-	"pcie5-pageable": {Name: "pcie5-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+	"pcie5-pageable": {Name: "pcie5-pageable", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
 		Source: "kvtier probe on the project's H200 (PCIe 5.0 x16): 6.8 GB/s host to device from pageable memory (14.3 device to host)"},
-	"pcie6-pinned": {Name: "pcie6-pinned", BandwidthBytesPerS: 100 * gb, Latency: 3 * time.Microsecond,
+	"pcie6-pinned": {Name: "pcie6-pinned", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: 100 * gb, Latency: 3 * time.Microsecond,
 		Source: "PCIe 6.0 doubles 5.0's 64 GT/s line rate (128 GB/s per direction raw); 100 GB/s achievable is 5.0's ratio, unmeasured"},
-	"pcie6-pageable": {Name: "pcie6-pageable", BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
+	"pcie6-pageable": {Name: "pcie6-pageable", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: pageableH2D, Latency: 10 * time.Microsecond,
 		Source: "bounded by the CPU staging copy, not the link: the H200's measured pageable figure, as pcie5-pageable"},
-	"nvlink-c2c-gh200": {Name: "nvlink-c2c-gh200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
+	"nvlink-c2c-gh200": {Name: "nvlink-c2c-gh200", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
 		Source: "seed chapter: NVLink-C2C Grace to Hopper 450 GB/s (900 GB/s both directions, datasheet)"},
-	"nvlink-c2c-gb200": {Name: "nvlink-c2c-gb200", BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
+	"nvlink-c2c-gb200": {Name: "nvlink-c2c-gb200", DescriptorCost: descriptorCost, EventCost: eventCost, BandwidthBytesPerS: 450 * gb, Latency: 2 * time.Microsecond,
 		Source: "GB200 datasheet: NVLink-C2C 900 GB/s bidirectional (450 each way) from Grace, shared by the superchip's two B200s; this preset gives one GPU all of it"},
 	"nvme-gen4": {Name: "nvme-gen4", BandwidthBytesPerS: 6.5 * gb, Latency: 80 * time.Microsecond,
 		Source: "one PCIe 4.0 x4 NVMe drive: 7 GB/s sequential read on datasheets, 6.5 achievable with O_DIRECT; ~80 us read latency"},

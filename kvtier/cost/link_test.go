@@ -3,6 +3,7 @@ package cost
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,11 +115,30 @@ func TestLinkValidate(t *testing.T) {
 		{BandwidthBytesPerS: 1e15},
 		{BandwidthBytesPerS: 1e9, Latency: -1},
 		{BandwidthBytesPerS: 1e9, Latency: time.Hour},
+		{BandwidthBytesPerS: 1e9, DescriptorCost: -1},
+		{BandwidthBytesPerS: 1e9, EventCost: time.Hour},
 	} {
 		var fe *FieldError
 		if err := l.Validate(); !errors.As(err, &fe) {
 			t.Errorf("%+v: %v", l, err)
 		}
+	}
+	// The issue costs are named, and a planner refuses a path with one.
+	bad := Link{Name: "x", BandwidthBytesPerS: 1e9, DescriptorCost: -time.Microsecond}
+	var fe *FieldError
+	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "descriptor_cost" {
+		t.Errorf("negative descriptor cost: %v", err)
+	}
+	bad = Link{Name: "x", BandwidthBytesPerS: 1e9, EventCost: -time.Microsecond}
+	if err := bad.Validate(); !errors.As(err, &fe) || fe.Field != "event_cost" {
+		t.Errorf("negative event cost: %v", err)
+	}
+	m, _ := LookupModel("llama-3.1-8b")
+	h200, _ := LookupGPU("h200")
+	cfg := PlannerConfig{Model: m, GPU: h200, TP: 1, BlockTokens: 16}
+	cfg.Paths[TierHost] = DirectPath(bad)
+	if _, err := NewPlanner(cfg); err == nil || !strings.Contains(err.Error(), "event_cost") {
+		t.Errorf("a planner over a link with a negative event cost: %v", err)
 	}
 	for _, name := range LinkNames() {
 		l, _ := LookupLink(name)
@@ -133,7 +153,6 @@ func TestLinkValidate(t *testing.T) {
 		}
 	}
 	g := GPU{PeakFLOPS: 1e15, Efficiency: 1.5}
-	var fe *FieldError
 	if err := g.Validate(); !errors.As(err, &fe) || fe.Field != "efficiency" {
 		t.Errorf("efficiency 1.5: %v", err)
 	}

@@ -94,27 +94,26 @@ type PlannerConfig struct {
 }
 
 // Planner chooses, for each block of a prefix, whether to load or
-// recompute it so that the prefix is on the GPU soonest: optimal under its
-// model (docs/cost.md) when the loadable blocks share one load cost, never
-// worse than the best single cut (recompute a head, load the rest)
-// otherwise. It is NOT safe for concurrent use, but BlockRecomputeCost is
-// safe beside Plan.
+// recompute it so that the prefix's forward pass ends soonest: the pass
+// computes the recomputed positions layer by layer, each layer once that
+// layer of every load has landed (pass.go, docs/cost.md). It recomputes a
+// head of each tier's blocks and loads the rest: the best single cut, then
+// a coordinate descent over each tier's cut when several tiers are
+// present. It is NOT safe for concurrent use, but BlockRecomputeCost
+// is safe beside Plan.
 type Planner struct {
 	cfg PlannerConfig
 	// costs are the nominal and charged costs of the current fit; Plan
 	// swaps in new ones when the Calibration publishes a new Fit.
 	costs atomic.Pointer[plannerCosts]
 	fit   *Fit // the fit costs came from; nil for the presets
-	// Scratch, at least len(blocks)+1 each.
-	loadPre []float64 // S before block i
-	recPre  []float64 // recompute of all non-GPU blocks before i
-	missSuf []float64 // recompute of missing blocks from i on
-	pathSuf []float64 // max over loaded j >= i of the longest path starting at j
-	fSuf    []float64 // max over x >= i of S[x] + R_missing[x,B)
-	hand    []float64 // fSuf[i+1] - S[i] (0 at B): a load line through i continues to this
-	blkS    []float64 // s of block i's tier, 0 when it is not loadable
-	blkLat  []float64 // latency of block i's tier
-	blkC    []float64 // c_i of this plan (charged), a short block's by its tokens
+	// Scratch, at least len(blocks)+1 each (search.go, forwardPass).
+	cnt       []tierCounts        // loadable blocks per tier before position i
+	tierPos   [NumTiers][]int32   // per tier, the position of its j-th block
+	tierRec   [NumTiers][]float64 // per tier, the recompute of its first j blocks (charged)
+	tierN     [NumTiers]int       // per tier, its blocks
+	missing   float64             // the missing blocks' recompute (charged)
+	gpuTokens int                 // tokens of the blocks on the GPU
 }
 
 // plannerCosts are a Planner's costs under one fit. Immutable once built.
@@ -130,6 +129,10 @@ type plannerCosts struct {
 	// copy: every load from the tier ends that much later (0: no codec).
 	tailS      [NumTiers]float64
 	configured [NumTiers]bool
+	// pass is how each tier's loads cross into the GPU in a pass, layers
+	// the model's layer count (pass.go).
+	pass   [NumTiers]tierPass
+	layers float64
 	// Charged costs (docs/cost.md): recompute × chargeC, loads chargedS.
 	chargeC   float64
 	chargedS  [NumTiers]float64
@@ -142,19 +145,6 @@ type Backlog struct {
 	Link  time.Duration // with copies: Planner.LinkBusy of their bytes
 	GPU   time.Duration // with prefill
 	Drive time.Duration // the NVMe drive, with reads and writes: an NVMe load's read starts after it
-}
-
-// queuedLatency is each tier's first-load latency behind q: a load starts
-// no sooner than the ingress is free, and an NVMe load's read only once
-// the drive's queue ahead of it is done.
-func (c *plannerCosts) queuedLatency(q Backlog) [NumTiers]float64 {
-	var lat [NumTiers]float64
-	link := q.Link.Seconds()
-	for t := range NumTiers {
-		lat[t] = max(c.latS[t], link) + c.tailS[t]
-	}
-	lat[TierNVMe] = max(c.latS[TierNVMe]+q.Drive.Seconds(), link) + c.tailS[TierNVMe]
-	return lat
 }
 
 // NewPlanner validates the configuration and prices blocks and loads.
@@ -214,7 +204,7 @@ func NewPlanner(cfg PlannerConfig) (*Planner, error) {
 // setCosts prices blocks and loads under fit (nil: the presets).
 func (p *Planner) setCosts(fit *Fit) {
 	cfg := &p.cfg
-	c := &plannerCosts{prefill: fit.PrefillCost(&cfg.Model, &cfg.GPU, cfg.TP), chargeC: 1}
+	c := &plannerCosts{prefill: fit.PrefillCost(&cfg.Model, &cfg.GPU, cfg.TP), chargeC: 1, layers: float64(cfg.Model.Layers)}
 	bt := float64(cfg.BlockTokens)
 	c.blockS0 = c.prefill.MarginalSeconds(cfg.BlockTokens, 0)
 	c.blockS1 = bt * bt * c.prefill.PrefixSecondsPerPair
@@ -236,14 +226,22 @@ func (p *Planner) setCosts(fit *Fit) {
 		}
 		c.loadS[t] = bytes * path.secondsPerByte()
 		c.chargedS[t] = c.loadS[t] * (1 + w)
+		wire := bytes
+		if codec := &path.Codec; codec.Enabled() {
+			wire = float64(codec.EncodedBlockBytes(&cfg.Model, cfg.BlockTokens, cfg.TP))
+		}
+		c.pass[t] = passCosts(&path, wire, w)
 		if codec := &path.Codec; codec.Enabled() {
 			// Per block, the slower of the encoded copy and the decode
 			// (Codec); the fit's width widens the copy only.
-			wire := float64(codec.EncodedBlockBytes(&cfg.Model, cfg.BlockTokens, cfg.TP)) * path.secondsPerByte()
+			wireS := wire * path.secondsPerByte()
 			decode := bytes / codec.DecodeBytesPerS
-			c.loadS[t] = max(wire, decode)
-			c.chargedS[t] = max(wire*(1+w), decode)
+			c.loadS[t] = max(wireS, decode)
+			c.chargedS[t] = max(wireS*(1+w), decode)
 			c.tailS[t] = decode * float64(codec.ChunkBlocks)
+			tp := &c.pass[t]
+			tp.in, tp.inCharged = max(tp.in, decode), max(tp.inCharged, decode)
+			tp.tail = c.tailS[t]
 		}
 		c.latS[t] = path.latencySeconds()
 		c.configured[t] = true
@@ -253,6 +251,21 @@ func (p *Planner) setCosts(fit *Fit) {
 	}
 	p.fit = fit
 	p.costs.Store(c)
+}
+
+// passCosts is how path's loads of wire bytes a block cross into the GPU in
+// a pass; w widens the charged copies.
+func passCosts(path *Path, wire, w float64) tierPass {
+	in := &path.Ingress
+	tp := tierPass{
+		in: wire / in.BandwidthBytesPerS, call: in.Latency.Seconds(),
+		desc: in.DescriptorCost.Seconds(), event: in.EventCost.Seconds(), pipelined: path.Pipelined,
+	}
+	if path.HasSource() {
+		tp.src, tp.srcLat = wire/path.Source.BandwidthBytesPerS, path.Source.Latency.Seconds()
+	}
+	tp.inCharged, tp.srcCharged = tp.in*(1+w), tp.src*(1+w)
+	return tp
 }
 
 // refresh takes the Calibration's newest fit, if it changed.
@@ -268,19 +281,15 @@ func (p *Planner) refresh() *plannerCosts {
 // grow makes the scratch space hold a prefix of n blocks.
 func (p *Planner) grow(blocks int) {
 	n := blocks + 1
-	if len(p.loadPre) >= n {
+	if len(p.cnt) >= n {
 		return
 	}
-	n = max(n, 2*len(p.loadPre))
-	p.loadPre = make([]float64, n)
-	p.recPre = make([]float64, n)
-	p.missSuf = make([]float64, n)
-	p.pathSuf = make([]float64, n)
-	p.fSuf = make([]float64, n)
-	p.hand = make([]float64, n)
-	p.blkS = make([]float64, n)
-	p.blkLat = make([]float64, n)
-	p.blkC = make([]float64, n)
+	n = max(n, 2*len(p.cnt))
+	p.cnt = make([]tierCounts, n)
+	for t := range p.tierPos {
+		p.tierPos[t] = make([]int32, n)
+		p.tierRec[t] = make([]float64, n)
+	}
 }
 
 // Config returns the configuration the Planner was built with.
@@ -356,11 +365,11 @@ func (p *Planner) PlanQueued(blocks []BlockSource, out []Action, q Backlog) (Pla
 	if err != nil {
 		return PlanResult{}, err
 	}
-	latQ, gpuQ := cs.queuedLatency(q), q.GPU.Seconds()
-	best := p.search(cs, blocks, &latQ, gpuQ)
-	res := p.result(cs, blocks, out, best, &latQ, gpuQ)
+	qs := queue{link: q.Link.Seconds(), drive: q.Drive.Seconds(), gpu: q.GPU.Seconds()}
+	best := p.search(cs, blocks, &qs)
+	res := p.result(cs, blocks, out, best, &qs)
 	if invariants.Enabled {
-		p.checkClosedForm(cs, blocks, best, &latQ, gpuQ)
+		p.checkCut(cs, blocks, best, &qs)
 	}
 	return res, nil
 }
@@ -391,10 +400,10 @@ func (p *Planner) prepare(blocks []BlockSource, out []Action, q Backlog) (*plann
 // is uncertain); each plan's time is reported as it runs: nominal costs,
 // every pair at the rate of its kind, and the pass's read of the tokens
 // present (exactTimes).
-func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, best cut, latQ *[NumTiers]float64, gpuQ float64) PlanResult {
+func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, best cut, q *queue) PlanResult {
 	res := PlanResult{}
 	if len(blocks) > 0 {
-		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, best, latQ, gpuQ)
+		res.Time, res.LoadAllTime, res.RecomputeAllTime = p.exactTimes(cs, blocks, best, q)
 	}
 	for i, b := range blocks {
 		a := cs.action(i, b, best)
@@ -409,12 +418,14 @@ func (p *Planner) result(cs *plannerCosts, blocks []BlockSource, out []Action, b
 	return res
 }
 
-// checkClosedForm fails when the search's time for best disagrees with a
-// simulation of its plan. The closed form counts the GPU's backlog as a
-// path even when nothing is recomputed; finish waits for it either way.
-func (p *Planner) checkClosedForm(cs *plannerCosts, blocks []BlockSource, best cut, latQ *[NumTiers]float64, gpuQ float64) {
-	got := max(p.simulateCut(cs, blocks, best, latQ, gpuQ, true), gpuQ)
-	if planT := max(best.t, gpuQ); math.Abs(got-planT) > 1e-9*math.Max(1, planT) {
-		invariants.Failf("planner's closed form %g s disagrees with simulation %g s", planT, got)
+// checkCut fails when the search's time for best, from its prefix sums,
+// disagrees with its plan priced block by block.
+func (p *Planner) checkCut(cs *plannerCosts, blocks []BlockSource, best cut, q *queue) {
+	if len(blocks) == 0 {
+		return
+	}
+	got := p.chargedTime(cs, blocks, best, q)
+	if math.Abs(got-best.t) > 1e-9*math.Max(1, best.t) {
+		invariants.Failf("planner's search priced its cut %g s, its plan block by block %g s", best.t, got)
 	}
 }

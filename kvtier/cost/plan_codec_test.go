@@ -55,37 +55,36 @@ func TestPlanCodecBlockLoadCost(t *testing.T) {
 // TestPlanCodecSlowDrive: over a 3.5 GB/s drive (a PCIe 3.0 x4 NVMe's
 // sequential read), recomputing a 16-token block of llama-3.1-8b on the
 // H200 beats loading it raw, but loading it compressed beats recomputing.
-// Over a 1.2 GB/s drive neither load beats a block's recompute, but a
-// 64-block prefix loads more of its blocks beside the recompute, and
-// sooner, when they are compressed.
+// In a pass the drive reads every block it loads before the first layer
+// lands, so a 64-block prefix on it is recomputed whole raw, and loaded
+// whole, sooner, compressed. Over a 1.2 GB/s drive neither load pays.
 func TestPlanCodecSlowDrive(t *testing.T) {
 	raw, enc := codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 3.5e9, Latency: 80 * time.Microsecond})
 	rec := raw.BlockRecomputeCost(0)
 	if lr, le := raw.BlockLoadCost(TierNVMe), enc.BlockLoadCost(TierNVMe); !(le < rec && rec < lr) {
 		t.Fatalf("3.5 GB/s: load raw %v, compressed %v, recompute %v: want compressed < recompute < raw", lr, le, rec)
 	}
-	one := tierBlocks(TierNVMe, 1)
-	if _, a := checkPlan(t, raw, one); a[0] != ActionRecompute {
-		t.Errorf("3.5 GB/s raw: one block %v, want recompute", a[0])
-	}
-	if _, a := checkPlan(t, enc, one); a[0] != ActionLoad {
-		t.Errorf("3.5 GB/s compressed: one block %v, want load", a[0])
-	}
-
-	raw, enc = codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 1.2e9, Latency: 80 * time.Microsecond})
 	blocks := tierBlocks(TierNVMe, 64)
 	rr, _ := checkPlan(t, raw, blocks)
 	re, _ := checkPlan(t, enc, blocks)
-	t.Logf("1.2 GB/s, 64 blocks: raw %v (%d loaded), compressed %v (%d loaded), recompute all %v",
+	t.Logf("3.5 GB/s, 64 blocks: raw %v (%d loaded), compressed %v (%d loaded), recompute all %v",
 		rr.Time, rr.LoadBlocks, re.Time, re.LoadBlocks, rr.RecomputeAllTime)
-	if re.LoadBlocks <= rr.LoadBlocks || re.Time >= rr.Time || rr.Time >= rr.RecomputeAllTime {
-		t.Errorf("1.2 GB/s, 64 blocks: raw %+v, compressed %+v", rr, re)
+	if rr.LoadBlocks != 0 || re.LoadBlocks != 64 || re.Time >= rr.Time {
+		t.Errorf("3.5 GB/s, 64 blocks: raw %+v, compressed %+v", rr, re)
+	}
+
+	raw, enc = codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 1.2e9, Latency: 80 * time.Microsecond})
+	rr, _ = checkPlan(t, raw, blocks)
+	re, _ = checkPlan(t, enc, blocks)
+	if rr.LoadBlocks != 0 || re.LoadBlocks != 0 {
+		t.Errorf("1.2 GB/s, 64 blocks: raw %+v, compressed %+v, want both recomputed", rr, re)
 	}
 }
 
 // TestPlanCodecFastLink: over NVLink-C2C (450 GB/s) a block of
 // llama-3.1-8b loads in about a hundredth of its recompute either way, so
-// a 64-block prefix loads every block, compressed or not, and what the
+// a 64-block prefix loads nearly every block, compressed or not (the pass
+// recomputes a few head blocks while the first layers land), and what the
 // codec saves is under 1% of what recomputing the prefix would cost.
 func TestPlanCodecFastLink(t *testing.T) {
 	c2c, err := LookupLink("nvlink-c2c-gh200")
@@ -101,8 +100,8 @@ func TestPlanCodecFastLink(t *testing.T) {
 			t.Fatal(err)
 		}
 		plans[i], _ = checkPlan(t, p, tierBlocks(TierHost, 64))
-		if plans[i].LoadBlocks != 64 {
-			t.Errorf("codec %q: %+v, want all 64 loaded", codec.Name, plans[i])
+		if plans[i].LoadBlocks < 60 {
+			t.Errorf("codec %q: %+v, want at least 60 of 64 loaded", codec.Name, plans[i])
 		}
 	}
 	t.Logf("raw %v, compressed %v, recompute all %v", plans[0].Time, plans[1].Time, plans[0].RecomputeAllTime)

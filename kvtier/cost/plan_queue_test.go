@@ -93,25 +93,40 @@ func BenchmarkPlanAnyLength(b *testing.B) {
 	}
 }
 
-// queuedTime runs a plan through the recurrences behind the queues,
-// written out here independently of the planner: the j-th load ends at
-// max(D, lat, link) + s, a recompute at max(E, D, gpu) + c, the plan at
-// max(gpu + floor, pass + max(end, gpu)).
+// queuedTime runs a host-only plan's pass layer by layer behind the
+// queues, written out here independently of the planner: layer l of the n
+// loads lands at link + (l+1)·(call + n·(descriptor + s/L) + event), and
+// layer l computes for work/L once layer l-1 is done and layer l has
+// landed, the first no sooner than gpu; work is the recompute plus the
+// pass's cost, no less than the floor.
 func queuedTime(p *Planner, blocks []BlockSource, out []Action, q Backlog) time.Duration {
 	c := p.costs.Load()
-	link, gpu := q.Link.Seconds(), q.GPU.Seconds()
-	d, e, end := 0.0, gpu, 0.0
+	bt, L := p.cfg.BlockTokens, p.cfg.Model.Layers
+	in := p.cfg.Paths[TierHost].Ingress
+	n, comp := 0, 0.0
 	for i, b := range blocks {
 		switch out[i] {
 		case ActionLoad:
-			d = max(d, c.latS[b.Tier], link) + c.loadS[b.Tier]
-			end = max(end, d)
+			if b.Tier != TierHost {
+				panic("queuedTime prices host loads only")
+			}
+			n++
 		case ActionRecompute:
-			e = max(e, d) + c.prefill.MarginalSeconds(p.cfg.BlockTokens, i*p.cfg.BlockTokens)
-			end = max(end, e)
+			comp += c.prefill.MarginalSeconds(bt, i*bt)
 		}
 	}
-	return seconds(max(gpu+c.prefill.FloorSeconds, c.prefill.PassSeconds+max(end, gpu)))
+	work := max(c.prefill.FloorSeconds, c.prefill.PassSeconds+comp)
+	s := float64(p.cfg.Model.KVBytesPerTokenPerRank(p.cfg.TP)*int64(bt)) / in.BandwidthBytesPerS
+	u := in.Latency.Seconds() + float64(n)*(in.DescriptorCost.Seconds()+s/float64(L)) + in.EventCost.Seconds()
+	end := q.GPU.Seconds()
+	for l := range L {
+		ready := 0.0
+		if n > 0 {
+			ready = q.Link.Seconds() + float64(l+1)*u
+		}
+		end = max(end, ready) + work/float64(L)
+	}
+	return seconds(end)
 }
 
 func countActions(out []Action) (load, recompute int) {

@@ -88,12 +88,14 @@ func ParseProbe(r io.Reader) (Probe, error) {
 	}
 	latency := seconds(m.SmallCopyIssueSeconds)
 	p.Pinned = Link{Name: name + "-pinned", BandwidthBytesPerS: m.H2DPinnedBytesPerS, Latency: latency,
+		DescriptorCost: descriptorCost, EventCost: eventCost,
 		Source: "measured by kvtier probe: host to device from pinned memory"}
 	if err := p.Pinned.Validate(); err != nil {
 		return Probe{}, fmt.Errorf("probe: measured.h2d_pinned_bytes_per_s: %w", err)
 	}
 	if m.H2DPageableBytesPerS != 0 {
 		p.Pageable = Link{Name: name + "-pageable", BandwidthBytesPerS: m.H2DPageableBytesPerS, Latency: latency,
+			DescriptorCost: descriptorCost, EventCost: eventCost,
 			Source: "measured by kvtier probe: host to device from pageable memory"}
 		if err := p.Pageable.Validate(); err != nil {
 			return Probe{}, fmt.Errorf("probe: measured.h2d_pageable_bytes_per_s: %w", err)

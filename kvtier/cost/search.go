@@ -2,320 +2,221 @@ package cost
 
 import "math"
 
-// cut is a plan in the search's terms: recompute every non-GPU block
-// before q1; in [q1, q2) load the fast blocks (charged per-block load
-// cost at most thr) and recompute the slow ones; from q2 on load
-// everything. Missing blocks are always recomputed. A single cut has
-// q1 == q2. t is its time under the closed form, at charged costs, with
-// no pass cost and no floor.
+// cut is a plan in the search's terms: recompute the first j[t] blocks of
+// each loadable tier t, load the others; missing blocks are always
+// recomputed. Among blocks of one tier, loads cost the same and a later
+// block's recompute costs more (it attends to more context), so the best
+// plan recomputes a head of each tier. t is its pass's time (pass.go) at
+// charged costs, behind the queues; q[t] is the position of tier t's
+// first loaded block (B when none), set by search.
 type cut struct {
-	q1, q2 int
-	thr, t float64
+	j, q [NumTiers]int
+	t    float64
 }
+
+// queue is a Backlog in seconds.
+type queue struct{ link, drive, gpu float64 }
+
+// tierCounts counts blocks per tier.
+type tierCounts [NumTiers]int32
 
 // action is block i's action in the cut k.
 func (c *plannerCosts) action(i int, b BlockSource, k cut) Action {
 	switch {
 	case b.Tier == TierGPU:
 		return ActionNone
-	case b.Tier == TierMissing || i < k.q1 || (i < k.q2 && c.chargedS[b.Tier] > k.thr):
+	case b.Tier == TierMissing || i < k.q[b.Tier]:
 		return ActionRecompute
 	}
 	return ActionLoad
 }
 
-// search finds the best cut for blocks behind the queues, in passes over
-// the scratch space: forward, backward, the single cut, and the nested
-// cuts when the blocks present load at different costs.
-func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, latQ *[NumTiers]float64, gpuQ float64) cut {
-	fastS := p.forwardPass(cs, blocks, latQ)
-	slow := p.backwardPass(cs, blocks, latQ, fastS)
-	best := p.singleCut(len(blocks), fastS, gpuQ)
-	if slow {
-		best = p.nestedCut(cs, blocks, best, gpuQ)
+// search finds the best cut for blocks behind the queues: the best single
+// cut (every tier cut at one position), then, with several tiers present,
+// a coordinate descent over each tier's cut, from it and from each tier
+// loaded or recomputed whole. A cut's time depends on how many blocks of
+// each tier it loads and what it recomputes, so each costs O(1) from
+// forwardPass's prefix sums; each scan is coarse to fine (minimize).
+func (p *Planner) search(cs *plannerCosts, blocks []BlockSource, q *queue) cut {
+	tiers := p.forwardPass(cs, blocks)
+	B := len(blocks)
+	best := p.singleCut(cs, B, q)
+	if tiers > 1 {
+		// A move of one tier's cut alone cannot trade one tier's loads
+		// for another's: start from the tiers' extremes too.
+		from := best
+		best = p.descend(cs, from, q)
+		for t := TierHost; t <= TierRemote; t++ {
+			if p.tierN[t] == 0 {
+				continue
+			}
+			for _, j := range [2]int{0, p.tierN[t]} {
+				k := from
+				k.j[t] = j
+				k.t = p.cutTime(cs, &k.j, q)
+				if d := p.descend(cs, k, q); d.t < best.t {
+					best = d
+				}
+			}
+		}
+	}
+	for t := TierHost; t <= TierRemote; t++ {
+		best.q[t] = B
+		if best.j[t] < p.tierN[t] {
+			best.q[t] = int(p.tierPos[t][best.j[t]])
+		}
 	}
 	return best
 }
 
-// forwardPass (pass 1) fills the per-block costs and the prefix sums of
-// load time (S) and of the recompute time of every non-GPU block. Costs
-// are the charged ones (equal to nominal when the fit is exact). It
-// returns each tier's load latency behind the queued copies and the
-// cheapest per-block load present.
-func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource, latQ *[NumTiers]float64) (fastS float64) {
-	p.loadPre[0], p.recPre[0] = 0, 0
-	fastS = math.Inf(1)
+// forwardPass fills the prefix sums the cuts are priced by: per loadable
+// tier, its blocks' positions (tierPos) and the recompute of its first j
+// (tierRec, charged); per position, the loadable blocks of each tier
+// before it (cnt); the missing blocks' recompute and the tokens on the
+// GPU. It returns how many loadable tiers are present.
+func (p *Planner) forwardPass(cs *plannerCosts, blocks []BlockSource) (tiers int) {
+	p.cnt[0] = tierCounts{}
+	p.gpuTokens, p.missing = 0, 0
+	p.tierN = [NumTiers]int{}
+	for t := TierHost; t <= TierRemote; t++ {
+		p.tierRec[t][0] = 0
+	}
 	for i, b := range blocks {
 		t := b.Tier
-		s := cs.chargedS[t]
-		p.blkS[i], p.blkLat[i] = s, latQ[t]
-		p.loadPre[i+1] = p.loadPre[i] + s
 		c := cs.blockCost(i, b.Tokens, p.cfg.BlockTokens) * cs.chargeC
-		p.blkC[i] = c
-		if t == TierGPU {
-			c = 0
-		} else if t.loadable() && s < fastS {
-			fastS = s
-		}
-		p.recPre[i+1] = p.recPre[i] + c
-	}
-	return fastS
-}
-
-// backwardPass (pass 2) fills the suffix arrays. F(x) = S[x] +
-// R_missing[x,B) is the value of a path that leaves the load line at x;
-// fSuf[x] is its maximum over x' >= x. A path starting at loaded block j
-// is lat_j - S[j] + fSuf[j+1]; pathSuf[i] is the longest such path over
-// loadable j >= i. It reports whether a block's load is dearer than the
-// cheapest present (fastS).
-func (p *Planner) backwardPass(cs *plannerCosts, blocks []BlockSource, latQ *[NumTiers]float64, fastS float64) (slow bool) {
-	B := len(blocks)
-	negInf := math.Inf(-1)
-	p.missSuf[B] = 0
-	p.pathSuf[B] = negInf
-	p.fSuf[B] = p.loadPre[B] // F(B): every load done
-	p.hand[B] = 0
-	for i := B - 1; i >= 0; i-- {
-		t := blocks[i].Tier
-		m := p.missSuf[i+1]
-		if t == TierMissing {
-			m += p.blkC[i]
-		}
-		p.missSuf[i] = m
-		best := p.pathSuf[i+1]
-		if t.loadable() {
-			if v := latQ[t] - p.loadPre[i] + p.fSuf[i+1]; v > best {
-				best = v
-			}
-			slow = slow || cs.chargedS[t] > fastS
-		}
-		p.pathSuf[i] = best
-		p.hand[i] = p.fSuf[i+1] - p.loadPre[i]
-		f := p.loadPre[i] + m
-		if g := p.fSuf[i+1]; g > f {
-			f = g
-		}
-		p.fSuf[i] = f
-	}
-	return slow
-}
-
-// singleCut (pass 3) returns the best single cut of B blocks: T(q) =
-// max(all recompute, longest load-started path), for every cut q. Ties go
-// to the smaller q: less GPU work.
-func (p *Planner) singleCut(B int, fastS, gpuQ float64) cut {
-	best := cut{thr: fastS, t: math.Inf(1)}
-	for q := 0; q <= B; q++ {
-		tq := gpuQ + p.recPre[q] + p.missSuf[q]
-		if v := p.pathSuf[q]; v > tq {
-			tq = v
-		}
-		if tq < best.t {
-			best.q1, best.q2, best.t = q, q, tq
+		p.cnt[i+1] = p.cnt[i]
+		switch {
+		case t == TierGPU:
+			p.gpuTokens += blockTokens(b, p.cfg.BlockTokens)
+		case t == TierMissing:
+			p.missing += c
+		default:
+			j := p.tierN[t]
+			p.tierPos[t][j] = int32(i)
+			p.tierRec[t][j+1] = p.tierRec[t][j] + c
+			p.tierN[t]++
+			p.cnt[i+1][t]++
 		}
 	}
-	return best
-}
-
-// nestedCut improves on the best single cut with nested cuts, which also
-// recompute the slow blocks in [q1, q2) while the fast ones there load:
-// for each way to split the tiers present into fast and slow by load cost
-// (splits), a coordinate descent (descend).
-func (p *Planner) nestedCut(cs *plannerCosts, blocks []BlockSource, single cut, gpuQ float64) cut {
-	best := single
-	thrs, n := splits(cs, blocks)
-	for _, thr := range thrs[:n] {
-		best = p.descend(blocks, single.q1, thr, gpuQ, best)
-	}
-	return best
-}
-
-// splits returns the thresholds that split the loadable tiers present
-// into fast and slow: each present tier's charged per-block load cost
-// below the dearest's, once (at most two with three loadable tiers).
-func splits(cs *plannerCosts, blocks []BlockSource) (thrs [NumTiers]float64, n int) {
-	var present [NumTiers]bool
-	for _, b := range blocks {
-		present[b.Tier] = true
-	}
-	maxS := 0.0
 	for t := TierHost; t <= TierRemote; t++ {
-		if present[t] && cs.chargedS[t] > maxS {
-			maxS = cs.chargedS[t]
+		if p.tierN[t] > 0 {
+			tiers++
 		}
 	}
-tiers:
-	for t := TierHost; t <= TierRemote; t++ {
-		st := cs.chargedS[t]
-		if !present[t] || st >= maxS {
-			continue // absent, or splits nothing off
-		}
-		for _, done := range thrs[:n] {
-			if done == st {
-				continue tiers
-			}
-		}
-		thrs[n] = st
-		n++
-	}
-	return thrs, n
+	return tiers
 }
 
-// descend is the coordinate descent over (q1, q2) for the split thr, from
-// q1 = 0 and from q1 = single (the best single cut): best q2 for q1, best
-// q1 for that q2, best q2 again. It returns the best of best and the cuts
-// it meets. Every candidate is a valid plan whose time is exact, so the
-// result is never worse than the single cut.
-func (p *Planner) descend(blocks []BlockSource, single int, thr, gpuQ float64, best cut) cut {
-	for _, start := range [2]int{0, single} {
-		q2, t2 := p.scanQ2(blocks, start, thr, gpuQ)
-		q1, t1 := p.scanQ1(blocks, q2, thr, gpuQ)
-		q2b, t3 := q2, t2
-		if q1 != start {
-			q2b, t3 = p.scanQ2(blocks, q1, thr, gpuQ)
+// blockTokens is b's tokens: a full block's, or a short one's.
+func blockTokens(b BlockSource, bt int) int {
+	if b.Tokens == 0 {
+		return bt
+	}
+	return b.Tokens
+}
+
+// cutTime is the pass's time, at charged costs, of the plan that
+// recomputes the first j[t] blocks of each tier t and loads the others.
+func (p *Planner) cutTime(cs *plannerCosts, j *[NumTiers]int, q *queue) float64 {
+	var n [NumTiers]int
+	comp, loaded := p.missing, 0
+	for t := TierHost; t <= TierRemote; t++ {
+		n[t] = p.tierN[t] - j[t]
+		comp += p.tierRec[t][j[t]]
+		loaded += n[t]
+	}
+	pl := cs.loads(&n, q.link, q.drive, true)
+	return passEnd(&pl, cs.work(comp, p.gpuTokens+loaded*p.cfg.BlockTokens), cs.layers, q.gpu)
+}
+
+// singleCut returns the best single cut of B blocks: recompute every
+// non-GPU block before a position, load every loadable one from it on.
+func (p *Planner) singleCut(cs *plannerCosts, B int, q *queue) cut {
+	var k [NumTiers]int
+	at, t := minimize(0, B, func(at int) float64 {
+		for t := TierHost; t <= TierRemote; t++ {
+			k[t] = int(p.cnt[at][t])
 		}
-		for _, c := range [3]cut{{start, q2, thr, t2}, {q1, q2, thr, t1}, {q1, q2b, thr, t3}} {
-			if c.t < best.t {
-				best = c
+		return p.cutTime(cs, &k, q)
+	})
+	for t := TierHost; t <= TierRemote; t++ {
+		k[t] = int(p.cnt[at][t])
+	}
+	return cut{j: k, t: t}
+}
+
+// descendRounds bounds the coordinate descent: each round scans every
+// tier present once.
+const descendRounds = 4
+
+// descend is the coordinate descent over the tiers' cuts from best: for
+// each tier present in turn, the best cut of that tier with the others
+// fixed, until a round improves nothing. Every candidate is a valid plan
+// priced exactly, so the result is never worse than where it started.
+func (p *Planner) descend(cs *plannerCosts, best cut, q *queue) cut {
+	for range descendRounds {
+		moved := false
+		for t := TierHost; t <= TierRemote; t++ {
+			if p.tierN[t] == 0 {
+				continue
+			}
+			k := best.j
+			j, tj := minimize(0, p.tierN[t], func(j int) float64 {
+				k[t] = j
+				return p.cutTime(cs, &k, q)
+			})
+			if tj < best.t {
+				best.j[t], best.t, moved = j, tj, true
 			}
 		}
-		if single == 0 {
+		if !moved {
 			break
 		}
 	}
 	return best
 }
 
-// simulateCut runs the cut k through the recurrences, at charged or
-// nominal costs, behind the queues, and returns the longest path (no pass
-// cost, no floor).
-func (p *Planner) simulateCut(c *plannerCosts, blocks []BlockSource, k cut, latQ *[NumTiers]float64, gpuQ float64, charged bool) float64 {
-	loadDone, computeDone, end := 0.0, gpuQ, 0.0
+// scanAll is how many candidates minimize tries one by one; past it, it
+// tries scanAll evenly spaced, then as many around the best at a finer
+// step, until the step is 1.
+const scanAll = 64
+
+// minimize returns the x in [lo, hi] where f is least and f(x), ties to
+// the smaller x: exact over at most scanAll+1 candidates, coarse to fine
+// over more (a plan's time is smooth in a tier's cut but for the kinks
+// where the pass's longest path changes, so the finer scans search the
+// neighbourhood of the coarse best).
+func minimize(lo, hi int, f func(int) float64) (int, float64) {
+	bestX, bestT := lo, math.Inf(1)
+	for {
+		step := max(1, (hi-lo)/scanAll)
+		for x := lo; x <= hi; x += step {
+			if t := f(x); t < bestT || (t == bestT && x < bestX) {
+				bestX, bestT = x, t
+			}
+		}
+		if step == 1 {
+			return bestX, bestT
+		}
+		lo, hi = max(lo, bestX-step), min(hi, bestX+step)
+	}
+}
+
+// chargedTime prices the cut k's plan from its actions, block by block, at
+// charged costs: what cutTime computes from prefix sums.
+func (p *Planner) chargedTime(cs *plannerCosts, blocks []BlockSource, k cut, q *queue) float64 {
+	var n [NumTiers]int
+	comp, present := 0.0, 0
 	for i, b := range blocks {
-		switch c.action(i, b, k) {
+		switch cs.action(i, b, k) {
 		case ActionLoad:
-			s := c.loadS[b.Tier]
-			if charged {
-				s = c.chargedS[b.Tier]
-			}
-			loadDone = max(loadDone, latQ[b.Tier]) + s
-			end = math.Max(end, loadDone)
+			n[b.Tier]++
+			present += p.cfg.BlockTokens
 		case ActionRecompute:
-			cost := c.blockCost(i, b.Tokens, p.cfg.BlockTokens)
-			if charged {
-				cost *= c.chargeC
-			}
-			computeDone = math.Max(computeDone, loadDone) + cost
-			end = math.Max(end, computeDone)
+			comp += cs.blockCost(i, b.Tokens, p.cfg.BlockTokens) * cs.chargeC
+		default:
+			present += blockTokens(b, p.cfg.BlockTokens)
 		}
 	}
-	return end
-}
-
-// A cut's time, from backwardPass's arrays:
-//
-//	T = max( Rtot,
-//	         max over x in (q1, q2] of E(x) + R_missing[x,B) + Cslow[x, q2),
-//	         E(q2) - S[q2] + fSuf[q2+1],  pathSuf[q2] )
-//
-// where E(x) is when the fast loads in [q1, x) finish (the load recurrence
-// over them alone) and Cslow sums the recompute of slow blocks. scanQ2 finds
-// the best q2 for a q1 and scanQ1 the best q1 for a q2, each in O(B).
-
-// scanQ2 returns the best q2 in [q1, B] and its time.
-func (p *Planner) scanQ2(blocks []BlockSource, q1 int, thr, gpuQ float64) (int, float64) {
-	B := len(blocks)
-	negInf := math.Inf(-1)
-	base := gpuQ + p.recPre[q1] + p.missSuf[q1] // Rtot without the slow blocks in [q1, q2)
-	e := negInf                                 // E(x): no fast load yet
-	m1 := negInf                                // max of E(x) + R_missing[x,B) - Cslow[q1, x)
-	cslow := 0.0                                // Cslow[q1, q2)
-	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.blkC[:B]
-	missSuf, pathSuf, hand := p.missSuf[:B+1], p.pathSuf[:B+1], p.hand[:B+1]
-	bestQ2, bestT := q1, math.Inf(1)
-	for q2 := q1; q2 <= B; q2++ {
-		if q2 > q1 {
-			// Block q2-1 joins [q1, q2).
-			i := q2 - 1
-			if s := blkS[i]; s > thr {
-				cslow += rec[i]
-			} else if s > 0 {
-				if l := blkLat[i]; e < l {
-					e = l
-				}
-				e += s
-			}
-			if v := e + missSuf[q2] - cslow; v > m1 {
-				m1 = v
-			}
-		}
-		tq := base + cslow
-		if v := m1 + cslow; v > tq {
-			tq = v
-		}
-		if v := e + hand[q2]; v > tq {
-			tq = v
-		}
-		if v := pathSuf[q2]; v > tq {
-			tq = v
-		}
-		if tq < bestT {
-			bestQ2, bestT = q2, tq
-		}
-	}
-	return bestQ2, bestT
-}
-
-// scanQ1 returns the best q1 in [0, q2] and its time. It walks q1 down
-// from q2, keeping U = Sfast[q1, q2) and V = Cslow[q1, q2), so that a fast
-// load at j that hands over to recompute at x has length
-// lat_j + U(j) - U(x) + R_missing[x,B) + V(x).
-func (p *Planner) scanQ1(blocks []BlockSource, q2 int, thr, gpuQ float64) (int, float64) {
-	B := len(blocks)
-	negInf := math.Inf(-1)
-	u, v := 0.0, 0.0
-	h := negInf  // max over x in (q1, q2] of -U(x) + R_missing[x,B) + V(x)
-	a1 := negInf // max over fast j in [q1, q2) of lat_j + U(j) + h(j)
-	a2 := negInf // max over fast j in [q1, q2) of lat_j + U(j), i.e. E(q2)
-	bestQ1 := q2
-	bestT := gpuQ + p.recPre[q2] + p.missSuf[q2]
-	if w := p.pathSuf[q2]; w > bestT {
-		bestT = w
-	}
-	blkS, blkLat, rec := p.blkS[:B], p.blkLat[:B], p.blkC[:B]
-	missSuf, recPre := p.missSuf[:B+1], p.recPre[:B+1]
-	// The paths that reach q2 on the load line continue the same way for
-	// every q1: fold them into one constant.
-	after, hand := p.pathSuf[q2], p.hand[q2]
-	for i := q2 - 1; i >= 0; i-- {
-		if w := -u + missSuf[i+1] + v; w > h {
-			h = w
-		}
-		if s := blkS[i]; s > thr {
-			v += rec[i]
-		} else if s > 0 {
-			u += s
-			l := blkLat[i]
-			if w := l + u + h; w > a1 {
-				a1 = w
-			}
-			if w := l + u; w > a2 {
-				a2 = w
-			}
-		}
-		tq := gpuQ + recPre[i] + missSuf[i] + v
-		if a1 > tq {
-			tq = a1
-		}
-		if w := a2 + hand; w > tq {
-			tq = w
-		}
-		if after > tq {
-			tq = after
-		}
-		if tq <= bestT {
-			bestQ1, bestT = i, tq
-		}
-	}
-	return bestQ1, bestT
+	pl := cs.loads(&n, q.link, q.drive, true)
+	return passEnd(&pl, cs.work(comp, present), cs.layers, q.gpu)
 }

@@ -5,35 +5,33 @@ import (
 	"time"
 )
 
-// planRun runs one plan through the model as it runs, block by block:
-// the recurrences of simulateCut at nominal costs behind the queues, each
-// recomputed block priced by PrefillCost.BlockSeconds (its pairs with the
-// blocks recomputed before it at the attention rate, with the blocks
-// present at the prefix rate), then the pass's end (its cost and the read
-// of the tokens present), no sooner than the floor after the GPU is free.
-// With the presets (one attention rate, no read term) its time is
-// simulateCut's plus the pass cost.
+// planRun prices one plan as it runs, at nominal costs: its loads per
+// tier, and its recomputed blocks in token order, each by
+// PrefillCost.BlockSeconds (its pairs with the blocks recomputed before it
+// at the attention rate, with the blocks present at the prefix rate); the
+// pass then costs that, its own cost and its read of the tokens present,
+// no less than the floor (plannerCosts.work), layer by layer behind the
+// loads (passEnd).
 type planRun struct {
-	loadDone, computeDone, end float64
-	computed, present          int // tokens before the next block
+	n                 [NumTiers]int
+	compute           float64
+	computed, present int // tokens before the next block
 }
 
-func (r *planRun) load(lat, s float64, tokens int) {
-	r.loadDone = max(r.loadDone, lat) + s
-	r.end = max(r.end, r.loadDone)
+func (r *planRun) load(t Tier, tokens int) {
+	r.n[t]++
 	r.present += tokens
 }
 
 func (r *planRun) recompute(pc *PrefillCost, tokens int) {
-	r.computeDone = max(r.computeDone, r.loadDone) + pc.BlockSeconds(tokens, r.computed, r.present)
-	r.end = max(r.end, r.computeDone)
+	r.compute += pc.BlockSeconds(tokens, r.computed, r.present)
 	r.computed += tokens
 }
 
-func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int, latQ *[NumTiers]float64) {
+func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int) {
 	switch a {
 	case ActionLoad:
-		r.load(latQ[b.Tier], c.loadS[b.Tier], tokens)
+		r.load(b.Tier, tokens)
 	case ActionRecompute:
 		r.recompute(&c.prefill, tokens)
 	default:
@@ -41,22 +39,20 @@ func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int, lat
 	}
 }
 
-func (r *planRun) time(c *plannerCosts, gpuQ float64) time.Duration {
-	return seconds(max(gpuQ+c.prefill.FloorSeconds, c.prefill.PassEndSeconds(r.present)+max(r.end, gpuQ)))
+func (r *planRun) time(c *plannerCosts, q *queue) time.Duration {
+	pl := c.loads(&r.n, q.link, q.drive, false)
+	return seconds(passEnd(&pl, c.work(r.compute, r.present), c.layers, q.gpu))
 }
 
 // exactTimes runs, in one pass over the blocks, the plan of the cut k, the
 // plan that loads every cached block and the one that recomputes every
 // block not on the GPU (planRun), and returns their times from now.
-func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, latQ *[NumTiers]float64, gpuQ float64) (plan, loadAll, recomputeAll time.Duration) {
+func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, q *queue) (plan, loadAll, recomputeAll time.Duration) {
 	bt := p.cfg.BlockTokens
-	pl, la, ra := planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}, planRun{computeDone: gpuQ}
+	var pl, la, ra planRun
 	for i, b := range blocks {
-		tokens := b.Tokens
-		if tokens == 0 {
-			tokens = bt
-		}
-		pl.step(c, c.action(i, b, k), b, tokens, latQ)
+		tokens := blockTokens(b, bt)
+		pl.step(c, c.action(i, b, k), b, tokens)
 		switch {
 		case b.Tier == TierGPU:
 			la.present += tokens
@@ -65,15 +61,15 @@ func (p *Planner) exactTimes(c *plannerCosts, blocks []BlockSource, k cut, latQ 
 			la.recompute(&c.prefill, tokens)
 			ra.recompute(&c.prefill, tokens)
 		default:
-			la.load(latQ[b.Tier], c.loadS[b.Tier], tokens)
+			la.load(b.Tier, tokens)
 			ra.recompute(&c.prefill, tokens)
 		}
 	}
-	return pl.time(c, gpuQ), la.time(c, gpuQ), ra.time(c, gpuQ)
+	return pl.time(c, q), la.time(c, q), ra.time(c, q)
 }
 
-// Simulate is a plan's time on an idle link and GPU, block by block. It
-// refuses an action its block cannot take.
+// Simulate is a plan's time on an idle link and GPU, as the pass runs it.
+// It refuses an action its block cannot take.
 func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duration, error) {
 	if len(actions) != len(blocks) {
 		return 0, fmt.Errorf("planner: %d actions for %d blocks", len(actions), len(blocks))
@@ -100,13 +96,9 @@ func (p *Planner) Simulate(blocks []BlockSource, actions []Action) (time.Duratio
 	if len(blocks) == 0 {
 		return 0, nil
 	}
-	r, idle := planRun{}, c.queuedLatency(Backlog{})
+	var r planRun
 	for i, b := range blocks {
-		tokens := b.Tokens
-		if tokens == 0 {
-			tokens = p.cfg.BlockTokens
-		}
-		r.step(c, actions[i], b, tokens, &idle)
+		r.step(c, actions[i], b, blockTokens(b, p.cfg.BlockTokens))
 	}
-	return r.time(c, 0), nil
+	return r.time(c, &queue{}), nil
 }

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"kvtier.dev/kvtier"
@@ -56,11 +57,11 @@ func (p *leasePair) bytes() int64 {
 	return int64(unsafe.Sizeof(leasePair{})) + blocks*int64(unsafe.Sizeof(kvtier.Block{})) + int64(p.keys)*leaseScratchBytesPerKey
 }
 
-// bytes estimates what r holds itself: the request, its keys, its prefill's
-// segments and its extension.
+// bytes estimates what r holds itself: the request, its keys, its loads'
+// layer times and its extension.
 func (r *request) bytes() int64 {
 	n := int64(unsafe.Sizeof(request{})) + int64(cap(r.keys))*int64(unsafe.Sizeof(kvtier.Key(0))) +
-		int64(cap(r.segs))*int64(unsafe.Sizeof(segment{}))
+		int64(cap(r.ready))*int64(unsafe.Sizeof(time.Duration(0)))
 	if r.ext != nil {
 		n += int64(unsafe.Sizeof(requestExt{}))
 	}

@@ -87,8 +87,8 @@ func writeCalibrationFrom(t *testing.T, samplesPath string) string {
 
 // TestReplayExecutesTheCalibratedPlan: with a calibration (measured rates,
 // a pass cost, error widths), a request alone still takes what the
-// planner predicted for it, within 1% (and the device's issue costs,
-// TestReplayExecutesThePlan), and the rates are the fit's.
+// planner predicted for it, within 1%, on either mover, and the rates are
+// the fit's.
 func TestReplayExecutesTheCalibratedPlan(t *testing.T) {
 	for _, mover := range []string{MoverModel, MoverDevice} {
 		t.Run(mover, func(t *testing.T) { replayTheCalibratedPlan(t, mover) })
@@ -112,8 +112,8 @@ func replayTheCalibratedPlan(t *testing.T, mover string) {
 		}
 		ttft, loads := e.ttfts[0], strings.Count(shape, "l")
 		t.Logf("%d host blocks: planned %v, replayed %v (%d loads, %d recomputes)", blocks, plan.Time, ttft, loads, strings.Count(shape, "r"))
-		if issue := e.issueCost(loads); plan.Time <= 0 || ttft < plan.Time-plan.Time/100 || ttft > plan.Time+plan.Time/100+issue {
-			t.Errorf("%d blocks: replayed %v, planned %v (device issue costs %v)", blocks, ttft, plan.Time, issue)
+		if plan.Time <= 0 || ttft < plan.Time-plan.Time/100 || ttft > plan.Time+plan.Time/100 {
+			t.Errorf("%d blocks: replayed %v, planned %v", blocks, ttft, plan.Time)
 		}
 	}
 	cfg.Calibration = filepath.Join(t.TempDir(), "missing.json")
@@ -124,20 +124,14 @@ func replayTheCalibratedPlan(t *testing.T, mover string) {
 
 // TestPlansSeeTheQueuedLoads: requests that arrive together, each on a GPU
 // of its own (prefill slots 0), share the GPU's ingress: each one after
-// the first plans behind the loads queued before it, recomputes more of
-// its prefix than the first, and still ends when its plan said (on the
-// device, each also after the issue costs of the onboards before it and
-// its own: TestReplayExecutesThePlan).
-func TestPlansSeeTheQueuedLoads(t *testing.T) {
-	for _, mover := range []string{MoverModel, MoverDevice} {
-		t.Run(mover, func(t *testing.T) { plansSeeTheQueuedLoads(t, mover) })
-	}
-}
-
+// the first plans behind the loads queued before it, and still ends when
+// its plan said, within 1% in sum, on either mover. A pass waits for its
+// first layer's loads, so a backlog delays a split plan whole: the later
+// requests, behind most of a second of loads, recompute everything.
 func plansSeeTheQueuedLoads(t *testing.T, mover string) {
 	cfg := DefaultConfig()
 	cfg.Baselines, cfg.PrefillSlots, cfg.GPU, cfg.Mover = false, 0, "b200", mover
-	const requests, blocks = 4, 32
+	const requests, blocks = 10, 32
 	lone := seedEngine(t, cfg, 1, blocks)
 	if err := lone.run(trace.NewReader(strings.NewReader(requestLines(1, blocks)), trace.Options{Format: trace.FormatMooncake, Name: "one"})); err != nil {
 		t.Fatal(err)
@@ -156,10 +150,8 @@ func plansSeeTheQueuedLoads(t *testing.T, mover string) {
 		t.Errorf("%d requests together recomputed %d blocks, %d alone each: the queue was not seen",
 			requests, e.res.RecomputedBlocks, lone.res.RecomputedBlocks)
 	}
-	// Request i waits behind the i onboards before its own.
-	issue := time.Duration(requests*(requests+1)/2) * e.issueCost(blocks)
-	if p := time.Duration(e.res.PlannedTime.Seconds() * 1e9); ttfts < p-p/100 || ttfts > p+p/100+issue {
-		t.Errorf("planned %v behind the queue, replayed %v (device issue costs at most %v)", p, ttfts, issue)
+	if p := time.Duration(e.res.PlannedTime.Seconds() * 1e9); ttfts < p-p/100 || ttfts > p+p/100 {
+		t.Errorf("planned %v behind the queue, replayed %v", p, ttfts)
 	}
 	if e.res.PlanErrors != 0 {
 		t.Errorf("%d plan errors", e.res.PlanErrors)

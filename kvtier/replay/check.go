@@ -15,10 +15,10 @@ func (e *engine) check() {
 	for ch := range numChannels {
 		s := &e.servers[ch]
 		for p := range numPriorities {
-			queued += s.queue[p].len()
+			queued += s.queue[p].ops()
 		}
 		if s.busy {
-			queued++
+			queued += e.serving[ch].ops()
 		}
 		invariants.Check(s.busy == (e.serving[ch].t != nil), "channel %s busy %v serving %v", channelNames[ch], s.busy, e.serving[ch].t != nil)
 	}

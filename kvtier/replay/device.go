@@ -82,14 +82,14 @@ const stagingSlots = 64
 // slots of e.blockBytes in the pool (none without a host tier), then the
 // staging slots.
 func newDevicePath(e *engine, hostSlots int64) (*devicePath, error) {
-	h200 := cudastream.H200Link()
-	// The links are the cost model's: the host link's bandwidth both ways
-	// and its latency per copy call; the per-descriptor, per-event and
-	// per-launch costs are those measured on the H200 (cudastream.H200Link).
+	// The links are the cost model's, as its Planner prices a pass's
+	// loads: the host link's bandwidth both ways, its latency per copy
+	// call, its descriptor and event costs; the copy kernel's launch is
+	// the H200's (cudastream.H200Link).
 	link := cudastream.LinkModel{
 		HtoDBytesPerSec: e.hostLink.BandwidthBytesPerS, DtoHBytesPerSec: e.hostLink.BandwidthBytesPerS,
-		CopyLatency: e.hostLink.Latency, DescriptorCost: h200.DescriptorCost, EventCost: h200.EventCost,
-		KernelLaunch: h200.KernelLaunch,
+		CopyLatency: e.hostLink.Latency, DescriptorCost: e.hostLink.DescriptorCost, EventCost: e.hostLink.EventCost,
+		KernelLaunch: cudastream.H200Link().KernelLaunch,
 	}
 	layers, parts := e.model.Layers, 2
 	if e.model.IsMLA() {
@@ -148,6 +148,16 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
 	return nil
+}
+
+// eventTime is when the device work ev captured completes, if known (a
+// layer event of the mover's, kvtier.Layers).
+func (d *devicePath) eventTime(ev kvtier.Event) (time.Duration, bool) {
+	ce, ok := ev.(cudastream.Event)
+	if !ok {
+		return 0, false
+	}
+	return d.sim.EventTime(ce)
 }
 
 // next is the device's next event, if it has work.

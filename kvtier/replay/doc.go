@@ -29,14 +29,14 @@
 //     slots its loads or its blocks need, it waits until they have freed as
 //     many as it lacked, and is tried again then, not after every copy
 //     (space.go), as the model server does;
-//  4. executes the plan as kvtier/cost's Planner models it: the loads cross
-//     the GPU's ingress one after another in block order, and each
-//     recomputed block runs (kvtier/cost's prefill time, attention
-//     included) once the recomputed blocks before it are done and every
-//     load before it has landed: a recomputed head overlaps the loaded
-//     tail, and a hole recomputes while later blocks load. The prefill is
-//     at least one forward pass, which reads every weight from HBM
-//     (Scenario.PassFloor);
+//  4. runs its prefill as the model server does and kvtier/cost's Planner
+//     prices it: one forward pass over the positions it computes, whose
+//     layer l runs once layer l-1 is done and layer l of every load has
+//     landed, each layer a share of the pass's work (its recomputed
+//     blocks' prefill, attention included, the pass's own cost and its
+//     read of the present tokens, at least the weights' read from HBM,
+//     Scenario.PassFloor); an Onboard's loads land layer by layer and
+//     complete together;
 //  5. emits its first token when its prefill ends (its TTFT is that, plus
 //     its handling outside the GPU, Config.HandlingTime and
 //     HandlingTokenTime, 0 by default, which delays nothing else), commits
@@ -62,10 +62,10 @@
 // included (OfferedGPULoad).
 //
 // Alone on an idle system a request therefore takes the time the Planner
-// predicted for its plan (TestReplayExecutesThePlan); with others in
-// flight, their loads and offloads share the links, and a plan made behind
-// loads already queued still ends when it said, when nothing queued after
-// it goes first (TestPlansSeeTheQueuedLoads).
+// predicted for its plan, on either mover (TestReplayExecutesThePlan);
+// with others in flight, their loads and offloads share the links, and a
+// plan made behind loads already queued still ends when it said, when
+// nothing queued after it goes first (TestPlansSeeTheQueuedLoads).
 //
 // With Config.Calibration, a calibration file (kvtier/cost) replaces the
 // presets' prefill rate and links for the planner and for the replay's own
@@ -89,21 +89,22 @@
 // device's virtual clock to each of its events (Sim.NextEvent) in the
 // order of its own, so completions come at their modelled times, on one
 // goroutine, in the same order on every run. An onboard is one copy call
-// per layer and its blocks complete together, when the transfer is done,
-// as the DeviceMover completes them for a server: a recomputed block
-// between two loaded ones waits for all of its onboard, where the Planner
-// has it wait for the loads before it (TestReplayExecutesThePlan says by
-// how much the device strays from the plan, and on which shapes).
+// per layer (a descriptor per block, an event per layer: the host link's
+// issue costs, cost.Link) and its blocks complete together, as the
+// DeviceMover completes them for a server; the pass reads each layer's
+// landing from the lease's layer events (kvtier.Layers), as the server
+// waits for them.
 //
 // The copies to and from NVMe, and every copy under Config.Mover "model",
-// cross a modelled channel, one block at a time, timed by kvtier/cost's
-// Path as the Planner times it: the GPU's ingress carries every load (from
-// the host tier over the host link; from NVMe over the drive then the host
-// link, pipelined), PCIe GPU to host carries offloads to the host tier (full
+// cross a modelled channel, timed by kvtier/cost as the Planner times
+// them: the GPU's ingress carries every load, an Onboard's as one job
+// whose layers land where cost.Planner.PassLoads puts them (from the host
+// tier over the host link; from NVMe read by the drive, then staged over
+// the host link), PCIe GPU to host carries offloads to the host tier (full
 // duplex, so offloads do not slow loads), and the NVMe drive's channel its
-// writes. A copy occupies its channel for the block over the path's
-// bandwidth and ends no sooner than the path's latency after it was
-// submitted, so latencies overlap the copies queued before. A channel serves
+// writes, a block at a time: a copy other than a load occupies its
+// channel for the block over the path's bandwidth and ends no sooner than
+// the path's latency after it was submitted. A channel serves
 // onboard copies before offloads; offloads beyond 64 GiB queued on a channel
 // are dropped, as an offload engine drops what its link cannot keep up
 // with. NVMe stays modelled because the DeviceMover's NVMe paths write real

@@ -69,7 +69,7 @@ type engine struct {
 	gpuHeld    int64 // blocks of the requests prefilling or decoding
 	gpuSlots   int64 // the GPU's KV capacity in blocks
 
-	computeRunning int // requests running a segment of prefill
+	computeRunning int // requests whose pass is running
 	// memBlocked: the request first in line waits for GPU memory with a
 	// prefill slot free, since memBlockedAt (memoryWait).
 	memBlocked   bool
@@ -80,6 +80,8 @@ type engine struct {
 	inRound  bool       // a decode round is running on the GPU
 
 	inFlight int // copies submitted and not completed
+
+	layerEvents []kvtier.Event // scratch of layerLanded
 	// Requests waiting for GPU slots (space.go), in arrival order, and
 	// the other buffer of waiting; gpuFreed counts the slots the copies
 	// out of the GPU and the released leases may have freed so far, and
@@ -331,7 +333,7 @@ func (e *engine) run(src *trace.Reader) (err error) {
 		case evCopyDone:
 			e.copyDone(ev.ch)
 		case evComputeDone:
-			e.computeDone(ev.r, ev.phase)
+			e.computeDone(ev.r)
 		case evDecodeDone:
 			e.decodeDone(ev.r)
 		case evRoundDone:

@@ -17,12 +17,11 @@ const (
 )
 
 type event struct {
-	at    time.Duration
-	seq   uint64
-	kind  eventKind
-	ch    channel
-	phase phase
-	r     *request
+	at   time.Duration
+	seq  uint64
+	kind eventKind
+	ch   channel
+	r    *request
 }
 
 // eventHeap is a binary min-heap of events by (at, seq). It is written out

@@ -15,11 +15,13 @@ import (
 // offloads.
 //
 // The links are kvtier/cost's Paths, timed as its Planner times them, so
-// that the replay executes what the planner priced: a copy occupies its
-// channel for its path's StreamTime, and ends no sooner than its path's
-// Latency after it was submitted, so the latency of a copy overlaps the
-// copies queued before it (a stream of asynchronous copies): the j-th load
-// ends at max(end of load j-1, submit + latency) + stream time.
+// that the replay executes what the planner priced. The loads of one
+// Onboard cross the GPU's ingress as one job, as the copy engine copies
+// them, layer by layer: its layers land, and it ends, where the Planner's
+// PassLoads puts them behind the ingress's queue. Any other copy occupies
+// its channel for its path's StreamTime, and ends no sooner than its
+// path's Latency after it was submitted, so the latency of a copy overlaps
+// the copies queued before it (a stream of asynchronous copies).
 
 // channel is one direction of one link: a FIFO server for block copies.
 type channel uint8
@@ -68,7 +70,14 @@ type copyJob struct {
 	staged bool
 	// write marks a copy into NVMe.
 	write bool
+	// loads, when not 0, makes the job an Onboard's loads into the GPU:
+	// that many ops of t from op on (those into the GPU), which complete
+	// together when the job ends.
+	loads int
 }
+
+// ops is how many copies the job makes.
+func (j *copyJob) ops() int { return max(1, j.loads) }
 
 // server is one channel's queue and what it is serving.
 type server struct {
@@ -112,6 +121,15 @@ func (q *jobQueue) pop() (copyJob, bool) {
 }
 
 func (q *jobQueue) len() int { return len(q.jobs) - q.head }
+
+// ops is how many copies the queued jobs make.
+func (q *jobQueue) ops() int {
+	n := 0
+	for i := range q.jobs[q.head:] {
+		n += q.jobs[q.head+i].ops()
+	}
+	return n
+}
 
 // streamSum is the queued copies' time on the channel.
 func (q *jobQueue) streamSum() time.Duration {

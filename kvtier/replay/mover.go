@@ -2,9 +2,11 @@ package replay
 
 import (
 	"errors"
+	"time"
 
 	"kvtier.dev/internal/invariants"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 )
 
 // The engine is the block manager's Mover: it queues each copy on its
@@ -32,36 +34,34 @@ func (e *engine) Backlog() kvtier.Backlog {
 }
 
 // Submit implements kvtier.Mover: it queues each copy on its channel, where
-// the copy completes when the virtual clock reaches its end; with
-// Config.Mover "device" the copies between the GPU and the host tier go to
-// the DeviceMover instead (device.go).
+// the copy completes when the virtual clock reaches its end, an Onboard's
+// loads as one job (queueLoads); with Config.Mover "device" the copies
+// between the GPU and the host tier go to the DeviceMover instead
+// (device.go).
 func (e *engine) Submit(t *kvtier.Batch) error {
 	var rl *relay
+	req, pl, first, modelled := e.submitLoads(t)
 	for i := range t.Ops {
 		op := &t.Ops[i]
-		var req *request
-		if op.To == kvtier.GPU {
-			if req = e.loading[t.Lease()]; req == nil {
-				invariants.Failf("a copy into the GPU outside a request's Onboard")
-			}
-			req.pendingLoads++
-			// What a later plan waits behind, whichever mover copies it.
-			s := &e.servers[chanHostToGPU]
-			s.onboardTail = max(s.onboardTail, e.now+e.copyLatency[op.From][op.To]) + e.copyStream[op.From][op.To]
-		}
-		if e.dev != nil && op.From != kvtier.NVMe && op.To != kvtier.NVMe {
+		switch {
+		case e.dev != nil && op.From != kvtier.NVMe && op.To != kvtier.NVMe:
 			if rl == nil {
 				rl = e.dev.relayFor(e, t)
 			}
-			rl.add(i, req)
+			if op.To == kvtier.GPU {
+				rl.add(i, req)
+			} else {
+				rl.add(i, nil)
+			}
 			e.res.copies[op.From][op.To]++
-			continue
-		}
-		if e.dev != nil && op.From == kvtier.NVMe && op.To == kvtier.GPU {
+		case e.dev != nil && op.From == kvtier.NVMe && op.To == kvtier.GPU:
 			e.queueStaged(t, i, req)
-			continue
+		case op.To != kvtier.GPU:
+			e.queueCopy(t, i, nil)
 		}
-		e.queueCopy(t, i, req)
+	}
+	if modelled > 0 {
+		e.queueLoads(t, first, modelled, req, &pl)
 	}
 	if rl != nil { // after the model's: a Complete may be t's last
 		e.dev.submit(rl)
@@ -70,6 +70,81 @@ func (e *engine) Submit(t *kvtier.Batch) error {
 		e.kick(ch)
 	}
 	return nil
+}
+
+// submitLoads prices t's loads into the GPU, all of one request's Onboard,
+// as the Planner prices a pass's (cost.Planner.PassLoads) behind the
+// ingress's queue, which they join, whichever mover copies them. It
+// returns the request, their pricing, the first of them and how many the
+// modelled channels copy.
+func (e *engine) submitLoads(t *kvtier.Batch) (req *request, pl cost.PassLoads, first, modelled int) {
+	var n [cost.NumTiers]int
+	first = -1
+	for i := range t.Ops {
+		op := &t.Ops[i]
+		if op.To != kvtier.GPU {
+			continue
+		}
+		if req = e.loading[t.Lease()]; req == nil {
+			invariants.Failf("a copy into the GPU outside a request's Onboard")
+		}
+		req.pendingLoads++
+		n[costTier(op.From)]++
+		if e.dev == nil {
+			if first < 0 {
+				first = i
+			}
+			modelled++
+		}
+	}
+	if req == nil {
+		return nil, pl, first, 0
+	}
+	s := &e.servers[chanHostToGPU]
+	pl = e.costs.PassLoads(n, cost.Backlog{Link: max(0, s.onboardTail-e.now), Drive: e.driveBacklog()})
+	s.onboardTail = e.now + pl.IngressEnd()
+	return req, pl, first, modelled
+}
+
+// costTier is kvtier/cost's name for a tier loads come from.
+func costTier(t kvtier.Tier) cost.Tier {
+	if t == kvtier.NVMe {
+		return cost.TierNVMe
+	}
+	return cost.TierHost
+}
+
+// queueLoads queues the n loads into the GPU of t from op first on as one
+// job on the GPU's ingress, ending when pl says their last layer lands
+// (the ingress serves Onboards in order, so it starts when the one before
+// it ends), and records when each of their layers lands for req's pass.
+func (e *engine) queueLoads(t *kvtier.Batch, first, n int, req *request, pl *cost.PassLoads) {
+	layers := pl.Layers()
+	if len(req.ready) < layers {
+		req.ready = append(req.ready[:0], make([]time.Duration, layers)...)
+	}
+	for l := range layers {
+		req.ready[l] = max(req.ready[l], e.now+pl.LayerLanded(l))
+	}
+	s := &e.servers[chanHostToGPU]
+	start := e.now
+	if s.busy {
+		start = max(start, s.servingEnd)
+	}
+	for p := range numPriorities {
+		for i := range s.queue[p].jobs[s.queue[p].head:] {
+			start += s.queue[p].jobs[s.queue[p].head+i].stream
+		}
+	}
+	end := e.now + pl.Landed()
+	j := copyJob{t: t, op: first, req: req, ready: start, stream: max(0, end-start), loads: n}
+	s.queue[prioOnboard].push(j)
+	for i := first; i < len(t.Ops); i++ {
+		if op := &t.Ops[i]; op.To == kvtier.GPU {
+			e.res.copies[op.From][op.To]++
+		}
+	}
+	e.inFlight += n
 }
 
 // queueCopy queues op i of t on its channel; req waits for it (a load).
@@ -134,9 +209,14 @@ func (e *engine) copyDone(ch channel) {
 	j := e.serving[ch]
 	e.serving[ch] = copyJob{}
 	e.servers[ch].busy = false
-	e.inFlight--
+	e.inFlight -= j.ops()
 	if j.staged { // read from the drive: the device takes it to the GPU
 		e.dev.stage(e, j)
+		e.kick(ch)
+		return
+	}
+	if j.loads > 0 {
+		e.loadsDone(&j)
 		e.kick(ch)
 		return
 	}
@@ -148,4 +228,22 @@ func (e *engine) copyDone(ch channel) {
 		e.advance(r)
 	}
 	e.kick(ch)
+}
+
+// loadsDone completes the loads of the job j together, as the copy engine
+// completes an Onboard's, then lets their request go on.
+func (e *engine) loadsDone(j *copyJob) {
+	left := j.loads
+	for i := j.op; left > 0; i++ {
+		op := j.t.Ops[i]
+		if op.To != kvtier.GPU {
+			continue
+		}
+		left-- // the batch is not read after its last op completes
+		e.copiedFromGPU(&op)
+		j.t.Complete(i, nil)
+		j.req.pendingLoads--
+		j.req.landed++
+	}
+	e.advance(j.req)
 }

@@ -227,7 +227,6 @@ func (e *engine) fetchDone(r *request) {
 	if err := e.m.LookupKeys(r.salt, r.keys, r.l1); err != nil {
 		invariants.Failf("replay: LookupKeys: %v", err)
 	}
-	r.floorAt = e.now + e.floor
 	e.planAndLoad(r)
 }
 

@@ -35,16 +35,16 @@ type request struct {
 	held   int64 // its own bytes, as inFlight counts them
 
 	pendingLoads int // its loads not yet landed
-	landed       int // its loads landed: the first ones, in block order
-	// segs is its prefill as the plan runs it: each segment recomputes
-	// blocks once the loads before them have landed, after the segment
-	// before it (kvtier/cost's Planner model, executed).
-	segs      []segment
-	segNext   int  // the next segment to run
-	computing bool // a segment is running
-	inserted  bool // its GPU blocks are reserved (InsertKeys)
-	floorAt   time.Duration
-	passEnd   time.Duration // the pass's own cost and its read of the present tokens (plan)
+	landed       int // its loads landed
+	// Its prefill is one forward pass (pass.go): from passStart, layer l
+	// computes for work/Layers once layer l-1 is done and layer l of its
+	// loads has landed: ready[l] for the modelled channels' loads (empty
+	// without), the layer events of its lease for the device's.
+	ready     []time.Duration
+	passStart time.Duration
+	work      time.Duration // the pass's compute: floor and the pass's own cost included
+	computing bool          // its pass's end is scheduled
+	inserted  bool          // its GPU blocks are reserved (InsertKeys)
 	fetchEnd  int           // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
 	// ext is what only some replays need (Config.DecodeOnGPU,
 	// Options.OnRequest); nil in the others, so that the request stays
@@ -64,22 +64,6 @@ type requestExt struct {
 	loadedFrom               [kvtier.NumTiers]int
 	planned                  time.Duration // the cost model's prediction (costplan.Cost)
 }
-
-// segment is a run of recomputed blocks that wait for the same loads: it
-// starts once the request's first loadsBefore loads have landed and the
-// segment before it is done.
-type segment struct {
-	loadsBefore int
-	d           time.Duration
-}
-
-// phase is a part of a request's prefill.
-type phase uint8
-
-const (
-	phaseSegment phase = iota // a segment of recomputed blocks
-	phaseFloor                // the pass floor: the prefill ends no sooner
-)
 
 // readNext reads the trace's next request and schedules its arrival.
 func (e *engine) readNext() error {
@@ -119,7 +103,7 @@ func (e *engine) newRequest() *request {
 	for _, k := range tr.Keys {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
-	r.pendingLoads, r.landed, r.segs, r.segNext, r.computing, r.inserted, r.started = 0, 0, r.segs[:0], 0, false, false, 0
+	r.pendingLoads, r.landed, r.ready, r.computing, r.inserted, r.started = 0, 0, r.ready[:0], false, false, 0
 	r.waited = false
 	if e.usesExt() {
 		if r.ext == nil {
@@ -245,11 +229,10 @@ func (e *engine) fits(r *request) bool {
 // reserves its GPU blocks.
 func (e *engine) begin(r *request) {
 	r.started = e.now
-	r.floorAt = e.now + e.floor
 	e.res.Running++
 	e.res.MaxRunning = max(e.res.MaxRunning, e.res.Running)
 	if e.m == nil { // no prefix cache: prefill everything
-		r.inserted = true
+		r.inserted, r.passStart = true, e.now
 		e.plan(r)
 		e.held(r)
 		e.res.MissBlocks += int64(len(r.keys))
@@ -318,7 +301,7 @@ func (e *engine) onboard(r *request) {
 }
 
 // loaded counts what the request's plan and Onboard did with its blocks,
-// then cuts its prefill into segments and reserves its GPU blocks.
+// then prices its pass and reserves its GPU blocks.
 func (e *engine) loaded(r *request) {
 	planned := 0 // loads the plan asked for: started, or turned by Onboard
 	for _, b := range r.l1.Blocks {
@@ -359,17 +342,16 @@ func (e *engine) loaded(r *request) {
 	e.insert(r)
 }
 
-// plan cuts the request's prefill into segments, as kvtier/cost's Planner
-// models it: a recomputed block (chosen, forced, not cached, or a hole)
-// runs after the recomputed blocks before it and after every load before
-// it has landed. Blocks used on the GPU or loaded cost no compute but are
-// present: each recomputed block is priced by PrefillCost.BlockSeconds
-// (its pairs with the blocks recomputed before it at the attention rate,
-// with the present ones at the prefix rate), and the pass reads the
-// present tokens' KV at its end (r.passEnd), as the Planner times a plan.
+// plan prices the request's pass (r.work) as kvtier/cost's Planner prices
+// a plan: each recomputed block (chosen, forced, not cached, or a hole) in
+// token order by PrefillCost.BlockSeconds (its pairs with the blocks
+// recomputed before it at the attention rate, with the present ones, used
+// on the GPU or loaded, at the prefix rate), plus the pass's own cost and
+// its read of the present tokens, no less than the pass floor.
 func (e *engine) plan(r *request) {
-	loads, j := 0, 0 // j: the next looked-up block, in position order
+	j := 0 // the next looked-up block, in position order
 	computed, present := 0, 0
+	compute := 0.0
 	var found []kvtier.Block // none without a prefix cache
 	if r.l1 != nil {
 		found = r.l1.Blocks
@@ -379,25 +361,15 @@ func (e *engine) plan(r *request) {
 		if j < len(found) && found[j].Position == i {
 			b := found[j]
 			j++
-			if b.Loading {
-				loads++
-				present += tokens
-				continue
-			}
-			if b.Action == kvtier.Use {
+			if b.Loading || b.Action == kvtier.Use {
 				present += tokens
 				continue
 			}
 		}
-		c := durationOf(e.prefill.BlockSeconds(tokens, computed, present))
+		compute += e.prefill.BlockSeconds(tokens, computed, present)
 		computed += tokens
-		if n := len(r.segs); n > 0 && r.segs[n-1].loadsBefore == loads {
-			r.segs[n-1].d += c
-		} else {
-			r.segs = append(r.segs, segment{loadsBefore: loads, d: c})
-		}
 	}
-	r.passEnd = durationOf(e.prefill.PassEndSeconds(present))
+	r.work = max(e.floor, durationOf(e.prefill.PassEndSeconds(present)+compute))
 }
 
 // durationOf converts seconds to a Duration, rounded to the nanosecond.
@@ -418,46 +390,65 @@ func (e *engine) blockCost(r *request, i int) time.Duration {
 	return e.fullBlockCost[i]
 }
 
-// advance starts r's next segment once the loads it waits for have landed
-// and the segment before it is done; once every segment is done and every
-// load has landed, the prefill ends after the pass's own cost (a
-// calibration's; 0 under the presets), no sooner than the pass floor after
-// it started. Each request computes on a GPU of its own (Config.PrefillSlots),
-// so a segment starts as soon as it may.
+// advance schedules the end of r's pass once its GPU blocks are reserved
+// and every load it waits for has landed: by then each layer's landing is
+// known, and the pass, which ends after its last layer has landed, is
+// priced layer by layer (passEnd). Each request computes on a GPU of its
+// own (Config.PrefillSlots), so its pass starts when its blocks are
+// reserved.
 func (e *engine) advance(r *request) {
-	if !r.inserted || r.computing {
-		return
+	if !r.inserted || r.computing || r.pendingLoads > 0 {
+		return // copyDone, or the device's completion, calls again
 	}
-	if r.segNext < len(r.segs) {
-		sg := r.segs[r.segNext]
-		if sg.loadsBefore > r.landed {
-			return // copyDone calls again
-		}
-		r.computing = true
-		e.computeRunning++
-		e.res.PrefillBusy.Add(sg.d)
-		e.schedule(event{at: e.now + sg.d, kind: evComputeDone, r: r, phase: phaseSegment})
-		return
-	}
-	if r.pendingLoads > 0 {
-		return
-	}
-	if end := max(r.floorAt, e.now+r.passEnd); e.now < end {
-		r.computing = true
-		e.schedule(event{at: end, kind: evComputeDone, r: r, phase: phaseFloor})
-		return
-	}
-	e.prefilled(r)
+	r.computing = true
+	e.computeRunning++
+	e.res.PrefillBusy.Add(r.work)
+	e.schedule(event{at: max(e.now, e.passEnd(r)), kind: evComputeDone, r: r})
 }
 
-func (e *engine) computeDone(r *request, ph phase) {
-	r.computing = false
-	if ph == phaseSegment {
-		e.computeRunning--
-		r.segNext++
-		e.advance(r)
-		return
+// passEnd is when r's pass ends: layer l starts once layer l-1 is done and
+// layer l of r's loads has landed, and computes for a layer's share of the
+// pass's work.
+func (e *engine) passEnd(r *request) time.Duration {
+	layers := e.model.Layers
+	perLayer := float64(r.work) / float64(layers)
+	at := float64(r.passStart)
+	for l := range layers {
+		at = max(at, float64(e.layerLanded(r, l))) + perLayer
 	}
+	return time.Duration(math.Round(at))
+}
+
+// layerLanded is when layer l of every load r made has landed (0 with
+// none): on the modelled channels as they priced it (r.ready), on the
+// device at its layer events' times. Called once every load has landed,
+// when those times are known.
+func (e *engine) layerLanded(r *request, l int) time.Duration {
+	var at time.Duration
+	if l < len(r.ready) {
+		at = r.ready[l]
+	}
+	if e.dev != nil && r.l1 != nil {
+		evs, err := r.l1.LayerEvents(l, e.layerEvents[:0])
+		if err != nil {
+			invariants.Failf("replay: LayerEvents: %v", err) // l is one of the model's layers
+		}
+		for _, ev := range evs {
+			t, ok := e.dev.eventTime(ev)
+			if !ok {
+				invariants.Failf("replay: layer %d of a landed load has no time on the device", l)
+			}
+			at = max(at, t)
+		}
+		clear(evs)
+		e.layerEvents = evs[:0]
+	}
+	return at
+}
+
+func (e *engine) computeDone(r *request) {
+	r.computing = false
+	e.computeRunning--
 	e.prefilled(r)
 }
 

@@ -45,7 +45,7 @@ func (e *engine) insert(r *request) {
 	if err != nil {
 		e.res.UncachedBlocks += int64(len(r.keys) - r.l2.Len())
 	}
-	r.inserted = true
+	r.inserted, r.passStart = true, e.now
 	e.advance(r)
 }
 
