@@ -32,6 +32,7 @@ func (d *Mover) takeStore(want int, keep bool) error {
 	d.writing = make([]bool, want)
 	var ferr error
 	d.store.Range(func(s nvme.Slot, meta nvme.BlockMeta) bool {
+		// CODEC-HDR (h-codechdr): keep only slots whose header records d.nvmeCodec.
 		if i := len(d.recovered); keep && i < want && int64(meta.PayloadBytes) == d.blockBytes {
 			d.nvmeSlot[i] = s
 			d.owner[s] = int32(i)
@@ -227,6 +228,7 @@ func wantOf(m nvme.BlockMeta) wantMeta {
 }
 
 func (w *wantMeta) check(got nvme.BlockMeta) error {
+	// CODEC-HDR (h-codechdr): a header whose codec is not the mover's (Config.Codec) is ErrNVMeMismatch.
 	if got.Key != w.key || got.Parent != w.parent || got.Salt != w.salt || got.Position != w.position {
 		return fmt.Errorf("%w: want key %#x parent %#x salt %#x position %d, found key %#x parent %#x salt %#x position %d",
 			ErrNVMeMismatch, w.key, w.parent, w.salt, w.position, got.Key, got.Parent, got.Salt, got.Position)

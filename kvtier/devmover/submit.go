@@ -133,6 +133,7 @@ func (d *Mover) route(j *job, i int, op *kvtier.MoveOp) {
 		j.fail(i, fmt.Errorf("%w: nvme slot out of the mover's %d (devmover.Config.NVMeSlots)", kvtier.ErrBadInput, len(d.nvmeSlot)))
 	case op.From == host && op.To == nvm:
 		w := nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: blockMeta(op, d.tokens), Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]}
+		// CODEC-HDR (h-codechdr): record d.nvmeCodec in w's header here.
 		w.WordSum, w.WordSummed = d.hostSumOf(op.FromSlot, op)
 		j.writes = append(j.writes, write{i: i, to: op.ToSlot, op: w})
 	case op.From == nvm && op.To == host:

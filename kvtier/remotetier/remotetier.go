@@ -11,6 +11,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
 )
@@ -22,6 +23,7 @@ type Tier struct {
 	cache    *remote.Cache
 	host     func(kvtier.Slot) []byte
 	maxFetch int
+	codec    codec.Codec // Config.Codec
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
@@ -56,6 +58,11 @@ type Config struct {
 	// damaged). At most one line per reason every WarnEvery, with the
 	// count since the last. Nil means slog.Default().
 	Logger *slog.Logger
+	// Codec is how the remote tier holds blocks: the host tier's (a
+	// block moves between them as it is), and Cache.BlockBytes its
+	// encoded size. Each value's header records it, and a value that
+	// records another is not served.
+	Codec codec.Codec
 	// KnownBlocks sizes the set of blocks this server knows the remote
 	// holds (it fetched or published them), which Publish does not send
 	// again. A block the remote evicted is sent again once it has aged
@@ -98,6 +105,8 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 		return nil, bad("MaxFetchBlocks", "%d is negative", cfg.MaxFetchBlocks)
 	case cfg.KnownBlocks < 0:
 		return nil, bad("KnownBlocks", "%d is negative", cfg.KnownBlocks)
+	case cfg.Codec.Check() != nil:
+		return nil, bad("Codec", "%v", cfg.Codec.Check())
 	}
 	if cfg.MaxFetchBlocks == 0 {
 		cfg.MaxFetchBlocks = 256
@@ -120,7 +129,7 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, adm: cfg.Admitter, known: known, log: log}, nil
+	return &Tier{m: m, cache: cfg.Cache, host: cfg.HostSlot, maxFetch: cfg.MaxFetchBlocks, codec: cfg.Codec, adm: cfg.Admitter, known: known, log: log}, nil
 }
 
 // Cache is the remote tier the Tier reads and writes, for its Stats.
@@ -148,6 +157,7 @@ func (r *Tier) checkLease(op string, tokens []int32, l *kvtier.Lease) ([]kvtier.
 func (r *Tier) meta(salt kvtier.Salt, tokens []int32, keys []kvtier.Key, pos int) remote.BlockMeta {
 	bt := r.m.BlockTokens()
 	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt]}
+	// CODEC-HDR (h-codechdr): set m's codec to r.codec (written on Publish, required on Fetch).
 	if pos > 0 {
 		m.Parent = uint64(keys[pos-1])
 	}

@@ -117,6 +117,8 @@ func checkCodecConfig(cfg *Config) (int64, error) {
 		return 0, fmt.Errorf("transfer: Config.GoCodecDecodeBytesPerS must be finite and not negative, got %g", cfg.GoCodecDecodeBytesPerS)
 	case cfg.Sums:
 		return 0, errors.New("transfer: Config.Sums with Config.Codec: the sums are of the GPU's bytes, the host holds encoded ones")
+	case cfg.Method == MethodGather:
+		return 0, errors.New("transfer: Config.Method gather with Config.Codec: the codec path moves blocks through its own device scratch")
 	}
 	if cfg.CodecChunkBlocks == 0 {
 		cfg.CodecChunkBlocks = DefaultCodecChunkBlocks

@@ -89,7 +89,8 @@ type Config struct {
 	// half of them. An offload then quantizes blocks on the device and
 	// copies the encoded bytes out; an onboard copies them in and
 	// dequantizes (codec.go). Host.SlotBytes need only hold
-	// codec.EncodedBytes(Codec, CodecShape). Not with Sums.
+	// codec.EncodedBytes(Codec, CodecShape). Not with Sums or
+	// MethodGather; the gather path's ring (GatherBuffers) is not built.
 	Codec codec.Codec
 	// CodecShape is a block's shape for the codec: GPU's Layers and
 	// Parts, and Tokens × Heads × HeadDim bf16 values per part (2 bytes
