@@ -179,6 +179,9 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		p.nvme.blocks = s.model.Blocks(s.context)
 		p.nvmeDir = dir
 	}
+	if o.Codecs, err = c.codecs.options(m, o.NVMeBytes > 0, o.Remote != nil); err != nil {
+		return nil, err
+	}
 	return stack.Open(ctx, o)
 }
 
