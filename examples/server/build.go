@@ -232,6 +232,12 @@ func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 		}
 		pc.Paths[cost.TierNVMe].Source = drive.Read
 	}
+	// The lower tiers hold -host-codec's blocks (the NVMe tier follows it).
+	cc, err := stack.CostCodec(c.codecs.host)
+	if err != nil {
+		return pc, fmt.Errorf("-host-codec: %w", err)
+	}
+	pc.Paths[cost.TierHost].Codec, pc.Paths[cost.TierNVMe].Codec = cc, cc
 	return pc, nil
 }
 

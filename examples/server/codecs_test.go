@@ -8,6 +8,7 @@ import (
 	srvmodel "kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/kvtier/codec"
+	"kvtier.dev/kvtier/cost"
 )
 
 // TestServeCodec: with -host-codec fp8-e4m3 (the NVMe tier following it)
@@ -79,6 +80,26 @@ func TestCodecFlags(t *testing.T) {
 		}
 		if err != nil || o.Host != tc.host || o.NVMe != tc.nv || o.Remote != tc.rem || o.KVHeads != m.KVHeads {
 			t.Errorf("%v (nvme %v, remote %v): %+v, %v; want host %s, nvme %s, remote %s, %d heads", tc.args, tc.nvme, tc.remote, o, err, tc.host, tc.nv, tc.rem, m.KVHeads)
+		}
+	}
+	// The cost model prices the lower tiers' loads as -host-codec holds them.
+	for _, host := range []string{"none", "fp8-e4m3"} {
+		c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-host-codec", host}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := c.shape()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := plannerConfig(&c, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tier := range []cost.Tier{cost.TierHost, cost.TierNVMe} {
+			if got := pc.Paths[tier].Codec.Name; got != map[string]string{"none": "", "fp8-e4m3": "fp8-e4m3"}[host] {
+				t.Errorf("-host-codec %s: the planner's path %d has codec %q", host, tier, got)
+			}
 		}
 	}
 }

@@ -84,17 +84,27 @@ func engineCodec(cfg *transfer.Config, c codec.Codec, s codec.Shape) error {
 		return nil
 	}
 	cfg.Codec, cfg.CodecShape = c, s
-	name, ok := costCodecNames[c]
-	if !ok {
-		return optionErr("Codecs.Host", "%s has no rates in the cost model", c)
-	}
-	cc, err := cost.LookupCodec(name)
+	cc, err := CostCodec(c)
 	if err != nil {
 		return optionErr("Codecs.Host", "%v", err)
 	}
 	cfg.GoCodecEncodeBytesPerS, cfg.GoCodecDecodeBytesPerS = cc.EncodeBytesPerS, cc.DecodeBytesPerS
 	cfg.CodecChunkBlocks = cc.ChunkBlocks
 	return nil
+}
+
+// CostCodec is the cost model's preset for c (the zero cost.Codec for
+// codec.None): its encoded size and its kernels' rates, for a planner
+// whose tiers hold c's blocks (cost.Path.Codec).
+func CostCodec(c codec.Codec) (cost.Codec, error) {
+	if c == codec.None {
+		return cost.Codec{}, nil
+	}
+	name, ok := costCodecNames[c]
+	if !ok {
+		return cost.Codec{}, fmt.Errorf("codec %s has no preset in the cost model", c)
+	}
+	return cost.LookupCodec(name)
 }
 
 // costCodecNames are the cost model's presets for the codecs.
