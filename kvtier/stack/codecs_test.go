@@ -10,6 +10,7 @@ import (
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/codec"
+	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/transfer"
 )
 
@@ -84,21 +85,35 @@ func TestCodecsDoubleTheSlots(t *testing.T) {
 	}
 }
 
+// evictPath is where a round trip's blocks go down, tier after tier, and
+// the mover's ops that takes, there and back.
+type evictPath struct {
+	name  string
+	tiers []kvtier.Tier
+	want  devmover.Stats
+}
+
 // TestOpenCodecRoundTrip: blocks written on the GPU go down to the host
-// tier, or on to NVMe, and come back to the GPU as
+// tier, to NVMe (through the bounce slots), or to the host tier and then
+// from it to NVMe, and come back to the GPU as
 // codec.Decode(codec.Encode(block)) with the codec on, and as they were
 // with it off; the host slots hold codec.Encode(block).
 func TestOpenCodecRoundTrip(t *testing.T) {
+	paths := []evictPath{
+		{"gpu-host-gpu", []kvtier.Tier{kvtier.Host}, devmover.Stats{Offloads: 3, Onboards: 3}},
+		{"gpu-nvme-gpu", []kvtier.Tier{kvtier.NVMe}, devmover.Stats{BounceWrites: 3, StagedLoads: 3}},
+		{"gpu-host-nvme-gpu", []kvtier.Tier{kvtier.Host, kvtier.NVMe}, devmover.Stats{Offloads: 3, NVMeWrites: 3, StagedLoads: 3}},
+	}
 	for _, c := range []codec.Codec{codec.None, codec.FP8E4M3PerHead} {
-		for _, to := range []kvtier.Tier{kvtier.Host, kvtier.NVMe} {
-			t.Run(c.String()+"/"+to.String(), func(t *testing.T) {
-				codecRoundTrip(t, c, to)
+		for _, path := range paths {
+			t.Run(c.String()+"/"+path.name, func(t *testing.T) {
+				codecRoundTrip(t, c, path)
 			})
 		}
 	}
 }
 
-func codecRoundTrip(t *testing.T, c codec.Codec, to kvtier.Tier) {
+func codecRoundTrip(t *testing.T, c codec.Codec, path evictPath) {
 	ctx := context.Background()
 	sh, region := simShard(t, 8)
 	o := Options{Device: sh.Device, GPU: sh.GPU, BlockTokens: 4, HostBytes: 8 << 12, NVMeDirs: []string{t.TempDir()}, NVMeBytes: 8 << 12,
@@ -122,7 +137,7 @@ func codecRoundTrip(t *testing.T, c codec.Codec, to kvtier.Tier) {
 	defer st.Destroy()
 	blockBytes := sh.GPU.BlockBytes()
 	at := func(s kvtier.Slot) cudastream.DevicePtr { return region + cudastream.DevicePtr(int64(s)*blockBytes) }
-	rng := rand.New(rand.NewPCG(uint64(c), uint64(to)))
+	rng := rand.New(rand.NewPCG(uint64(c), uint64(len(path.tiers))))
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	var w kvtier.Lease
 	if err := cache.Insert(7, prompt, kvtier.GPU, &w); err != nil {
@@ -145,9 +160,12 @@ func codecRoundTrip(t *testing.T, c codec.Codec, to kvtier.Tier) {
 		t.Fatal(err)
 	}
 	cache.Release(&w)
-	if n, err := cache.Evict(ctx, 7, prompt, to); n != 3 || err != nil {
-		t.Fatalf("Evict to %v: %d blocks, %v; want 3", to, n, err)
+	for _, to := range path.tiers {
+		if n, err := cache.Evict(ctx, 7, prompt, to); n != 3 || err != nil {
+			t.Fatalf("Evict to %v: %d blocks, %v; want 3", to, n, err)
+		}
 	}
+	to := path.tiers[len(path.tiers)-1]
 	want := func(raw []byte) (enc, back []byte) {
 		if c == codec.None {
 			return raw, raw
@@ -182,6 +200,9 @@ func codecRoundTrip(t *testing.T, c codec.Codec, to kvtier.Tier) {
 	}
 	if err := cache.Wait(ctx, &l); err != nil {
 		t.Fatal(err)
+	}
+	if st := cache.Mover.Stats(); st != path.want {
+		t.Errorf("the mover's ops %+v, want %+v", st, path.want)
 	}
 	for _, b := range l.Blocks {
 		got := make([]byte, blockBytes)
