@@ -356,3 +356,36 @@ func TestCodecCorruptScaleFaults(t *testing.T) {
 		t.Fatalf("onboard of a block with a NaN scale = %v, want the codec's corrupt-block fault", err)
 	}
 }
+
+// TestCodecSubmissionAllocatesPerChunkNotPerBlock: a chunk of 32 blocks
+// allocates no more to submit than a chunk of one (invariant 5: nothing
+// per block; on the simulator each Go kernel launch allocates its work).
+func TestCodecSubmissionAllocatesPerChunkNotPerBlock(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.LinkModel{})
+	e := f.engine(t, codecConfig(fxSlots))
+	measure := func(n int, offload bool) float64 {
+		pairs := make([]Pair, n)
+		for i := range pairs {
+			pairs[i] = Pair{GPUBlock: int32(i), HostSlot: int32(i)}
+		}
+		run := func() {
+			submit := e.Onboard
+			if offload {
+				submit = func(ctx context.Context, p []Pair) (*Transfer, error) { return e.Offload(ctx, p) }
+			}
+			tr, err := submit(context.Background(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-tr.Done()
+			tr.Release()
+		}
+		run()
+		return testing.AllocsPerRun(20, run)
+	}
+	for _, offload := range []bool{false, true} {
+		if one, many := measure(1, offload), measure(fxSlots, offload); many > one {
+			t.Errorf("offload %v: allocations per transfer: %v for 1 block, %v for %d blocks in one chunk", offload, one, many, fxSlots)
+		}
+	}
+}
