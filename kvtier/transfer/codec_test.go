@@ -389,3 +389,37 @@ func TestCodecSubmissionAllocatesPerChunkNotPerBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestCodecOnboardScratchReuseWaits is TestCodecScratchReuseWaits for
+// onboards: with a slow decode, a buffer refilled by the next DMA before
+// its dequantize has read it would land another chunk's block.
+func TestCodecOnboardScratchReuseWaits(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		f := newFixture(t, "block-first", cudastream.H200Link())
+		cfg := codecConfig(1)
+		cfg.GoCodecDecodeBytesPerS = 1e6 // the decodes are slower than the DMAs
+		e := f.engine(t, cfg)
+		e.skipCodecWait = skip
+		rng := rand.New(rand.NewPCG(9, 9))
+		var in []Pair
+		var want [][]byte
+		for i := range 6 {
+			b := newCodedBlock(t, rng)
+			copy(f.host.Slot(int32(i)), b.enc)
+			in = append(in, Pair{GPUBlock: int32(10 + i), HostSlot: int32(i)})
+			want = append(want, b.back)
+		}
+		tr, err := e.Onboard(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, tr)
+		same := true
+		for i, p := range in {
+			same = same && bytes.Equal(f.getGPUBlock(t, p.GPUBlock), want[i])
+		}
+		if same == skip {
+			t.Errorf("skip wait %v: GPU blocks hold their slots' decodings: %v", skip, same)
+		}
+	}
+}
