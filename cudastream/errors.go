@@ -29,6 +29,7 @@ const (
 	cudaErrorNotFound          = 500
 	cudaErrorNotReady          = 600
 	cudaErrorIllegalAddress    = 700
+	cudaErrorLaunchFailed      = 719
 	cudaErrorAlreadyRegistered = 712
 	cudaErrorNotRegistered     = 713
 	cudaErrorNotSupported      = 801
@@ -85,6 +86,8 @@ func resultName(code int) string {
 		return "CUDA_ERROR_NOT_READY"
 	case cudaErrorIllegalAddress:
 		return "CUDA_ERROR_ILLEGAL_ADDRESS"
+	case cudaErrorLaunchFailed:
+		return "CUDA_ERROR_LAUNCH_FAILED"
 	case cudaErrorAlreadyRegistered:
 		return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
 	case cudaErrorNotRegistered:

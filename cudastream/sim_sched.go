@@ -79,8 +79,9 @@ type simOp struct {
 	scheduled bool
 	marker    *simMarker // record: the marker it completes; wait: the one it waits for
 	spans     []simSpan
-	bytes     int64    // copies: total bytes
-	sum       *simSums // WordSums: the work to do at completion (spans only track its memory)
+	bytes     int64        // copies: total bytes
+	sum       *simSums     // WordSums: the work to do at completion (spans only track its memory)
+	goKernel  *simGoKernel // LaunchGo: likewise
 }
 
 // simMarker is the completion state of one event record. It is shared by the
@@ -112,6 +113,7 @@ func (s *Sim) newOp(kind simOpKind, call string) *simOp {
 func (s *Sim) putOp(op *simOp) {
 	clear(op.spans) // drop references to memory
 	op.sum = nil
+	op.goKernel = nil
 	op.spans = op.spans[:0]
 	if op.marker != nil {
 		s.releaseMarker(op.marker)
@@ -308,6 +310,9 @@ func (s *Sim) finish(st *simStream, op *simOp) {
 			}
 			if op.sum != nil {
 				op.sum.run(s, st)
+			}
+			if op.goKernel != nil {
+				op.goKernel.runOn(st)
 			}
 		}
 	case simOpRecord:

@@ -227,6 +227,9 @@ func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.Fla
 	fs.StringVar(&c.Policy, "policy", def.Policy, "eviction policy: lru, s3fifo, 2q or cost-aware")
 	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
+	fs.StringVar(&c.HostCodec, "host-codec", "", "how the host tier holds blocks: empty (as the GPU) or a codec preset, "+strings.Join(cost.CodecNames(), ", ")+" (about half the bytes, coded on the GPU), as the server's -host-codec")
+	fs.StringVar(&c.NVMeCodec, "nvme-codec", "", "how the NVMe tier holds blocks, as --host-codec (the tiers that exist share one codec)")
+	fs.StringVar(&c.RemoteCodec, "remote-codec", "", "how the remote tier holds blocks (default: the host tier's)")
 	fs.StringVar(&c.NVMeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load would be worth, within the drive's write budget, as a server writes them) or all (every admitted block)")
 	fs.Float64Var(&c.NVMeWriteShare, "nvme-write-share", 0.5, "with --nvme-writes gated: the share of the drive's write rate the writes may use")
 	fs.Float64Var(&c.NVMeDWPD, "nvme-dwpd", 0, "with --nvme-writes gated: drive writes per day of --nvme the writes may use (0: no endurance limit)")
@@ -425,6 +428,9 @@ var replayOverrides = []struct {
 	{"policy", func(d, s *replay.Config) { d.Policy = s.Policy }},
 	{"write-through", func(d, s *replay.Config) { d.WriteThrough = s.WriteThrough }},
 	{"nvme-admission", func(d, s *replay.Config) { d.NVMeAdmission = s.NVMeAdmission }},
+	{"host-codec", func(d, s *replay.Config) { d.HostCodec = s.HostCodec }},
+	{"nvme-codec", func(d, s *replay.Config) { d.NVMeCodec = s.NVMeCodec }},
+	{"remote-codec", func(d, s *replay.Config) { d.RemoteCodec = s.RemoteCodec }},
 	{"nvme-writes", func(d, s *replay.Config) { d.NVMeWrites = s.NVMeWrites }},
 	{"nvme-write-share", func(d, s *replay.Config) { d.NVMeWriteShare = s.NVMeWriteShare }},
 	{"nvme-dwpd", func(d, s *replay.Config) { d.NVMeDWPD = s.NVMeDWPD }},

@@ -179,6 +179,9 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 		p.nvme.blocks = s.model.Blocks(s.context)
 		p.nvmeDir = dir
 	}
+	if o.Codecs, err = c.codecs.options(m, o.NVMeBytes > 0, o.Remote != nil); err != nil {
+		return nil, err
+	}
 	return stack.Open(ctx, o)
 }
 
@@ -229,6 +232,12 @@ func plannerConfig(c *config, s shape) (cost.PlannerConfig, error) {
 		}
 		pc.Paths[cost.TierNVMe].Source = drive.Read
 	}
+	// The lower tiers hold -host-codec's blocks (the NVMe tier follows it).
+	cc, err := stack.CostCodec(c.codecs.host)
+	if err != nil {
+		return pc, fmt.Errorf("-host-codec: %w", err)
+	}
+	pc.Paths[cost.TierHost].Codec, pc.Paths[cost.TierNVMe].Codec = cc, cc
 	return pc, nil
 }
 

@@ -61,6 +61,7 @@ type config struct {
 	remoteTLSCA, remoteTLSCert, remoteTLSKey              string
 	remoteFetchTimeout, remoteOpTimeout                   time.Duration
 	nvmeReformat                                          bool // stack.Options.NVMeReformat
+	codecs                                                codecFlags
 
 	costGPU, costLink, costNVMe string
 	costCalibration             string // a calibration file; "": the presets
@@ -178,6 +179,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 60*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	c.http.register(fs)
 	c.admin.register(fs)
+	c.codecs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

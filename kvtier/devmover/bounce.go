@@ -34,6 +34,7 @@ func (d *Mover) runBounce(j *job) {
 		for c := range k {
 			b := &j.bounce[next+c]
 			w := nvme.WriteOp{Slot: d.nvmeSlot[b.to], Meta: b.meta, Payload: d.bounceHost.Slot(pairs[c].HostSlot)[:d.blockBytes]}
+			w.Meta.Codec = uint8(d.nvmeCodec)
 			if c < len(sums) && d.bounceSums {
 				w.WordSum, w.WordSummed = sums[c], true
 			}

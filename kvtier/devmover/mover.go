@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/transfer"
 )
@@ -26,6 +27,7 @@ type Mover struct {
 	blockBytes int64
 	store      *nvme.Store
 	tokens     bool
+	nvmeCodec  codec.Codec // Config.Codec
 
 	bounce      *transfer.Engine
 	bounceHost  transfer.HostLayout
@@ -100,6 +102,12 @@ type Config struct {
 	// a few pinned bounce slots. Nil fails such ops with ErrNoPath.
 	Bounce     *transfer.Engine
 	BounceHost transfer.HostLayout
+	// Codec is how the NVMe tier holds blocks: the engines' Config.Codec
+	// (their host slots and staging buffers hold the same bytes, which
+	// the mover moves as they are). BlockBytes is then the encoded size.
+	// The store's slot headers record it, and a read of a slot that
+	// records another is not served.
+	Codec codec.Codec
 	// OnDriveIO, if set, is told of every NVMe read and write the mover
 	// measured (a server's calibration learns the drive's links from it).
 	// It is called on the mover's goroutines and MUST NOT block.
@@ -148,7 +156,7 @@ func New(cfg Config) (*Mover, error) {
 	}
 	d := &Mover{
 		eng: cfg.Engine, host: cfg.Host, blockBytes: cfg.BlockBytes,
-		store: cfg.Store, tokens: cfg.StoreTokens,
+		store: cfg.Store, tokens: cfg.StoreTokens, nvmeCodec: cfg.Codec,
 		bounce: cfg.Bounce, bounceHost: cfg.BounceHost,
 		drive: newDrive(cfg.OnDriveIO),
 	}
@@ -178,6 +186,8 @@ func (cfg *Config) validate() error {
 	switch {
 	case cfg.Engine == nil:
 		return configErr("Engine", "is nil")
+	case cfg.Codec.Check() != nil:
+		return configErr("Codec", "%v", cfg.Codec.Check())
 	case cfg.Host.Slots() == 0:
 		return configErr("Host", "holds no slot (%d bytes of %d-byte slots)", len(cfg.Host.Pool), cfg.Host.SlotBytes)
 	case cfg.BlockBytes <= 0 || cfg.BlockBytes > cfg.Host.SlotBytes:

@@ -826,6 +826,7 @@ func TestDeviceMoverConfigErrors(t *testing.T) {
 		{"NVMeSlots", func(c *Config) { c.NVMeSlots = 4 }},
 		{"NVMeSlots", func(c *Config) { c.Store, c.NVMeSlots = store, 5 }},
 		{"BounceHost", func(c *Config) { c.Bounce = eng }},
+		{"Config.Codec", func(c *Config) { c.Codec = 9 }},
 	} {
 		cfg := good
 		c.edit(&cfg)

@@ -32,7 +32,9 @@ func (d *Mover) takeStore(want int, keep bool) error {
 	d.writing = make([]bool, want)
 	var ferr error
 	d.store.Range(func(s nvme.Slot, meta nvme.BlockMeta) bool {
-		if i := len(d.recovered); keep && i < want && int64(meta.PayloadBytes) == d.blockBytes {
+		// Only blocks in this mover's codec are adopted: a store written by
+		// a server of another codec setting gives back the others' slots.
+		if i := len(d.recovered); keep && i < want && int64(meta.PayloadBytes) == d.blockBytes && meta.Codec == uint8(d.nvmeCodec) {
 			d.nvmeSlot[i] = s
 			d.owner[s] = int32(i)
 			r := kvtier.Resident{Slot: kvtier.Slot(i), Key: kvtier.Key(meta.Key), Parent: kvtier.Key(meta.Parent), Salt: kvtier.Salt(meta.Salt), Position: int(meta.Position)}
@@ -259,7 +261,7 @@ type storeSource struct {
 // goroutine at a time.
 func (s *storeSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
 	slot := s.d.nvmeSlot[s.blocks[i].from]
-	s.rd[0] = nvme.ReadOp{Slot: slot, Dst: dst, Meta: nvme.BlockMeta{Tokens: s.rd[0].Meta.Tokens[:0]}, DeferWordSum: s.d.sums}
+	s.rd[0] = nvme.ReadOp{Slot: slot, Dst: dst, Meta: nvme.BlockMeta{Tokens: s.rd[0].Meta.Tokens[:0]}, DeferWordSum: s.d.sums, WantCodec: uint8(s.d.nvmeCodec)}
 	var rerr error
 	s.d.drive.read(int64(len(dst)), func() { rerr = s.d.store.ReadBatch(ctx, s.rd[:]) })
 	if rerr != nil {

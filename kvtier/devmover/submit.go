@@ -133,13 +133,15 @@ func (d *Mover) route(j *job, i int, op *kvtier.MoveOp) {
 		j.fail(i, fmt.Errorf("%w: nvme slot out of the mover's %d (devmover.Config.NVMeSlots)", kvtier.ErrBadInput, len(d.nvmeSlot)))
 	case op.From == host && op.To == nvm:
 		w := nvme.WriteOp{Slot: d.nvmeSlot[op.ToSlot], Meta: blockMeta(op, d.tokens), Payload: d.host.Slot(int32(op.FromSlot))[:d.blockBytes]}
+		w.Meta.Codec = uint8(d.nvmeCodec)
 		w.WordSum, w.WordSummed = d.hostSumOf(op.FromSlot, op)
 		j.writes = append(j.writes, write{i: i, to: op.ToSlot, op: w})
 	case op.From == nvm && op.To == host:
 		d.forgetHostSum(op.ToSlot)
 		meta := blockMeta(op, d.tokens)
 		r := read{i: i, to: op.ToSlot, want: wantOf(meta), block: blockID{op.Key, op.Salt}}
-		r.op = nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))}}
+		r.op = nvme.ReadOp{Slot: d.nvmeSlot[op.FromSlot], Dst: d.host.Slot(int32(op.ToSlot)), Meta: nvme.BlockMeta{Tokens: make([]uint32, 0, len(meta.Tokens))},
+			WantCodec: uint8(d.nvmeCodec)}
 		j.reads = append(j.reads, r)
 	case op.From == nvm && op.To == gpu:
 		j.staged = append(j.staged, staged{i: i, gpu: int32(op.ToSlot), from: op.FromSlot, key: op.Key, want: wantOf(blockMeta(op, d.tokens))})

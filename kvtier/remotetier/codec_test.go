@@ -19,7 +19,7 @@ func TestCodecPassesThrough(t *testing.T) {
 	st := newMemStore()
 	prefix := remotePrefix(t)
 	withCodec := func(c codec.Codec) func(*remote.Config, *remotetier.Config) {
-		return func(rc *remote.Config, tc *remotetier.Config) { rc.Store, tc.Codec = st, uint8(c) }
+		return func(rc *remote.Config, tc *remotetier.Config) { rc.Store, tc.Codec = st, c }
 	}
 	a := newServerWith(t, nil, prefix, policy.AlwaysAdmit[kvtier.Key]{}, withCodec(codec.FP8E4M3PerHead))
 	same := newServerWith(t, nil, prefix, policy.AlwaysAdmit[kvtier.Key]{}, withCodec(codec.FP8E4M3PerHead))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/remote"
 )
@@ -21,7 +22,7 @@ type Tier struct {
 	cache    *remote.Cache
 	host     func(kvtier.Slot) []byte
 	maxFetch int
-	codec    uint8
+	codec    codec.Codec // Config.Codec
 
 	admMu sync.Mutex
 	adm   policy.Admitter[kvtier.Key]
@@ -56,6 +57,13 @@ type Config struct {
 	// damaged). At most one line per reason every WarnEvery, with the
 	// count since the last. Nil means slog.Default().
 	Logger *slog.Logger
+	// Codec is how the remote tier holds blocks: the host tier's (a
+	// block moves between them as it is), and Cache.BlockBytes its
+	// encoded size. Publish labels what it sends with it, and Fetch asks
+	// for blocks in it only (one in another is a corrupt miss, deleted):
+	// a value that records another codec is never served. Zero is None,
+	// the bf16 bytes the GPU holds.
+	Codec codec.Codec
 	// KnownBlocks sizes the set of blocks this server knows the remote
 	// holds (it fetched or published them), which Publish does not send
 	// again. A block the remote evicted is sent again once it has aged
@@ -65,13 +73,6 @@ type Config struct {
 	// Now is the clock of the blocks' expiry (the Cache's TTL); nil means
 	// time.Now.
 	Now func() time.Time
-	// Codec is the encoding of the blocks in the host slots (their first
-	// Cache.BlockBytes bytes): Publish labels what it sends with it, and
-	// Fetch asks the remote tier for blocks in it only (one in another is
-	// a corrupt miss, deleted). The Tier moves bytes and never converts
-	// them. It is a kvtier/codec.Codec value (remote.BlockMeta.Codec);
-	// zero is None, the bf16 bytes the GPU holds.
-	Codec uint8
 }
 
 // Stats counts what a Tier did; the Cache's Stats say what
@@ -111,6 +112,8 @@ func New(m *kvtier.Manager, cfg Config) (*Tier, error) {
 		return nil, bad("MaxFetchBlocks", "%d is negative", cfg.MaxFetchBlocks)
 	case cfg.KnownBlocks < 0:
 		return nil, bad("KnownBlocks", "%d is negative", cfg.KnownBlocks)
+	case cfg.Codec.Check() != nil:
+		return nil, bad("Codec", "%v", cfg.Codec.Check())
 	}
 	if cfg.MaxFetchBlocks == 0 {
 		cfg.MaxFetchBlocks = 256
@@ -164,7 +167,7 @@ func (r *Tier) checkLease(op string, tokens []int32, l *kvtier.Lease) ([]kvtier.
 
 func (r *Tier) meta(salt kvtier.Salt, tokens []int32, keys []kvtier.Key, pos int) remote.BlockMeta {
 	bt := r.m.BlockTokens()
-	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt], Codec: r.codec}
+	m := remote.BlockMeta{Key: uint64(keys[pos]), Salt: uint64(salt), Position: pos, Tokens: tokens[pos*bt : (pos+1)*bt], Codec: uint8(r.codec)}
 	if pos > 0 {
 		m.Parent = uint64(keys[pos-1])
 	}

@@ -408,6 +408,7 @@ func TestRemoteTierBadInput(t *testing.T) {
 		"no host slot":   {Cache: f.cache},
 		"negative max":   {Cache: f.cache, HostSlot: host, MaxFetchBlocks: -1},
 		"negative known": {Cache: f.cache, HostSlot: host, KnownBlocks: -1},
+		"unknown codec":  {Cache: f.cache, HostSlot: host, Codec: 9},
 	} {
 		if _, err := remotetier.New(f.Manager, cfg); !errors.Is(err, kvtier.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)

@@ -66,6 +66,16 @@ type Config struct {
 	// NVMePersist makes the gate write blocks a load would not be worth,
 	// within the budgets (a tier kept across restarts).
 	NVMePersist bool `json:"nvme_persist,omitempty"`
+	// HostCodec, NVMeCodec and RemoteCodec are how the host, NVMe and
+	// remote tiers hold blocks, as the server's -host-codec: "" (as the
+	// GPU does) or a kvtier/cost codec preset, "fp8-e4m3" (about half the
+	// bytes: a 64 MiB block of Llama-3.1-8B's 512 tokens is 32.03 MiB, so
+	// a 256 GiB host tier holds 7,992 blocks instead of 4,096). The tiers
+	// that exist share one codec for now; the remote tier follows the
+	// host tier's unless RemoteCodec is given (codec.go).
+	HostCodec   string `json:"host_codec,omitempty"`
+	NVMeCodec   string `json:"nvme_codec,omitempty"`
+	RemoteCodec string `json:"remote_codec,omitempty"`
 	// PrefetchBlocks is how many of its NVMe blocks a request that waits
 	// for the GPU has copied into the host tier while it waits
 	// (kvtier.Manager.PrefetchKeys), as the model server's
@@ -354,7 +364,7 @@ func (c *Config) Validate() error {
 	default:
 		return cfgErr("mover", "%q is not device or model", c.Mover)
 	}
-	return nil
+	return c.checkCodecs()
 }
 
 // Bytes is a size in bytes. In JSON and flags it is an integer or a string

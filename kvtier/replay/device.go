@@ -99,8 +99,9 @@ func newDevicePath(e *engine, hostSlots int64) (*devicePath, error) {
 		return nil, cfgErr("mover", "device: a block of %d bytes does not split into %d layers of %d parts", e.blockBytes, layers, parts)
 	}
 	gpuBytes := e.gpuSlots * e.blockBytes
-	// MemoryBytes leaves room for the sim's rounding of the one allocation.
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: gpuBytes + 256, TimingOnly: true, Link: link, Clock: cudastream.SimVirtualClock})
+	// MemoryBytes leaves room for the sim's rounding of the one allocation,
+	// and for the codec's scratch.
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: gpuBytes + 256 + e.codecScratchBytes(), TimingOnly: true, Link: link, Clock: cudastream.SimVirtualClock})
 	if err != nil {
 		return nil, fmt.Errorf("replay: mover device: %w", err)
 	}
@@ -128,11 +129,11 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 	for s := range stagingSlots {
 		d.staging = append(d.staging, kvtier.Slot(hostSlots)+kvtier.Slot(stagingSlots-1-s))
 	}
-	poolBytes := (hostSlots + stagingSlots) * e.blockBytes
+	poolBytes := (hostSlots + stagingSlots) * e.stored
 	if d.pool, err = unbacked(poolBytes); err != nil {
 		return err
 	}
-	regBytes := max(1, maxRegistration/e.blockBytes) * e.blockBytes
+	regBytes := max(1, maxRegistration/e.stored) * e.stored
 	for off := int64(0); off < poolBytes; off += regBytes {
 		r := d.pool[off:min(poolBytes, off+regBytes)]
 		if err := d.sim.HostRegister(r); err != nil {
@@ -140,11 +141,13 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 		}
 		d.regs = append(d.regs, r)
 	}
-	host := transfer.HostLayout{Pool: d.pool, SlotBytes: e.blockBytes, RegistrationBytes: regBytes}
-	if d.eng, err = transfer.New(d.sim, transfer.Config{GPU: gpu, Host: host, Polled: true, Now: d.sim.Clock().Now}); err != nil {
+	host := transfer.HostLayout{Pool: d.pool, SlotBytes: e.stored, RegistrationBytes: regBytes}
+	ec := transfer.Config{GPU: gpu, Host: host, Polled: true, Now: d.sim.Clock().Now}
+	e.deviceCodec(&ec)
+	if d.eng, err = transfer.New(d.sim, ec); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
-	if d.mv, err = devmover.New(devmover.Config{Engine: d.eng, Host: host, BlockBytes: e.blockBytes}); err != nil {
+	if d.mv, err = devmover.New(devmover.Config{Engine: d.eng, Host: host, BlockBytes: e.stored, Codec: ec.Codec}); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
 	return nil

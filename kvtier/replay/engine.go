@@ -33,6 +33,8 @@ type engine struct {
 	drive      cost.Drive // the NVMe drive's read and write links
 	nvmePath   cost.Path
 	blockBytes int64         // one block's KV on one GPU rank
+	codec      cost.Codec    // how the lower tiers hold blocks (codec.go)
+	stored     int64         // a block as they hold it: blockBytes without a codec
 	bt         int           // tokens per block
 	floor      time.Duration // the shortest forward pass (kvtier/cost)
 	// copyLatency and copyStream time a block copy between two tiers:
@@ -121,6 +123,9 @@ func newEngine(cfg Config, strategy costplan.Strategy) (*engine, error) {
 	}
 	e := &engine{cfg: cfg, strategy: strategy, wake: noWake}
 	var err error
+	if e.codec, err = cfg.lowerCodec(); err != nil {
+		return nil, err
+	}
 	if e.model, err = cost.LookupModel(cfg.Model); err != nil {
 		return nil, cfgErr("model", "%v", err)
 	}
@@ -169,6 +174,10 @@ func (e *engine) start(blockTokens int) error {
 	}
 	e.bt = blockTokens
 	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
+	e.stored = e.codec.EncodedBlockBytes(&e.model, blockTokens, cfg.TP)
+	if err := e.checkCodecShape(); err != nil {
+		return err
+	}
 	hostPath, read, write := cost.DirectPath(e.hostLink), cost.DirectPath(e.drive.Read), cost.DirectPath(e.drive.Write)
 	for from := range kvtier.NumTiers {
 		for to := range kvtier.NumTiers {
@@ -181,7 +190,7 @@ func (e *engine) start(blockTokens int) error {
 			case to == kvtier.NVMe:
 				p = &write
 			}
-			e.copyLatency[from][to], e.copyStream[from][to] = p.Latency(), p.StreamTime(e.blockBytes)
+			e.copyLatency[from][to], e.copyStream[from][to] = p.Latency(), max(p.StreamTime(e.stored), e.codingTime(from == kvtier.GPU, to == kvtier.GPU))
 		}
 	}
 	for t := range kvtier.NumTiers {
@@ -200,6 +209,7 @@ func (e *engine) start(blockTokens int) error {
 		MaxBlocks: planScratchBlocks, Calibration: e.cal}
 	pcfg.Paths[cost.TierHost] = cost.DirectPath(e.hostLink)
 	pcfg.Paths[cost.TierNVMe] = e.nvmePath
+	pcfg.Paths[cost.TierHost].Codec, pcfg.Paths[cost.TierNVMe].Codec = e.codec, e.codec
 	var err error
 	if e.costs, err = cost.NewPlanner(pcfg); err != nil {
 		return fmt.Errorf("replay: %w", err)
@@ -219,7 +229,7 @@ func (e *engine) start(blockTokens int) error {
 	if e.strategy == costplan.GPUOnly {
 		capacity[kvtier.Host], capacity[kvtier.NVMe] = 0, 0
 	}
-	if mc.Tenants, err = cfg.managerTenants(e.blockBytes, capacity); err != nil {
+	if mc.Tenants, err = cfg.managerTenants([kvtier.NumTiers]int64{e.blockBytes, e.stored, e.stored}, capacity); err != nil {
 		return err
 	}
 	for t := range kvtier.NumTiers {
@@ -229,10 +239,10 @@ func (e *engine) start(blockTokens int) error {
 		if mc.Tiers[t], err = e.tierConfig(t, capacity[t]); err != nil {
 			return err
 		}
-		e.res.CapacityBlocks[t] = mc.Tiers[t].CapacityBytes / e.blockBytes
+		e.res.CapacityBlocks[t] = mc.Tiers[t].CapacityBytes / mc.Tiers[t].SlotBytes
 	}
 	if cfg.Mover == MoverDevice && (capacity[kvtier.Host] > 0 || capacity[kvtier.NVMe] > 0) {
-		if e.dev, err = newDevicePath(e, int64(capacity[kvtier.Host])/e.blockBytes); err != nil {
+		if e.dev, err = newDevicePath(e, int64(capacity[kvtier.Host])/e.stored); err != nil {
 			return err
 		}
 	}
@@ -240,7 +250,7 @@ func (e *engine) start(blockTokens int) error {
 		return fmt.Errorf("replay: %w", err)
 	}
 	if e.rspec != nil && capacity[kvtier.Host] > 0 {
-		if e.remote, err = newRemoteLevel(e.rspec, e.blockBytes); err != nil {
+		if e.remote, err = newRemoteLevel(e.rspec, e.stored); err != nil {
 			return err
 		}
 	}
@@ -251,10 +261,14 @@ func (e *engine) start(blockTokens int) error {
 // NVMe, its write gate and admitter.
 func (e *engine) tierConfig(t kvtier.Tier, capacity Bytes) (kvtier.TierConfig, error) {
 	cfg := &e.cfg
-	slots := int64(capacity) / e.blockBytes
+	slotBytes := e.stored // as the lower tiers hold a block
+	if t == kvtier.GPU {
+		slotBytes = e.blockBytes
+	}
+	slots := int64(capacity) / slotBytes
 	field := [...]string{"gpu_bytes", "host_bytes", "nvme_bytes"}[t]
 	if slots == 0 {
-		return kvtier.TierConfig{}, cfgErr(field, "%v holds no block of %d bytes", capacity, e.blockBytes)
+		return kvtier.TierConfig{}, cfgErr(field, "%v holds no block of %d bytes", capacity, slotBytes)
 	}
 	if slots > 1<<31 {
 		return kvtier.TierConfig{}, cfgErr(field, "%v makes %d slots, more than 2^31", capacity, slots)
@@ -263,7 +277,7 @@ func (e *engine) tierConfig(t kvtier.Tier, capacity Bytes) (kvtier.TierConfig, e
 	if err != nil {
 		return kvtier.TierConfig{}, cfgErr("policy", "%v", err)
 	}
-	tc := kvtier.TierConfig{CapacityBytes: int64(capacity), SlotBytes: e.blockBytes, Policy: p}
+	tc := kvtier.TierConfig{CapacityBytes: int64(capacity), SlotBytes: slotBytes, Policy: p}
 	if len(cfg.Tenants) > 0 {
 		tc.NewPolicy = func(n int) (policy.Policy[kvtier.BlockRef], error) {
 			return policy.NewDenseNamed[kvtier.BlockRef](cfg.Policy, n)

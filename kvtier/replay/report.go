@@ -384,7 +384,7 @@ func (e *engine) result() StrategyResult {
 			HoleBlocks: mt.HoleBlocks, NoSpace: mt.NoSpace, Records: mt.Records}
 		if n := mt.Tiers[kvtier.NVMe]; n.CapacitySlots > 0 {
 			f := func(why kvtier.Refusal) int64 { return int64(n.Refused[why]) }
-			r.NVMeWrites = &WriteCounts{Written: int64(n.BytesIn) / e.blockBytes, NotAdmitted: f(kvtier.NotAdmitted),
+			r.NVMeWrites = &WriteCounts{Written: int64(n.BytesIn) / e.stored, NotAdmitted: f(kvtier.NotAdmitted),
 				NotWorth: f(kvtier.NotWorth), OverRate: f(kvtier.OverRate), OverEndurance: f(kvtier.OverEndurance), QueueFull: f(kvtier.QueueFull),
 				Prefetched: t.Prefetched}
 		}

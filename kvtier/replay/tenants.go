@@ -54,9 +54,9 @@ func (c *Config) validateTenants() error {
 }
 
 // managerTenants are the quotas as the manager takes them: caps in slots
-// of blockBytes, rounded down (a cap under one block is an error naming
+// of slotBytes[t] (a block as tier t holds it), rounded down (a cap under one block is an error naming
 // its field), none in a tier of capacity 0 (absent in this strategy).
-func (c *Config) managerTenants(blockBytes int64, capacity [kvtier.NumTiers]Bytes) ([]kvtier.TenantLimit, error) {
+func (c *Config) managerTenants(slotBytes [kvtier.NumTiers]int64, capacity [kvtier.NumTiers]Bytes) ([]kvtier.TenantLimit, error) {
 	var out []kvtier.TenantLimit
 	for i, q := range c.Tenants {
 		tl := kvtier.TenantLimit{Name: q.name(), Salt: kvtier.Salt(q.Salt), Weight: q.Weight}
@@ -67,10 +67,10 @@ func (c *Config) managerTenants(blockBytes int64, capacity [kvtier.NumTiers]Byte
 			if b == 0 || capacity[t] == 0 {
 				continue
 			}
-			n := int64(b) / blockBytes
+			n := int64(b) / slotBytes[t]
 			if n == 0 || n > 1<<31 {
 				return nil, cfgErr(fmt.Sprintf("tenants[%d].%s", i, [...]string{"gpu_bytes", "host_bytes", "nvme_bytes"}[t]),
-					"%v is not 1 to 2^31 blocks of %d bytes", b, blockBytes)
+					"%v is not 1 to 2^31 blocks of %d bytes", b, slotBytes[t])
 			}
 			tl.Slots[t] = int(n)
 		}

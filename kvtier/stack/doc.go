@@ -16,7 +16,11 @@
 //   - Bad options are an error naming the field (Options.X), and change
 //     nothing: everything Open built before the error is closed again.
 //   - With an NVMe tier, payloads are checksummed on the GPU where the
-//     device can sum, on the CPU otherwise.
+//     device can sum (and no tier compresses), on the CPU otherwise.
+//   - Options.Codecs makes the tiers below the GPU hold FP8 blocks, coded
+//     on the GPU by the copy engines (on a simulator, in Go at the cost
+//     model's rates); their slots shrink to the encoded size. Tiers of
+//     different codecs are refused.
 //   - The cache is bound to Options.Model: Cache.Salt folds it into every
 //     block's salt, the NVMe tier clears a directory written for another
 //     model (a Warn line names it), and the remote tier (Options.Remote)

@@ -42,7 +42,8 @@ func Open(ctx context.Context, o Options) (*Cache, error) {
 	c.growing.Add(1)
 	go c.growHost(start)
 	log.Info("kvtier: open", "gpus", len(s.shards), "gpu_slots", s.shards[0].GPU.NumBlocks, "host_slots", s.hostSlots, "nvme_slots", s.nvmeSlots,
-		"block_bytes", s.blockBytes, "write_through", o.WriteThrough)
+		"block_bytes", s.blockBytes, "stored_block_bytes", s.storedBytes, "host_codec", o.Codecs.Host, "nvme_codec", o.Codecs.NVMe,
+		"remote_codec", o.Codecs.Remote, "write_through", o.WriteThrough)
 	return c, nil
 }
 
@@ -65,7 +66,7 @@ func (c *Cache) build(ctx context.Context, o *Options, s *sizes) error {
 		if err != nil {
 			return err
 		}
-		if err := c.Ranks[r].build(ctx, sh, o, dirs, s.blockBytes, int(s.nvmeSlots)); err != nil {
+		if err := c.Ranks[r].build(ctx, sh, o, s, dirs); err != nil {
 			if len(s.shards) > 1 {
 				err = fmt.Errorf("rank %d: %w", r, err)
 			}
@@ -88,7 +89,7 @@ func (c *Cache) build(ctx context.Context, o *Options, s *sizes) error {
 		c.log.Info("kvtier: adopted the blocks a previous run left on NVMe", "blocks", n, "found", len(rec))
 	}
 	if o.Remote != nil {
-		if err := c.openRemote(ctx, o, s.blockBytes); err != nil {
+		if err := c.openRemote(ctx, o, s.storedBytes); err != nil {
 			return err
 		}
 	}
@@ -156,7 +157,7 @@ func (c *Cache) managerConfig(o *Options, s *sizes) (kvtier.Config, error) {
 	tiers := [kvtier.NumTiers]struct{ slots, slotBytes int64 }{
 		kvtier.GPU:  {int64(s.shards[0].GPU.NumBlocks), s.blockBytes},
 		kvtier.Host: {s.hostSlots, s.slotBytes},
-		kvtier.NVMe: {s.nvmeSlots, s.blockBytes},
+		kvtier.NVMe: {s.nvmeSlots, s.storedBytes},
 	}
 	for t, ts := range tiers {
 		if ts.slots == 0 {

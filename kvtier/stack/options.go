@@ -7,6 +7,7 @@ import (
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/policy"
 	"kvtier.dev/kvtier/transfer"
@@ -100,6 +101,13 @@ type Options struct {
 	Tenants []kvtier.TenantLimit
 	// Planner: see kvtier.Config.Planner (nil: kvtier.LoadAll).
 	Planner kvtier.Planner
+	// Codecs says how the host, NVMe and remote tiers hold blocks (zero:
+	// as the GPU does). Example: Codecs{Host: codec.FP8E4M3PerHead, NVMe:
+	// codec.FP8E4M3PerHead, KVHeads: 8} for llama-3.1-8b makes a host slot
+	// of a 2 MiB block 1,052,672 bytes (1 MiB + 2 KiB of scales, rounded
+	// to 4 KiB), so HostBytes holds twice the blocks, and the NVMe tier
+	// likewise.
+	Codecs Codecs
 	// Logger receives what Open and Close do (sizes, recovered blocks,
 	// failures on shutdown). Nil means slog.Default(). Nothing is logged on
 	// a request's path.
@@ -118,11 +126,13 @@ func optionErr(field, format string, args ...any) error {
 
 // sizes are what Open derives from Options: every GPU's part of the cache.
 type sizes struct {
-	shards     []Shard
-	blockBytes int64 // one block's KV on one GPU
-	slotBytes  int64 // a host slot: a block rounded up to 4 KiB
-	hostSlots  int64
-	nvmeSlots  int64
+	shards      []Shard
+	blockBytes  int64       // one block's KV on one GPU
+	storedBytes int64       // that block as the lower tiers hold it (Options.Codecs)
+	shape       codec.Shape // the block's shape for the codec (with Codecs only)
+	slotBytes   int64       // a host slot: a stored block rounded up to 4 KiB
+	hostSlots   int64
+	nvmeSlots   int64
 }
 
 // size checks o and derives the sizes of every part.
@@ -153,12 +163,22 @@ func (o *Options) size() (sizes, error) {
 		}
 	}
 	s.blockBytes = s.shards[0].GPU.BlockBytes()
-	s.slotBytes = (s.blockBytes + 4095) &^ 4095
-	if s.hostSlots = o.HostBytes / s.slotBytes; s.hostSlots == 0 {
-		return s, optionErr("HostBytes", "%d holds no slot of %d bytes (a %d-byte block rounded up to 4 KiB)", o.HostBytes, s.slotBytes, s.blockBytes)
+	s.storedBytes = s.blockBytes
+	if o.Codecs.enabled() {
+		var err error
+		if s.shape, err = o.Codecs.shape(s.shards[0].GPU, o.BlockTokens); err != nil {
+			return s, err
+		}
+		if s.storedBytes, err = codec.EncodedBytes(o.Codecs.Host, s.shape); err != nil {
+			return s, optionErr("Codecs.Host", "%v", err)
+		}
 	}
-	if s.nvmeSlots = o.NVMeBytes / s.blockBytes; o.NVMeBytes > 0 && s.nvmeSlots == 0 {
-		return s, optionErr("NVMeBytes", "%d holds no block of %d bytes", o.NVMeBytes, s.blockBytes)
+	s.slotBytes = (s.storedBytes + 4095) &^ 4095
+	if s.hostSlots = o.HostBytes / s.slotBytes; s.hostSlots == 0 {
+		return s, optionErr("HostBytes", "%d holds no slot of %d bytes (a %d-byte block rounded up to 4 KiB)", o.HostBytes, s.slotBytes, s.storedBytes)
+	}
+	if s.nvmeSlots = o.NVMeBytes / s.storedBytes; o.NVMeBytes > 0 && s.nvmeSlots == 0 {
+		return s, optionErr("NVMeBytes", "%d holds no block of %d bytes", o.NVMeBytes, s.storedBytes)
 	}
 	return s, nil
 }
@@ -195,6 +215,9 @@ func (o *Options) check() error {
 		if err := o.Remote.check(max(1, len(o.Shards))); err != nil {
 			return err
 		}
+	}
+	if err := o.Codecs.check(o); err != nil {
+		return err
 	}
 	return o.Model.check()
 }

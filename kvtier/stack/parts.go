@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
 	"kvtier.dev/kvtier/devmover"
 	"kvtier.dev/kvtier/nvme"
 	"kvtier.dev/kvtier/pinned"
@@ -70,10 +71,11 @@ func allocHost(ctx context.Context, dev cudastream.Device, hostSlots, slotBytes 
 }
 
 // build waits for p's staging and bounce slots to be registered and builds
-// the GPU's copy engines, its NVMe store in dirs (nvmeSlots > 0) and its
+// the GPU's copy engines, its NVMe store in dirs (with s.nvmeSlots) and its
 // DeviceMover.
-func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, dirs []string, blockBytes int64, nvmeSlots int) error {
+func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, s *sizes, dirs []string) error {
 	extra, slotBytes := p.hostBase, p.slotBytes
+	blockBytes, nvmeSlots := s.storedBytes, int(s.nvmeSlots)
 	if err := p.pool.WaitReady(ctx, extra); err != nil {
 		return fmt.Errorf("host tier: %w", err)
 	}
@@ -106,7 +108,18 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, dirs []strin
 	// With an NVMe tier, the engines checksum its payloads on the GPU
 	// (transfer.Config.Sums, devmover.Mover), where the device can.
 	bc := transfer.Config{GPU: sh.GPU, Host: bounceHost, Now: now}
-	ec.Sums, bc.Sums = nvmeSlots > 0, nvmeSlots > 0
+	// With a codec the engines code blocks on the GPU; their sums would
+	// be of the GPU's bytes, so the store checksums payloads on the CPU.
+	ec.Sums, bc.Sums = nvmeSlots > 0 && !o.Codecs.enabled(), nvmeSlots > 0 && !o.Codecs.enabled()
+	if err := engineCodec(&ec, o.Codecs.Host, s.shape); err != nil {
+		return err
+	}
+	if err := engineCodec(&bc, o.Codecs.Host, s.shape); err != nil {
+		return err
+	}
+	if bc.Codec != codec.None { // offloads of a few blocks to NVMe: one small buffer
+		bc.CodecBuffers, bc.CodecChunkBlocks = 1, bounceSlots
+	}
 	if p.Engine, err = newEngine(sh.Device, ec); err != nil {
 		if o.GatherStaging > 0 {
 			return fmt.Errorf("Options.GatherStaging %d: %w", o.GatherStaging, err)
@@ -117,7 +130,7 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, dirs []strin
 		return err
 	}
 	mc := devmover.Config{Engine: p.Engine, Host: p.Host, BlockBytes: blockBytes, Bounce: p.Bounce, BounceHost: bounceHost,
-		StoreTokens: true, KeepBlocks: o.KeepNVMe, OnDriveIO: o.OnDriveIO}
+		StoreTokens: true, KeepBlocks: o.KeepNVMe, OnDriveIO: o.OnDriveIO, Codec: o.Codecs.NVMe}
 	if nvmeSlots > 0 {
 		perFile := (nvmeSlots + len(dirs) - 1) / len(dirs)
 		p.Store, err = nvme.Open(nvme.Config{Dirs: dirs, SlotsPerFile: perFile, BlockBytes: int(blockBytes), MaxTokens: o.BlockTokens,

@@ -102,7 +102,7 @@ func (c *Cache) connectRemote(ctx context.Context, o *Options, blockBytes int64)
 			"prefix", r.Prefix)
 	}
 	host := c.Host
-	c.Remote, err = remotetier.New(c.Manager, remotetier.Config{Cache: rc, Logger: c.log,
+	c.Remote, err = remotetier.New(c.Manager, remotetier.Config{Cache: rc, Logger: c.log, Codec: o.Codecs.Remote,
 		HostSlot: func(s kvtier.Slot) []byte { return host.Slot(int32(s)) }})
 	if err != nil {
 		return fmt.Errorf("Options.Remote: %w", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
 )
 
 // Config configures an Engine.
@@ -83,12 +84,43 @@ type Config struct {
 	// and staged onboards (OnboardStaged) wait on the host and are
 	// refused.
 	Polled bool
+	// Codec is how the host pool's slots and the staging buffers hold
+	// blocks: codec.None (the GPU's bytes) or codec.FP8E4M3PerHead, about
+	// half of them. An offload then quantizes blocks on the device and
+	// copies the encoded bytes out; an onboard copies them in and
+	// dequantizes (codec.go). Host.SlotBytes need only hold
+	// codec.EncodedBytes(Codec, CodecShape). Not with Sums or
+	// MethodGather; the gather path's ring (GatherBuffers) is not built.
+	Codec codec.Codec
+	// CodecShape is a block's shape for the codec: GPU's Layers and
+	// Parts, and Tokens × Heads × HeadDim bf16 values per part (2 bytes
+	// each: GPU.PartBytes). For llama-3.1-8b with 16-token blocks,
+	// {32, 2, 16, 8, 128}. Required with a Codec.
+	CodecShape codec.Shape
+	// CodecChunkBlocks is how many blocks one codec kernel launch codes
+	// while the link moves another chunk (default DefaultCodecChunkBlocks);
+	// CodecBuffers is how many such chunks each direction's device
+	// scratch ring holds (default DefaultCodecBuffers). The scratch takes
+	// CodecBuffers × CodecChunkBlocks × (bf16 + encoded block) of device
+	// memory per direction: 48 MiB for 2 MiB blocks by default.
+	CodecChunkBlocks, CodecBuffers int
+	// GoCodecEncodeBytesPerS and GoCodecDecodeBytesPerS price the Go
+	// codec on a simulated device (which cannot run the kernels): a
+	// chunk's coding takes its bf16 bytes at this rate on the device's
+	// clock, plus a kernel launch. Pass the cost model's figures
+	// (cost.Codec's EncodeBytesPerS and DecodeBytesPerS, 1.69e12 and
+	// 1.46e12 for fp8-e4m3 on the H200); 0 prices the launch alone.
+	GoCodecEncodeBytesPerS, GoCodecDecodeBytesPerS float64
 }
 
 // validate checks cfg, naming the field at fault, and fills in its
 // defaults. It returns MethodAuto's table, made from cfg's switches.
 func (cfg *Config) validate() (autoTable, error) {
-	if err := cfg.checkMemory(); err != nil {
+	hostBlock, err := checkCodecConfig(cfg)
+	if err != nil {
+		return autoTable{}, err
+	}
+	if err := cfg.checkMemory(hostBlock); err != nil {
 		return autoTable{}, err
 	}
 	if cfg.MaxBatch < 0 {
@@ -117,15 +149,15 @@ func (cfg *Config) validate() (autoTable, error) {
 }
 
 // checkMemory checks the memory the engine copies between: the GPU
-// layout, the host pool's slots and registrations, and the staging
-// buffers.
-func (cfg *Config) checkMemory() error {
+// layout, the host pool's slots (each holding hostBlock bytes) and
+// registrations, and the staging buffers.
+func (cfg *Config) checkMemory(hostBlock int64) error {
 	if err := cfg.GPU.Validate(); err != nil {
 		return err
 	}
 	h := &cfg.Host
-	if h.SlotBytes < cfg.GPU.BlockBytes() {
-		return fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes", h.SlotBytes, cfg.GPU.BlockBytes())
+	if h.SlotBytes < hostBlock {
+		return fmt.Errorf("transfer: Config.Host.SlotBytes %d cannot hold a block of %d bytes (codec %s)", h.SlotBytes, hostBlock, cfg.Codec)
 	}
 	if r := h.RegistrationBytes; r < 0 || (r > 0 && r < int64(len(h.Pool)) && r%h.SlotBytes != 0) {
 		return fmt.Errorf("transfer: Config.Host.RegistrationBytes %d is not a multiple of SlotBytes %d: a slot would straddle two registrations", r, h.SlotBytes)

@@ -28,6 +28,12 @@
 //     functions on its caller's goroutine.
 //   - With Config.Sums, offloads and staged onboards also sum their blocks
 //     on the GPU, and are done only once the sums are in host memory.
+//   - With Config.Codec the host pool and staging buffers hold encoded
+//     blocks (package codec's format, byte for byte): offloads quantize on
+//     the device and onboards dequantize there, through device scratch
+//     allocated by New (codec.go), with cudacodec's kernels, or package
+//     codec in Go on a simulated device. An onboard's layer events are
+//     then all recorded after its last chunk.
 //
 // The measurements behind the methods and their defaults: docs/transfer.md.
 package transfer

@@ -33,6 +33,9 @@ type Engine struct {
 	// DMAs instead of after the scatters, for the test that proves it
 	// would catch a layer readied before its bytes are in place.
 	earlyLayerEvents bool
+	// skipCodecWait disables the waits before a codec scratch buffer is
+	// refilled, for the test that proves it would catch the overwrite.
+	skipCodecWait bool
 
 	on, off direction
 
@@ -44,7 +47,8 @@ type Engine struct {
 
 	events eventPool
 	stats  counters
-	sums   *sumState // nil without Config.Sums
+	sums   *sumState   // nil without Config.Sums
+	codec  *codecState // nil without Config.Codec
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -67,6 +71,7 @@ type direction struct {
 	kc           cudastream.KernelCopier // nil: the stream has no copy kernel
 	kernelBroken bool                    // CopyKernel said ErrNotSupported: Auto uses batches
 	ring         *gatherRing             // nil: no gather/scatter path
+	cring        *codecRing              // nil: no Config.Codec
 	strided      cudastream.Copier2D     // the stream's strided copies, for the ring (nil: none)
 	gatherPairs  []Pair                  // gatherAsync's copy of a transfer's pairs, under mu
 
@@ -101,6 +106,10 @@ func New(dev cudastream.Device, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.setupSums(&cfg); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.setupCodec(&cfg); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -193,6 +202,14 @@ func (e *Engine) Onboard(ctx context.Context, pairs []Pair) (*Transfer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.codec != nil {
+		defer d.mu.Unlock()
+		e.onboardCoded(ctx, d, t, pairs)
+		e.stats.blocks.Add(int64(len(pairs) * e.gpu.Layers * e.gpu.Parts))
+		e.stats.onboardBytes.Add(t.bytes)
+		e.submit(d, t)
+		return t, nil
+	}
 	if e.useGather(d, pairs, false) {
 		e.gatherAsync(ctx, d, t, pairs, false)
 		return t, nil
@@ -223,10 +240,12 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 	if err != nil {
 		return nil, err
 	}
-	gather := e.useGather(d, pairs, true)
+	gather := e.codec == nil && e.useGather(d, pairs, true)
 	reads := d.stream // the stream whose copies read the GPU blocks
 	if gather {
 		reads = d.ring.kernel
+	} else if e.codec != nil {
+		reads = d.cring.kernel
 	}
 	for _, ev := range after {
 		if ev == nil || t.err != nil {
@@ -241,7 +260,11 @@ func (e *Engine) Offload(ctx context.Context, pairs []Pair, after ...cudastream.
 		return t, nil
 	}
 	defer d.mu.Unlock()
-	if t.err == nil {
+	if e.codec != nil {
+		if t.err == nil {
+			e.offloadCoded(ctx, d, t, pairs)
+		}
+	} else if t.err == nil {
 		d.begin(ctx, t, "offload", -1)
 		d.co.addBlocks(&e.gpu, &e.host, e.hostBase, pairs, false)
 		d.end()
@@ -342,7 +365,7 @@ func (e *Engine) submit(d *direction, t *Transfer) {
 		// invalid. (The scatter path records its own, on its kernel stream,
 		// after everything it issued.)
 		for l := range t.layerEv {
-			if t.err != nil && !t.gathered {
+			if t.err != nil && !t.gathered && !t.coded {
 				t.layerEv[l].Record(d.stream)
 			}
 		}
@@ -393,6 +416,14 @@ func (e *Engine) Close() error {
 		}
 		if e.sums != nil {
 			errs = append(errs, e.sums.destroy(e.dev))
+		}
+		for _, d := range []*direction{&e.on, &e.off} {
+			if d.cring != nil {
+				errs = append(errs, d.cring.destroy(e.dev))
+			}
+		}
+		if e.codec != nil && e.codec.kern != nil {
+			errs = append(errs, e.codec.kern.close())
 		}
 		errs = append(errs, e.events.close())
 	})

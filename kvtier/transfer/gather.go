@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
 )
 
 // The gather/scatter path (MethodGather) moves small blocks scattered on
@@ -568,7 +569,7 @@ func checkGatherConfig(cfg *Config) error {
 // setupGather builds each direction's ring. Called by New once the streams
 // exist; on error, Close releases what was built.
 func (e *Engine) setupGather(cfg *Config) error {
-	if cfg.GatherBuffers == 0 {
+	if cfg.GatherBuffers == 0 || cfg.Codec != codec.None { // the codec path has its own ring
 		return nil
 	}
 	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}

@@ -84,9 +84,13 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 		e.runStaged(ctx, src, gpuBlocks, t)
 		d := &e.on
 		d.mu.Lock()
-		for l, ev := range t.layerEv { // the last one is t.final
-			if err := ev.Record(d.stream); err != nil && t.err == nil {
-				t.err = fmt.Errorf("transfer: staged onboard: record layer %d event: %w", l, err)
+		if e.codec != nil {
+			e.endCoded(d, t, false) // the layers' events, on the ring's stream
+		} else {
+			for l, ev := range t.layerEv { // the last one is t.final
+				if err := ev.Record(d.stream); err != nil && t.err == nil {
+					t.err = fmt.Errorf("transfer: staged onboard: record layer %d event: %w", l, err)
+				}
 			}
 		}
 		d.mu.Unlock()
@@ -125,9 +129,14 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 		}
 		d := &e.on
 		d.mu.Lock()
-		d.begin(ctx, t, "staged onboard, staging buffer", k%len(e.staging))
-		d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)
-		d.end()
+		if e.codec != nil {
+			// The staging buffer is read by the chunks' DMAs, on d's stream.
+			e.codeChunks(ctx, d, t, buf.pairs, &buf.layout, buf.base, false)
+		} else {
+			d.begin(ctx, t, "staged onboard, staging buffer", k%len(e.staging))
+			d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)
+			d.end()
+		}
 		err := buf.ev.Record(d.stream)
 		d.mu.Unlock()
 		buf.used = true

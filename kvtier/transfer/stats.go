@@ -23,6 +23,9 @@ type Stats struct {
 	// descriptors are in Descriptors), and GatherKernelDescriptors the
 	// device-side pieces the gather and scatter kernels copied.
 	GatherTransfers, GatherChunks, GatherKernelDescriptors int64
+	// CodecChunks counts the chunks the codec path (Config.Codec) coded,
+	// both ways.
+	CodecChunks int64
 }
 
 // counters are the live counters behind Stats.
@@ -32,6 +35,7 @@ type counters struct {
 	contendedDescriptors, stagingWaits     atomic.Int64
 	gatherTransfers, gatherChunks          atomic.Int64
 	gatherKernelDescriptors                atomic.Int64
+	codecChunks                            atomic.Int64
 }
 
 // Stats returns a snapshot of the engine's counters; each is read
@@ -45,5 +49,6 @@ func (e *Engine) Stats() Stats {
 		StagingWaits:    c.stagingWaits.Load(),
 		GatherTransfers: c.gatherTransfers.Load(), GatherChunks: c.gatherChunks.Load(),
 		GatherKernelDescriptors: c.gatherKernelDescriptors.Load(),
+		CodecChunks:             c.codecChunks.Load(),
 	}
 }

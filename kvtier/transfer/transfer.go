@@ -31,6 +31,7 @@ type Transfer struct {
 	copies       int
 	kernelCopies int        // of copies, those the copy kernel moved
 	gathered     bool       // the transfer took the gather/scatter path
+	coded        bool       // the transfer took the codec path (codec.go)
 	gatherChunks int        // device staging chunks it moved
 	inflight     *direction // counts t in its inflight until done
 	start        time.Duration

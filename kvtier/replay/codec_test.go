@@ -1,0 +1,101 @@
+package replay
+
+import (
+	"strings"
+	"testing"
+
+	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
+)
+
+// TestCodecReplay: with the host and NVMe tiers in fp8-e4m3 the same bytes
+// hold the blocks of cost.Codec.EncodedBlockBytes (about twice as many),
+// the GPU tier is unchanged, and under Mover "device" the engine codes
+// every copy through its codec path, with no failure.
+func TestCodecReplay(t *testing.T) {
+	src, _ := bundled()
+	cfg := testConfig()
+	cfg.Baselines = false
+	plain := replayEngine(t, src, cfg)
+	cfg.HostCodec, cfg.NVMeCodec = "fp8-e4m3", "fp8-e4m3"
+	fp8 := replayEngine(t, src, cfg)
+
+	cc, err := cost.LookupCodec("fp8-e4m3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := cc.EncodedBlockBytes(&fp8.model, fp8.bt, cfg.TP)
+	if fp8.stored != stored || stored >= plain.blockBytes {
+		t.Fatalf("blocks of %d bytes stored as %d, want %d", plain.blockBytes, fp8.stored, stored)
+	}
+	pc, fc := plain.res.CapacityBlocks, fp8.res.CapacityBlocks
+	if fc[kvtier.GPU] != pc[kvtier.GPU] {
+		t.Errorf("GPU tier: %d blocks with the codec, %d without", fc[kvtier.GPU], pc[kvtier.GPU])
+	}
+	for _, tier := range []kvtier.Tier{kvtier.Host, kvtier.NVMe} {
+		capacity := map[kvtier.Tier]Bytes{kvtier.Host: cfg.HostBytes, kvtier.NVMe: cfg.NVMeBytes}[tier]
+		if want := int64(capacity) / stored; fc[tier] != want || 100*fc[tier] < 198*pc[tier] {
+			t.Errorf("%v tier: %d blocks with the codec, %d without; want %d", tier, fc[tier], pc[tier], want)
+		}
+	}
+	st := fp8.devStats
+	if st.engine.CodecChunks == 0 || st.mover.Onboards == 0 || st.mover.Offloads == 0 || st.mover.Failures != 0 {
+		t.Errorf("device path with the codec: engine %+v, mover %+v; want coded chunks, onboards and offloads, no failure", st.engine, st.mover)
+	}
+	if plain.devStats.engine.CodecChunks != 0 {
+		t.Errorf("without a codec the engine coded %d chunks", plain.devStats.engine.CodecChunks)
+	}
+	// Fewer bytes cross the link: the device moved the encoded blocks.
+	if got, want := st.engine.OffloadBytes, int64(st.mover.Offloads)*stored; got != want {
+		t.Errorf("the device offloaded %d bytes for %d blocks, want %d (encoded)", got, st.mover.Offloads, want)
+	}
+}
+
+// TestCodecConfigErrors: bad codecs are refused naming the field.
+func TestCodecConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.HostCodec = "fp4" }, "host_codec"},
+		{func(c *Config) { c.NVMeCodec = "fp4" }, "nvme_codec"},
+		{func(c *Config) { c.RemoteCodec = "fp4" }, "remote_codec"},
+		{func(c *Config) { c.HostCodec = "fp8-e4m3" }, `nvme_codec: "", but host_codec is "fp8-e4m3"`},
+		{func(c *Config) { c.NVMeCodec = "fp8-e4m3" }, `nvme_codec: "fp8-e4m3", but host_codec is ""`},
+		{func(c *Config) { c.NVMeBytes, c.NVMeCodec = 0, "fp8-e4m3" }, "nvme_codec: \"fp8-e4m3\" without that tier"},
+		{func(c *Config) { c.HostCodec, c.NVMeCodec, c.RemoteCodec = "fp8-e4m3", "fp8-e4m3", "" }, ""},
+		{func(c *Config) { c.RemoteCodec = "fp8-e4m3" }, "remote_codec"},
+	} {
+		cfg := DefaultConfig()
+		tc.edit(&cfg)
+		err := cfg.Validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", cfg, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate = %v, want an error naming %s", err, tc.want)
+		}
+	}
+}
+
+// TestCodecShapeRefused: a model whose heads the codec cannot code (a head
+// of 72 values: the kernels want multiples of 16) is refused naming the
+// field that asked for the codec.
+func TestCodecShapeRefused(t *testing.T) {
+	cc, err := cost.LookupCodec("fp8-e4m3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &engine{cfg: Config{TP: 1, HostCodec: "fp8-e4m3"}, codec: cc, bt: 16,
+		model: cost.Model{Name: "odd", Layers: 4, QHeads: 8, KVHeads: 8, HeadDim: 72}}
+	if err := e.checkCodecShape(); err == nil || !strings.Contains(err.Error(), "host_codec") || !strings.Contains(err.Error(), "HeadDim") {
+		t.Fatalf("checkCodecShape = %v, want host_codec and HeadDim named", err)
+	}
+	e.model.HeadDim = 128
+	if err := e.checkCodecShape(); err != nil {
+		t.Fatal(err)
+	}
+}

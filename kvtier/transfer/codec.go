@@ -1,0 +1,363 @@
+package transfer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
+	"kvtier.dev/kvtier/codec/cudacodec"
+)
+
+// The codec path (Config.Codec) keeps the host pool's slots and the
+// staging buffers encoded, and codes blocks on the device, chunk by chunk
+// (CodecChunkBlocks blocks), through a ring of device scratch buffers per
+// direction, each a chunk of bf16 blocks and the same blocks encoded:
+//
+//	offload: device copies GPU blocks -> scratch (bf16, contiguous) -> quantize -> scratch (encoded) -> DMA to the host slots
+//	onboard: DMA from the host slots -> scratch (encoded) -> dequantize -> scratch (bf16) -> device copies to the GPU blocks
+//
+// The device copies and the kernels run on a second stream per direction,
+// the DMAs on the direction's own, so that one chunk is coded while the
+// link moves the one before it. As on the gather path, a chunk's DMA waits
+// for the event of the kernel that filled its buffer (or the kernel for
+// the DMA's), and a buffer is refilled only after the event of the step
+// that last read it: nothing waits on the host, and no scratch is
+// overwritten while a copy or kernel still reads it (invariant 3). The
+// scratch is allocated by New (invariant 5).
+//
+// The kernels are package cudacodec's, loaded by New; on a device that
+// cannot load them and whose streams run Go kernels (the simulator,
+// cudastream.GoLauncher) the same steps run package codec's Go reference,
+// priced on the simulator's clock by Config.GoCodecEncodeBytesPerS and
+// GoCodecDecodeBytesPerS. The kernels code whole blocks (every layer of a
+// block in one launch), so an onboard's layer events are all recorded
+// after its last chunk: no layer is ready before the whole transfer is.
+
+// Defaults of the codec path's ring: chunks of 8 blocks kept 0.96-0.97 of
+// the link's rate on the H200 (benchmarks/results/fp8-codec-h200.md).
+const (
+	DefaultCodecChunkBlocks = 8
+	DefaultCodecBuffers     = 2
+)
+
+// codecLaunches is how many copy-kernel launches a codec ring's stream
+// queues before a submission waits on the host (one per chunk).
+const codecLaunches = 64
+
+// blockKernels codes whole blocks of one shape on a stream: blocks
+// contiguous bf16 blocks at src into as many encoded blocks at dst, or back.
+type blockKernels interface {
+	quantize(st cudastream.Stream, dst, src uint64, blocks int) error
+	dequantize(st cudastream.Stream, dst, src uint64, blocks int) error
+	close() error
+	name() string
+}
+
+// codecState is the engine's codec: its format and its kernels.
+type codecState struct {
+	c        codec.Codec
+	shape    codec.Shape
+	raw, enc int64 // one block's bytes as bf16 and encoded
+	chunk    int   // blocks per chunk
+	kern     blockKernels
+}
+
+// codecRing is one direction's device scratch ring. It belongs to its
+// direction and is used only under the direction's lock.
+type codecRing struct {
+	kernel cudastream.Stream       // the kernels and the device-side copies
+	kc     cudastream.KernelCopier // nil: device copies by CopyBatch
+	mem    cudastream.DevicePtr
+	bufs   []codecBuf
+	next   int
+	join   cudastream.Event
+	// dev and link are a chunk's device-side and link copies (scratch).
+	dev, link []cudastream.Copy
+}
+
+type codecBuf struct {
+	raw, enc uint64           // the chunk as bf16 and encoded
+	filled   cudastream.Event // recorded after the step that wrote the buffer
+	freed    cudastream.Event // recorded after the step that read it
+	used     bool
+}
+
+// checkCodecConfig checks the codec's settings, naming the field, and
+// fills their defaults. It returns the size of a block in the host pool.
+func checkCodecConfig(cfg *Config) (int64, error) {
+	if cfg.Codec == codec.None {
+		return cfg.GPU.BlockBytes(), nil
+	}
+	if err := cfg.Codec.Check(); err != nil {
+		return 0, fmt.Errorf("transfer: Config.Codec: %w", err)
+	}
+	if err := cfg.GPU.Validate(); err != nil {
+		return 0, err
+	}
+	s, g := cfg.CodecShape, &cfg.GPU
+	if err := s.Validate(); err != nil {
+		return 0, fmt.Errorf("transfer: Config.CodecShape: %w", err)
+	}
+	switch {
+	case s.Layers != g.Layers || s.Parts != g.Parts:
+		return 0, fmt.Errorf("transfer: Config.CodecShape has %d layers of %d parts, but Config.GPU has %d of %d", s.Layers, s.Parts, g.Layers, g.Parts)
+	case 2*int64(s.Tokens)*int64(s.Heads)*int64(s.HeadDim) != g.PartBytes:
+		return 0, fmt.Errorf("transfer: Config.CodecShape: %d tokens x %d heads x %d values as bf16 are %d bytes, but Config.GPU.PartBytes is %d",
+			s.Tokens, s.Heads, s.HeadDim, 2*int64(s.Tokens)*int64(s.Heads)*int64(s.HeadDim), g.PartBytes)
+	case cfg.CodecChunkBlocks < 0 || cfg.CodecChunkBlocks > cudacodec.MaxBlocks:
+		return 0, fmt.Errorf("transfer: Config.CodecChunkBlocks must be in [0, %d] (0: %d), got %d", cudacodec.MaxBlocks, DefaultCodecChunkBlocks, cfg.CodecChunkBlocks)
+	case cfg.CodecBuffers < 0 || cfg.CodecBuffers > 64:
+		return 0, fmt.Errorf("transfer: Config.CodecBuffers must be in [0, 64] (0: %d), got %d", DefaultCodecBuffers, cfg.CodecBuffers)
+	case !(cfg.GoCodecEncodeBytesPerS >= 0) || math.IsInf(cfg.GoCodecEncodeBytesPerS, 0):
+		return 0, fmt.Errorf("transfer: Config.GoCodecEncodeBytesPerS must be finite and not negative, got %g", cfg.GoCodecEncodeBytesPerS)
+	case !(cfg.GoCodecDecodeBytesPerS >= 0) || math.IsInf(cfg.GoCodecDecodeBytesPerS, 0):
+		return 0, fmt.Errorf("transfer: Config.GoCodecDecodeBytesPerS must be finite and not negative, got %g", cfg.GoCodecDecodeBytesPerS)
+	case cfg.Sums:
+		return 0, errors.New("transfer: Config.Sums with Config.Codec: the sums are of the GPU's bytes, the host holds encoded ones")
+	case cfg.Method == MethodGather:
+		return 0, errors.New("transfer: Config.Method gather with Config.Codec: the codec path moves blocks through its own device scratch")
+	}
+	if cfg.CodecChunkBlocks == 0 {
+		cfg.CodecChunkBlocks = DefaultCodecChunkBlocks
+	}
+	if cfg.CodecBuffers == 0 {
+		cfg.CodecBuffers = DefaultCodecBuffers
+	}
+	enc, err := codec.EncodedBytes(cfg.Codec, s)
+	if err != nil {
+		return 0, fmt.Errorf("transfer: Config.CodecShape: %w", err)
+	}
+	return enc, nil
+}
+
+// setupCodec loads the codec's kernels (or picks the Go ones) and builds
+// each direction's ring. Called by New once the streams exist; on error,
+// Close releases what was built.
+func (e *Engine) setupCodec(cfg *Config) error {
+	if cfg.Codec == codec.None {
+		return nil
+	}
+	cs := &codecState{c: cfg.Codec, shape: cfg.CodecShape, raw: cfg.CodecShape.BlockBytes(), chunk: cfg.CodecChunkBlocks}
+	cs.enc, _ = codec.EncodedBytes(cfg.Codec, cfg.CodecShape) // checked by checkCodecConfig
+	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}
+	for i, d := range []*direction{&e.on, &e.off} {
+		r, err := newCodecRing(e.dev, cs, cfg.CodecBuffers, prio[i], cfg.KernelCopy)
+		if r != nil {
+			d.cring = r
+		}
+		if err != nil {
+			e.codec = cs // so that Close releases the kernels, if loaded
+			return err
+		}
+		if cs.kern == nil {
+			k, err := loadBlockKernels(e.dev, r.kernel, cfg)
+			if err != nil {
+				return err
+			}
+			cs.kern = k
+		}
+	}
+	e.codec = cs
+	return nil
+}
+
+// loadBlockKernels loads cudacodec's kernels on dev, or, where dev cannot
+// run them and st runs Go kernels, returns the Go reference's.
+func loadBlockKernels(dev cudastream.Device, st cudastream.Stream, cfg *Config) (blockKernels, error) {
+	k, err := cudacodec.Load(dev)
+	if err == nil {
+		return &gpuKernels{k: k, shape: cfg.CodecShape}, nil
+	}
+	if _, ok := st.(cudastream.GoLauncher); ok && errors.Is(err, cudastream.ErrNotSupported) {
+		g := &goKernels{c: cfg.Codec, shape: cfg.CodecShape, raw: cfg.CodecShape.BlockBytes(),
+			encRate: cfg.GoCodecEncodeBytesPerS, decRate: cfg.GoCodecDecodeBytesPerS}
+		g.enc, _ = codec.EncodedBytes(cfg.Codec, cfg.CodecShape)
+		return g, nil
+	}
+	return nil, fmt.Errorf("transfer: Config.Codec %s: the device runs neither the codec's kernels nor Go kernels: %w", cfg.Codec, err)
+}
+
+// newCodecRing allocates n scratch buffers of a chunk each, their events
+// and the ring's stream. On error it returns what it built, for Close.
+func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int, ko cudastream.KernelCopyOptions) (*codecRing, error) {
+	s, err := dev.NewStream(prio)
+	if err != nil {
+		return nil, fmt.Errorf("transfer: codec stream: %w", err)
+	}
+	r := &codecRing{kernel: s}
+	rawBytes := roundUp(int64(cs.chunk)*cs.raw, 256)
+	bufBytes := rawBytes + roundUp(int64(cs.chunk)*cs.enc, 256)
+	if r.mem, err = dev.Alloc(int64(n) * bufBytes); err != nil {
+		return r, fmt.Errorf("transfer: %d codec scratch buffers of %d bytes (Config.CodecBuffers, Config.CodecChunkBlocks): %w", n, bufBytes, err)
+	}
+	if r.join, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
+		return r, fmt.Errorf("transfer: codec event: %w", err)
+	}
+	for i := range n {
+		base := uint64(r.mem) + uint64(int64(i)*bufBytes)
+		b := codecBuf{raw: base, enc: base + uint64(rawBytes)}
+		if b.filled, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
+			return r, fmt.Errorf("transfer: codec event: %w", err)
+		}
+		if b.freed, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
+			b.filled.Destroy()
+			return r, fmt.Errorf("transfer: codec event: %w", err)
+		}
+		r.bufs = append(r.bufs, b)
+	}
+	pieces := cs.chunk * cs.shape.Layers * cs.shape.Parts
+	r.dev = make([]cudastream.Copy, 0, pieces)
+	r.link = make([]cudastream.Copy, 0, cs.chunk)
+	r.kc = codecCopier(s, ko, pieces, cs.raw/int64(cs.shape.Layers*cs.shape.Parts), r.bufs[0].raw)
+	return r, nil
+}
+
+// codecCopier is s's copy kernel, set up for a chunk's device-side pieces
+// and tried once on the ring's own memory, or nil where it cannot run (the
+// ring then copies by CopyBatch).
+func codecCopier(s cudastream.Stream, ko cudastream.KernelCopyOptions, pieces int, partBytes int64, mem uint64) cudastream.KernelCopier {
+	kc, ok := s.(cudastream.KernelCopier)
+	if !ok {
+		return nil
+	}
+	if ko.Launches == 0 {
+		ko.Launches = codecLaunches
+	}
+	ko.MappedDescriptors = true // as the gather ring's: no descriptor copy behind the DMAs
+	if ko.PiecesPerLaunch == 0 {
+		piece := ko.PieceBytes
+		if piece == 0 {
+			piece = cudastream.DefaultKernelPieceBytes
+		}
+		ko.PiecesPerLaunch = int(min(max(int64(pieces)*((partBytes+piece-1)/piece)+int64(pieces), 64), 1<<16))
+	}
+	if kc.SetKernelCopyOptions(ko) != nil {
+		return nil
+	}
+	probe := []cudastream.Copy{{Dst: mem + 16, Src: mem, Bytes: 16}}
+	if kc.CopyKernel(cudastream.DeviceToDevice, probe) != nil || s.Synchronize() != nil {
+		return nil
+	}
+	return kc
+}
+
+// destroy releases the ring's stream, events and memory, after the
+// stream's work completes.
+func (r *codecRing) destroy(dev cudastream.Device) error {
+	var errs []error
+	if r.kernel != nil {
+		errs = append(errs, r.kernel.Destroy())
+	}
+	for _, b := range r.bufs {
+		errs = append(errs, b.filled.Destroy(), b.freed.Destroy())
+	}
+	if r.join != nil {
+		errs = append(errs, r.join.Destroy())
+	}
+	if r.mem != 0 {
+		errs = append(errs, dev.Free(r.mem))
+	}
+	return errors.Join(errs...)
+}
+
+// CodecBytes is the device memory the engine's codec scratch takes (0
+// without Config.Codec).
+func (e *Engine) CodecBytes() int64 {
+	var n int64
+	if e.codec == nil {
+		return 0
+	}
+	for _, d := range []*direction{&e.on, &e.off} {
+		if r := d.cring; r != nil && len(r.bufs) > 0 {
+			n += int64(len(r.bufs)) * (roundUp(int64(e.codec.chunk)*e.codec.raw, 256) + roundUp(int64(e.codec.chunk)*e.codec.enc, 256))
+		}
+	}
+	return n
+}
+
+// CodecKernels names what codes blocks: "cuda" (package cudacodec's
+// kernels), "go" (package codec on a simulated device), or "" without
+// Config.Codec.
+func (e *Engine) CodecKernels() string {
+	if e.codec == nil || e.codec.kern == nil {
+		return ""
+	}
+	return e.codec.kern.name()
+}
+
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
+// gpuKernels are cudacodec's kernels.
+type gpuKernels struct {
+	k     *cudacodec.Kernels
+	shape codec.Shape
+}
+
+func (g *gpuKernels) quantize(st cudastream.Stream, dst, src uint64, n int) error {
+	return g.k.Quantize(st, g.shape, cudastream.DevicePtr(dst), cudastream.DevicePtr(src), n)
+}
+
+func (g *gpuKernels) dequantize(st cudastream.Stream, dst, src uint64, n int) error {
+	return g.k.Dequantize(st, g.shape, cudastream.DevicePtr(dst), cudastream.DevicePtr(src), n)
+}
+
+func (g *gpuKernels) close() error { return g.k.Close() }
+func (g *gpuKernels) name() string { return "cuda" }
+
+// goKernels run package codec's Go reference as Go kernels of a simulated
+// device, priced at encRate and decRate bf16 bytes a second.
+type goKernels struct {
+	c                codec.Codec
+	shape            codec.Shape
+	raw, enc         int64
+	encRate, decRate float64
+}
+
+func (g *goKernels) quantize(st cudastream.Stream, dst, src uint64, n int) error {
+	return g.launch("kvtier_fp8_quantize", st, dst, src, n, true)
+}
+
+func (g *goKernels) dequantize(st cudastream.Stream, dst, src uint64, n int) error {
+	return g.launch("kvtier_fp8_dequantize", st, dst, src, n, false)
+}
+
+func (g *goKernels) close() error { return nil }
+func (g *goKernels) name() string { return "go" }
+
+func (g *goKernels) launch(name string, st cudastream.Stream, dst, src uint64, n int, enc bool) error {
+	raw, cod := int64(n)*g.raw, int64(n)*g.enc
+	k := cudastream.GoKernel{Name: name}
+	rate := g.decRate
+	if enc {
+		rate = g.encRate
+		k.Ranges = []cudastream.DeviceRange{{Ptr: cudastream.DevicePtr(src), Bytes: raw}, {Ptr: cudastream.DevicePtr(dst), Bytes: cod}}
+	} else {
+		k.Ranges = []cudastream.DeviceRange{{Ptr: cudastream.DevicePtr(src), Bytes: cod}, {Ptr: cudastream.DevicePtr(dst), Bytes: raw}}
+	}
+	if rate > 0 {
+		k.Cost = time.Duration(math.Round(float64(raw) / rate * 1e9))
+	}
+	k.Run = func(mem [][]byte) error {
+		in, out := mem[0], mem[1]
+		for b := range int64(n) {
+			var err error
+			if enc {
+				err = codec.Encode(g.c, g.shape, out[b*g.enc:(b+1)*g.enc], in[b*g.raw:(b+1)*g.raw])
+			} else {
+				err = codec.Decode(g.c, g.shape, out[b*g.raw:(b+1)*g.raw], in[b*g.enc:(b+1)*g.enc])
+			}
+			if err != nil {
+				return fmt.Errorf("block %d of %d: %w", b, n, err)
+			}
+		}
+		return nil
+	}
+	gl, ok := st.(cudastream.GoLauncher)
+	if !ok {
+		return fmt.Errorf("transfer: %s: the stream (%T) runs no Go kernels: %w", name, st, cudastream.ErrNotSupported)
+	}
+	return gl.LaunchGo(k)
+}

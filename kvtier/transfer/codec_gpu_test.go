@@ -1,0 +1,231 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/internal/gputest"
+	"kvtier.dev/kvtier/codec"
+)
+
+// The codec path on the real device, with package cudacodec's kernels:
+//
+//	go test -c -o .gpu/transfer.test ./kvtier/transfer
+//	KVTIER_REQUIRE_GPU=1 ./.gpu/transfer.test -test.run GPUCodec -test.v
+//	./.gpu/transfer.test -test.run '^$' -test.bench GPUCodec -test.benchtime 20x -test.count 5
+
+// gpuCodecShape is llama-3.1-8b's block of 16 tokens: 2 MiB as bf16.
+var gpuCodecShape = codec.Shape{Layers: 32, Parts: 2, Tokens: 16, Heads: 8, HeadDim: 128}
+
+const gpuCodecBlocks = 128
+
+// codecRig is a KV region of gpuCodecBlocks 2 MiB blocks in a layout and
+// a pinned pool of as many slots.
+type codecRig struct {
+	dev  cudastream.Device
+	gpu  GPULayout
+	host HostLayout
+	part int64
+}
+
+func newCodecRig(t testing.TB, layout string) *codecRig {
+	dev := gputest.Device(t)
+	s := gpuCodecShape
+	raw := s.BlockBytes()
+	region, err := dev.Alloc(gpuCodecBlocks * raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Free(region) })
+	r := &codecRig{dev: dev, part: raw / int64(s.Layers*s.Parts)}
+	if layout == "layer-first" {
+		r.gpu, err = LayerFirstLayout(region, s.Layers, s.Parts, gpuCodecBlocks, r.part)
+	} else {
+		r.gpu, err = BlockFirstLayout(region, s.Layers, s.Parts, gpuCodecBlocks, r.part)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.host = HostLayout{Pool: gputest.HostAlloc(t, dev, gpuCodecBlocks*raw), SlotBytes: raw}
+	return r
+}
+
+func (r *codecRig) engine(t testing.TB, c codec.Codec) *Engine {
+	cfg := Config{GPU: r.gpu, Host: r.host}
+	if c != codec.None {
+		cfg.Codec, cfg.CodecShape = c, gpuCodecShape
+	}
+	e, err := New(r.dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return e
+}
+
+// copyBlock moves GPU block b of the rig's layout to or from buf, piece
+// by piece, in (layer, part) order.
+func (r *codecRig) copyBlock(t testing.TB, st cudastream.Stream, b int32, buf []byte, toGPU bool) {
+	g := &r.gpu
+	for lp := range g.Layers * g.Parts {
+		p := cudastream.DevicePtr(g.addr(b, lp/g.Parts, lp%g.Parts))
+		piece := buf[int64(lp)*r.part : int64(lp+1)*r.part]
+		var err error
+		if toGPU {
+			err = st.CopyHtoD(p, piece)
+		} else {
+			err = st.CopyDtoH(piece, p)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUCodecRoundTrip: GPU -> host -> GPU through the codec path with
+// the CUDA kernels equals the Go reference byte for byte: each host slot
+// holds codec.Encode of its block, and each block onboarded back holds
+// codec.Decode of that. Both layouts; 40 blocks, 5 chunks of 8.
+func TestGPUCodecRoundTrip(t *testing.T) {
+	for _, layout := range []string{"layer-first", "block-first"} {
+		t.Run(layout, func(t *testing.T) {
+			r := newCodecRig(t, layout)
+			e := r.engine(t, codec.FP8E4M3PerHead)
+			if e.CodecKernels() != "cuda" {
+				t.Fatalf("CodecKernels() = %q on the GPU, want cuda", e.CodecKernels())
+			}
+			st, err := r.dev.NewStream(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Destroy()
+			s := gpuCodecShape
+			enc, _ := codec.EncodedBytes(codec.FP8E4M3PerHead, s)
+			rng := rand.New(rand.NewPCG(37, 2))
+			const n = 40
+			perm := rng.Perm(gpuCodecBlocks)
+			out, in := make([]Pair, n), make([]Pair, n)
+			raws := make([][]byte, n)
+			for i := range n {
+				raws[i] = make([]byte, s.BlockBytes())
+				for k := 0; k < len(raws[i]); k += 2 {
+					binary.LittleEndian.PutUint16(raws[i][k:], uint16(math.Float32bits(float32(rng.NormFloat64()*math.Ldexp(1, rng.IntN(20)-10)))>>16))
+				}
+				r.copyBlock(t, st, int32(perm[i]), raws[i], true)
+				out[i] = Pair{GPUBlock: int32(perm[i]), HostSlot: int32(n - 1 - i)}
+				in[i] = Pair{GPUBlock: int32(perm[n+i]), HostSlot: int32(n - 1 - i)}
+			}
+			ctx := context.Background()
+			tr, err := e.Offload(ctx, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tr.Release()
+			want, back := make([]byte, enc), make([]byte, s.BlockBytes())
+			for i, p := range out {
+				if err := codec.Encode(codec.FP8E4M3PerHead, s, want, raws[i]); err != nil {
+					t.Fatal(err)
+				}
+				if got := r.host.Slot(p.HostSlot)[:enc]; !bytes.Equal(got, want) {
+					t.Fatalf("host slot %d differs from codec.Encode of GPU block %d at byte %d", p.HostSlot, p.GPUBlock, firstDiff(got, want))
+				}
+			}
+			if tr, err = e.Onboard(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			tr.Release()
+			got := make([]byte, s.BlockBytes())
+			for i, p := range in {
+				if err := codec.Encode(codec.FP8E4M3PerHead, s, want, raws[i]); err != nil {
+					t.Fatal(err)
+				}
+				if err := codec.Decode(codec.FP8E4M3PerHead, s, back, want); err != nil {
+					t.Fatal(err)
+				}
+				r.copyBlock(t, st, p.GPUBlock, got, false)
+				if !bytes.Equal(got, back) {
+					t.Fatalf("GPU block %d differs from codec.Decode(codec.Encode(block)) at byte %d", p.GPUBlock, firstDiff(got, back))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGPUCodec moves 64 blocks of 2 MiB (block-first) per op, out
+// (offload), in (onboard) or both at once, with and without the codec;
+// the rate is in bf16 bytes (what the GPU holds), so the codec's is
+// comparable with the link's.
+func BenchmarkGPUCodec(b *testing.B) {
+	r := newCodecRig(b, "block-first")
+	for _, c := range []codec.Codec{codec.None, codec.FP8E4M3PerHead} {
+		e := r.engine(b, c)
+		for _, way := range []string{"out", "in", "both"} {
+			b.Run(c.String()+"/"+way, func(b *testing.B) {
+				benchCodecWay(b, e, way)
+			})
+		}
+	}
+}
+
+func benchCodecWay(b *testing.B, e *Engine, way string) {
+	const n = 64
+	out, in := make([]Pair, n), make([]Pair, n)
+	for i := range n {
+		out[i] = Pair{GPUBlock: int32(i), HostSlot: int32(i)}
+		in[i] = Pair{GPUBlock: int32(n + i), HostSlot: int32(n + i)}
+	}
+	ctx := context.Background()
+	run := func(f func(context.Context, []Pair) (*Transfer, error), pairs []Pair) {
+		tr, err := f(ctx, pairs)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		if err := tr.Wait(ctx); err != nil {
+			b.Error(err)
+		}
+		<-tr.Done()
+		tr.Release()
+	}
+	offload := func(ctx context.Context, p []Pair) (*Transfer, error) { return e.Offload(ctx, p) }
+	raw := int64(n) * gpuCodecShape.BlockBytes()
+	b.SetBytes(raw)
+	if way == "both" {
+		b.SetBytes(2 * raw)
+	}
+	run(offload, out) // warm: the slots hold encoded blocks for the onboards
+	run(offload, in)
+	b.ResetTimer()
+	for b.Loop() {
+		switch way {
+		case "out":
+			run(offload, out)
+		case "in":
+			run(e.Onboard, in)
+		default:
+			var wg sync.WaitGroup
+			wg.Go(func() { run(offload, out) })
+			run(e.Onboard, in)
+			wg.Wait()
+		}
+	}
+}

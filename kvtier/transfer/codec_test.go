@@ -1,0 +1,425 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec"
+)
+
+// fxShape is the fixture's block as the codec sees it: 4 layers of K and
+// V, each 4 tokens × 2 heads × 256 values of bf16 (fxPart bytes).
+var fxShape = codec.Shape{Layers: fxLayers, Parts: fxParts, Tokens: 4, Heads: 2, HeadDim: 256}
+
+func codecConfig(chunk int) Config {
+	return Config{Codec: codec.FP8E4M3PerHead, CodecShape: fxShape, CodecChunkBlocks: chunk, MaxBatch: 5}
+}
+
+func encodedBytes(t testing.TB) int64 {
+	t.Helper()
+	n, err := codec.EncodedBytes(codec.FP8E4M3PerHead, fxShape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// putGPUBlock writes b into GPU block blk of f's layout, piece by piece.
+func (f *fixture) putGPUBlock(t *testing.T, blk int32, b []byte) {
+	t.Helper()
+	s, _ := f.sim.NewStream(0)
+	defer s.Destroy()
+	for lp := range fxLayers * fxParts {
+		dst := cudastream.DevicePtr(f.gpu.addr(blk, lp/fxParts, lp%fxParts))
+		if err := s.CopyHtoD(dst, b[lp*fxPart:(lp+1)*fxPart]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// getGPUBlock reads GPU block blk of f's layout, in (layer, part) order.
+func (f *fixture) getGPUBlock(t *testing.T, blk int32) []byte {
+	t.Helper()
+	got := make([]byte, f.gpu.BlockBytes())
+	s, _ := f.sim.NewStream(0)
+	defer s.Destroy()
+	for lp := range fxLayers * fxParts {
+		src := cudastream.DevicePtr(f.gpu.addr(blk, lp/fxParts, lp%fxParts))
+		if err := s.CopyDtoH(got[lp*fxPart:(lp+1)*fxPart], src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// codedBlock is one random bf16 block, encoded, and what decoding gives.
+type codedBlock struct{ raw, enc, back []byte }
+
+func newCodedBlock(t *testing.T, rng *rand.Rand) codedBlock {
+	t.Helper()
+	c := codedBlock{raw: make([]byte, fxShape.BlockBytes()), enc: make([]byte, encodedBytes(t)), back: make([]byte, fxShape.BlockBytes())}
+	fill(rng, c.raw)
+	if err := codec.Encode(codec.FP8E4M3PerHead, fxShape, c.enc, c.raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := codec.Decode(codec.FP8E4M3PerHead, fxShape, c.back, c.enc); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// codecRoundTrip offloads n random blocks from scattered GPU blocks into
+// scattered host slots, checks each slot holds codec.Encode of its block,
+// onboards the slots into other GPU blocks, and checks each holds
+// codec.Decode(codec.Encode(block)).
+func codecRoundTrip(t *testing.T, f *fixture, e *Engine, n int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 37))
+	blocks := make([]codedBlock, n)
+	gpu := rng.Perm(fxBlocks)
+	slots := rng.Perm(f.host.Slots())
+	out, in := make([]Pair, n), make([]Pair, n)
+	for i := range blocks {
+		blocks[i] = newCodedBlock(t, rng)
+		f.putGPUBlock(t, int32(gpu[i]), blocks[i].raw)
+		out[i] = Pair{GPUBlock: int32(gpu[i]), HostSlot: int32(slots[i])}
+		in[i] = Pair{GPUBlock: int32(gpu[n+i]), HostSlot: int32(slots[i])}
+	}
+	tr, err := e.Offload(context.Background(), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(n) * encodedBytes(t); tr.Bytes() != want {
+		t.Errorf("offload moved %d bytes over the link, want %d (encoded)", tr.Bytes(), want)
+	}
+	wait(t, tr)
+	for i, p := range out {
+		if got := f.host.Slot(p.HostSlot)[:len(blocks[i].enc)]; !bytes.Equal(got, blocks[i].enc) {
+			t.Fatalf("host slot %d (GPU block %d) differs from codec.Encode of the block at byte %d", p.HostSlot, p.GPUBlock, firstDiff(got, blocks[i].enc))
+		}
+	}
+	tr, err = e.Onboard(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Layers() != fxLayers {
+		t.Errorf("onboard has %d layer events, want %d", tr.Layers(), fxLayers)
+	}
+	wait(t, tr)
+	for i, p := range in {
+		if got := f.getGPUBlock(t, p.GPUBlock); !bytes.Equal(got, blocks[i].back) {
+			t.Fatalf("GPU block %d (from slot %d) differs from codec.Decode(codec.Encode(block)) at byte %d", p.GPUBlock, p.HostSlot, firstDiff(got, blocks[i].back))
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// TestCodecRoundTrip: GPU -> host -> GPU through the codec path equals
+// the Go reference byte for byte, for both layouts, chunks that divide
+// the transfer or not, padded slots and slots of exactly the encoded size
+// (whose copies merge).
+func TestCodecRoundTrip(t *testing.T) {
+	for _, layout := range []string{"layer-first", "block-first"} {
+		for _, chunk := range []int{1, 3, 8} {
+			for _, exact := range []bool{false, true} {
+				name := layout + "/chunk" + string(rune('0'+chunk))
+				if exact {
+					name += "/exact-slots"
+				}
+				t.Run(name, func(t *testing.T) {
+					f := newFixture(t, layout, cudastream.H200Link())
+					if exact {
+						f.host.SlotBytes = encodedBytes(t)
+					}
+					e := f.engine(t, codecConfig(chunk))
+					if e.CodecKernels() != "go" {
+						t.Errorf("CodecKernels() = %q on the simulator, want go", e.CodecKernels())
+					}
+					codecRoundTrip(t, f, e, 10, uint64(chunk))
+					if got, want := e.Stats().CodecChunks, int64(2*((10+chunk-1)/chunk)); got != want {
+						t.Errorf("CodecChunks = %d, want %d", got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCodecPolledRoundTrip: the same on a polled engine, stepped on the
+// virtual clock as the replay does.
+func TestCodecPolledRoundTrip(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.H200Link())
+	cfg := codecConfig(3)
+	cfg.Polled = true
+	e := f.engine(t, cfg)
+	rng := rand.New(rand.NewPCG(5, 5))
+	b := newCodedBlock(t, rng)
+	f.putGPUBlock(t, 9, b.raw)
+	tr, err := e.Offload(context.Background(), []Pair{{GPUBlock: 9, HostSlot: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := f.step(t, e); !ok {
+			break
+		}
+	}
+	select {
+	case <-tr.Done():
+	default:
+		t.Fatal("a polled offload is not done once the device has nothing left")
+	}
+	if err := tr.Err(); err != nil {
+		t.Fatal(err)
+	}
+	tr.Release()
+	if !bytes.Equal(f.host.Slot(4)[:len(b.enc)], b.enc) {
+		t.Fatal("host slot 4 differs from codec.Encode of the block")
+	}
+}
+
+// TestCodecPricedOnTheClock: on the simulator, the Go codec's time is its
+// bf16 bytes at the configured rates, on the virtual clock.
+func TestCodecPricedOnTheClock(t *testing.T) {
+	durations := map[float64]time.Duration{}
+	for _, rate := range []float64{0, 1e9} {
+		f := newFixture(t, "block-first", cudastream.H200Link())
+		cfg := codecConfig(8)
+		cfg.GoCodecEncodeBytesPerS = rate
+		e := f.engine(t, cfg)
+		tr, err := e.Offload(context.Background(), []Pair{{GPUBlock: 1, HostSlot: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, tr)
+		durations[rate] = tr.Duration()
+	}
+	coding := time.Duration(float64(fxShape.BlockBytes()) / 1e9 * 1e9)
+	if got := durations[1e9] - durations[0]; got != coding {
+		t.Errorf("an offload with the Go codec at 1e9 B/s took %v longer than unpriced, want %v (%d bf16 bytes)", got, coding, fxShape.BlockBytes())
+	}
+}
+
+// TestCodecStagedOnboard: encoded blocks read through the staging ring
+// land on the GPU decoded.
+func TestCodecStagedOnboard(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.H200Link())
+	var staging [][]byte
+	for range 2 {
+		b, err := f.sim.HostAlloc(3 * f.host.SlotBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		staging = append(staging, b)
+	}
+	cfg := codecConfig(2)
+	cfg.Staging = staging
+	e := f.engine(t, cfg)
+	rng := rand.New(rand.NewPCG(3, 3))
+	src := &encodedSource{}
+	gpu := []int32{40, 3, 17, 22, 8, 61, 0}
+	for range gpu {
+		src.blocks = append(src.blocks, newCodedBlock(t, rng))
+	}
+	tr, err := e.OnboardStaged(context.Background(), src, gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, tr)
+	for i, b := range gpu {
+		if !bytes.Equal(f.getGPUBlock(t, b), src.blocks[i].back) {
+			t.Fatalf("GPU block %d (staged block %d) differs from codec.Decode(codec.Encode(block))", b, i)
+		}
+	}
+}
+
+type encodedSource struct{ blocks []codedBlock }
+
+func (s *encodedSource) ReadBlock(_ context.Context, i int, dst []byte) error {
+	copy(dst, s.blocks[i].enc)
+	return nil
+}
+
+// TestCodecScratchReuseWaits is invariant 3 for the codec's scratch: the
+// simulator moves bytes at each step's modelled end, so a buffer refilled
+// before its DMA has read it sends another chunk's bytes. With the wait
+// removed the test must see it, or it proves nothing.
+func TestCodecScratchReuseWaits(t *testing.T) {
+	slow := cudastream.H200Link()
+	slow.DtoHBytesPerSec = 1e8 // the DMAs are slower than the coding
+	for _, skip := range []bool{false, true} {
+		f := newFixture(t, "block-first", slow)
+		e := f.engine(t, codecConfig(1))
+		e.skipCodecWait = skip
+		rng := rand.New(rand.NewPCG(8, 8))
+		var out []Pair
+		var want [][]byte
+		for i := range 6 {
+			b := newCodedBlock(t, rng)
+			f.putGPUBlock(t, int32(i), b.raw)
+			out = append(out, Pair{GPUBlock: int32(i), HostSlot: int32(i)})
+			want = append(want, b.enc)
+		}
+		tr, err := e.Offload(context.Background(), out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, tr)
+		same := true
+		for i := range out {
+			same = same && bytes.Equal(f.host.Slot(int32(i))[:len(want[i])], want[i])
+		}
+		if same == skip {
+			t.Errorf("skip wait %v: slots hold their blocks' encodings: %v", skip, same)
+		}
+	}
+}
+
+// TestCodecConfigErrors: bad codec settings fail New, naming the field.
+func TestCodecConfigErrors(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.LinkModel{})
+	bad := func(edit func(*Config)) Config { c := codecConfig(0); edit(&c); return c }
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"unknown codec", bad(func(c *Config) { c.Codec = 9 }), "Config.Codec"},
+		{"bad shape", bad(func(c *Config) { c.CodecShape.HeadDim = 100 }), "Config.CodecShape"},
+		{"other layers", bad(func(c *Config) { c.CodecShape.Layers = 3 }), "Config.CodecShape has 3 layers"},
+		{"other part size", bad(func(c *Config) { c.CodecShape.Tokens = 8 }), "Config.GPU.PartBytes"},
+		{"chunk", bad(func(c *Config) { c.CodecChunkBlocks = -1 }), "Config.CodecChunkBlocks"},
+		{"buffers", bad(func(c *Config) { c.CodecBuffers = 65 }), "Config.CodecBuffers"},
+		{"rate", bad(func(c *Config) { c.GoCodecDecodeBytesPerS = -1 }), "Config.GoCodecDecodeBytesPerS"},
+		{"sums", bad(func(c *Config) { c.Sums = true }), "Config.Sums with Config.Codec"},
+	} {
+		cfg := c.cfg
+		cfg.GPU, cfg.Host = f.gpu, f.host
+		e, err := New(f.sim, cfg)
+		if err == nil {
+			e.Close()
+			t.Errorf("%s: New succeeded", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New = %v, want it to name %q", c.name, err, c.want)
+		}
+	}
+	// A slot that holds the encoded block but not the bf16 one is enough
+	// with the codec, and refused without it.
+	f.host.SlotBytes = encodedBytes(t)
+	cfg := Config{GPU: f.gpu, Host: f.host}
+	if e, err := New(f.sim, cfg); err == nil || !strings.Contains(err.Error(), "Config.Host.SlotBytes") {
+		if e != nil {
+			e.Close()
+		}
+		t.Errorf("New without a codec, slots of the encoded size = %v, want Config.Host.SlotBytes refused", err)
+	}
+}
+
+// TestCodecCorruptScaleFaults: an encoded block whose scale Decode
+// rejects fails the onboard (the Go kernel faults the stream) instead of
+// landing as some block.
+func TestCodecCorruptScaleFaults(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.LinkModel{})
+	e := f.engine(t, codecConfig(0))
+	slot := f.host.Slot(2)
+	clear(slot)
+	copy(slot, []byte{0, 0, 0xC0, 0x7F}) // scale 0 is NaN
+	tr, err := e.Onboard(context.Background(), []Pair{{GPUBlock: 5, HostSlot: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tr.Wait(context.Background())
+	tr.Release()
+	if !errors.Is(err, codec.ErrCorrupt) && (err == nil || !strings.Contains(err.Error(), "corrupt encoded block")) {
+		t.Fatalf("onboard of a block with a NaN scale = %v, want the codec's corrupt-block fault", err)
+	}
+}
+
+// TestCodecSubmissionAllocatesPerChunkNotPerBlock: a chunk of 32 blocks
+// allocates no more to submit than a chunk of one (invariant 5: nothing
+// per block; on the simulator each Go kernel launch allocates its work).
+func TestCodecSubmissionAllocatesPerChunkNotPerBlock(t *testing.T) {
+	f := newFixture(t, "layer-first", cudastream.LinkModel{})
+	e := f.engine(t, codecConfig(fxSlots))
+	measure := func(n int, offload bool) float64 {
+		pairs := make([]Pair, n)
+		for i := range pairs {
+			pairs[i] = Pair{GPUBlock: int32(i), HostSlot: int32(i)}
+		}
+		run := func() {
+			submit := e.Onboard
+			if offload {
+				submit = func(ctx context.Context, p []Pair) (*Transfer, error) { return e.Offload(ctx, p) }
+			}
+			tr, err := submit(context.Background(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-tr.Done()
+			tr.Release()
+		}
+		run()
+		return testing.AllocsPerRun(20, run)
+	}
+	for _, offload := range []bool{false, true} {
+		if one, many := measure(1, offload), measure(fxSlots, offload); many > one {
+			t.Errorf("offload %v: allocations per transfer: %v for 1 block, %v for %d blocks in one chunk", offload, one, many, fxSlots)
+		}
+	}
+}
+
+// TestCodecOnboardScratchReuseWaits is TestCodecScratchReuseWaits for
+// onboards: with a slow decode, a buffer refilled by the next DMA before
+// its dequantize has read it would land another chunk's block.
+func TestCodecOnboardScratchReuseWaits(t *testing.T) {
+	for _, skip := range []bool{false, true} {
+		f := newFixture(t, "block-first", cudastream.H200Link())
+		cfg := codecConfig(1)
+		cfg.GoCodecDecodeBytesPerS = 1e6 // the decodes are slower than the DMAs
+		e := f.engine(t, cfg)
+		e.skipCodecWait = skip
+		rng := rand.New(rand.NewPCG(9, 9))
+		var in []Pair
+		var want [][]byte
+		for i := range 6 {
+			b := newCodedBlock(t, rng)
+			copy(f.host.Slot(int32(i)), b.enc)
+			in = append(in, Pair{GPUBlock: int32(10 + i), HostSlot: int32(i)})
+			want = append(want, b.back)
+		}
+		tr, err := e.Onboard(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, tr)
+		same := true
+		for i, p := range in {
+			same = same && bytes.Equal(f.getGPUBlock(t, p.GPUBlock), want[i])
+		}
+		if same == skip {
+			t.Errorf("skip wait %v: GPU blocks hold their slots' decodings: %v", skip, same)
+		}
+	}
+}

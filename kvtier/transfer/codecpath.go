@@ -1,0 +1,210 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"kvtier.dev/cudastream"
+)
+
+// offloadCoded issues t's blocks through the offload ring, a chunk at a
+// time (codec.go); the producer's events have been waited on by the ring's
+// stream. submit records t's final event on d's stream, after the last
+// chunk's DMAs. Called with d.mu held.
+func (e *Engine) offloadCoded(ctx context.Context, d *direction, t *Transfer, pairs []Pair) {
+	e.codeChunks(ctx, d, t, pairs, &e.host, e.hostBase, true)
+	e.endCoded(d, t, true)
+}
+
+// onboardCoded issues t's blocks through the onboard ring and records
+// every layer's event after the last chunk. Called with d.mu held.
+func (e *Engine) onboardCoded(ctx context.Context, d *direction, t *Transfer, pairs []Pair) {
+	e.codeChunks(ctx, d, t, pairs, &e.host, e.hostBase, false)
+	e.endCoded(d, t, false)
+}
+
+// codeChunks issues pairs, whose host side is in h at base, a chunk of
+// CodecChunkBlocks at a time, and stops at the first error (in t.err).
+func (e *Engine) codeChunks(ctx context.Context, d *direction, t *Transfer, pairs []Pair, h *HostLayout, base uint64, offload bool) {
+	t.coded = true
+	for start := 0; start < len(pairs) && t.err == nil; start += e.codec.chunk {
+		e.codeChunk(ctx, d, t, pairs[start:min(len(pairs), start+e.codec.chunk)], h, base, start, offload)
+	}
+}
+
+// endCoded finishes a coded transfer's events: after an error, the ring's
+// stream and d's are joined, so that the transfer's last event follows
+// everything it issued on both; an onboard's layer events are recorded on
+// the ring's stream, after its last scatter.
+func (e *Engine) endCoded(d *direction, t *Transfer, offload bool) {
+	r := d.cring
+	if t.err != nil {
+		from, to := r.kernel, d.stream
+		if !offload {
+			from, to = d.stream, r.kernel
+		}
+		if err := r.joinStreams(from, to); err != nil {
+			t.err = errors.Join(t.err, err)
+		}
+	}
+	if offload {
+		return
+	}
+	for l, ev := range t.layerEv {
+		if err := ev.Record(r.kernel); err != nil && t.err == nil {
+			t.err = fmt.Errorf("transfer: onboard (codec) layer %d: record event: %w", l, err)
+		}
+	}
+}
+
+// joinStreams makes later work on to wait for everything enqueued on from.
+func (r *codecRing) joinStreams(from, to cudastream.Stream) error {
+	if err := r.join.Record(from); err != nil {
+		return err
+	}
+	return to.WaitEvent(r.join)
+}
+
+// codeChunk issues one chunk (at most CodecChunkBlocks pairs, the first
+// being pair first of the transfer) through the next buffer of d's ring.
+// An offload's: device copies of the GPU blocks into the buffer's bf16
+// half, once the buffer's last DMA has read it; quantize into its encoded
+// half; then DMAs to the host slots. An onboard's: DMAs from the host
+// slots into the encoded half, once the buffer's last scatter has read
+// it; dequantize into the bf16 half; then device copies to the GPU blocks.
+func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs []Pair, h *HostLayout, base uint64, first int, offload bool) {
+	if err := ctx.Err(); err != nil {
+		t.err = err
+		return
+	}
+	r, cs := d.cring, e.codec
+	k := r.next
+	b := &r.bufs[k]
+	e.chunkCopies(r, b, pairs, h, base, offload)
+	what := "onboard (codec)"
+	if offload {
+		what = "offload (codec)"
+	}
+	step := func(doing string, err error) bool {
+		if err != nil {
+			t.err = fmt.Errorf("transfer: %s, blocks %d..%d (scratch buffer %d): %s: %w", what, first, first+len(pairs)-1, k, doing, err)
+		}
+		return err == nil
+	}
+	n := len(pairs)
+	// fill writes the buffer on its stream, read reads it on its own.
+	fillOn, readOn := d.stream, r.kernel
+	fill := func() error { return e.linkBatch(d, r.link) }
+	read := func() error {
+		if err := cs.kern.dequantize(r.kernel, b.raw, b.enc, n); err != nil {
+			return err
+		}
+		return r.devCopies(e.maxBatch)
+	}
+	if offload {
+		fillOn, readOn = r.kernel, d.stream
+		fill = func() error {
+			if err := r.devCopies(e.maxBatch); err != nil {
+				return err
+			}
+			return cs.kern.quantize(r.kernel, b.enc, b.raw, n)
+		}
+		read = func() error { return e.linkBatch(d, r.link) }
+	}
+	if b.used && !e.skipCodecWait && !step("wait for the buffer's last reader", fillOn.WaitEvent(b.freed)) {
+		return
+	}
+	if !step("fill the buffer", fill()) ||
+		!step("record the fill's event", b.filled.Record(fillOn)) ||
+		!step("wait for the fill", readOn.WaitEvent(b.filled)) ||
+		!step("read the buffer", read()) ||
+		!step("record the read's event", b.freed.Record(readOn)) {
+		return
+	}
+	b.used = true
+	r.next = (r.next + 1) % len(r.bufs)
+	for _, op := range r.link {
+		t.bytes += op.Bytes
+	}
+	t.copies += len(r.link)
+	e.stats.descriptors.Add(int64(len(r.link)))
+	e.stats.codecChunks.Add(1)
+}
+
+// chunkCopies builds a chunk's device-side copies (r.dev: each block's
+// pieces between the GPU layout and the buffer's bf16 half, block i at
+// raw + i*BlockBytes in (layer, part) order, as the kernels read them)
+// and its link copies (r.link: block i's encoded bytes between enc +
+// i*EncodedBytes and its host slot), each merged with the one before
+// where both sides continue it.
+func (e *Engine) chunkCopies(r *codecRing, b *codecBuf, pairs []Pair, h *HostLayout, base uint64, offload bool) {
+	g, cs := &e.gpu, e.codec
+	r.dev, r.link = r.dev[:0], r.link[:0]
+	for i, p := range pairs {
+		for lp := range g.Layers * g.Parts {
+			gpu := g.addr(p.GPUBlock, lp/g.Parts, lp%g.Parts)
+			buf := b.raw + uint64(int64(i)*cs.raw+int64(lp)*g.PartBytes)
+			c := cudastream.Copy{Dst: buf, Src: gpu, Bytes: g.PartBytes}
+			if !offload {
+				c.Dst, c.Src = gpu, buf
+			}
+			r.dev = appendMerged(r.dev, c, false)
+		}
+		host := base + uint64(int64(p.HostSlot)*h.SlotBytes)
+		enc := b.enc + uint64(int64(i)*cs.enc)
+		c := cudastream.Copy{Dst: host, Src: enc, Bytes: cs.enc}
+		if !offload {
+			c.Dst, c.Src = enc, host
+		}
+		// Never merged across a registration: the driver refuses a copy
+		// that spans two.
+		r.link = appendMerged(r.link, c, h.startsRegistration(p.HostSlot))
+	}
+}
+
+// appendMerged appends c to ops, or lengthens the last op when c continues
+// it on both sides (and split is false).
+func appendMerged(ops []cudastream.Copy, c cudastream.Copy, split bool) []cudastream.Copy {
+	if n := len(ops) - 1; n >= 0 && !split {
+		o := &ops[n]
+		if o.Dst+uint64(o.Bytes) == c.Dst && o.Src+uint64(o.Bytes) == c.Src {
+			o.Bytes += c.Bytes
+			return ops
+		}
+	}
+	return append(ops, c)
+}
+
+// devCopies issues the chunk's device-side copies on the ring's stream:
+// by the copy kernel where it runs, else by batches, at most maxBatch
+// descriptors a call.
+func (r *codecRing) devCopies(maxBatch int) error {
+	for ops := r.dev; len(ops) > 0; {
+		n := min(len(ops), maxBatch)
+		var err error
+		if r.kc != nil {
+			err = r.kc.CopyKernel(cudastream.DeviceToDevice, ops[:n])
+		} else {
+			err = r.kernel.CopyBatch(cudastream.DeviceToDevice, ops[:n])
+		}
+		if err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// linkBatch issues ops over the link on d's stream, at most MaxBatch
+// descriptors a call.
+func (e *Engine) linkBatch(d *direction, ops []cudastream.Copy) error {
+	for len(ops) > 0 {
+		n := min(len(ops), e.maxBatch)
+		if err := d.stream.CopyBatch(d.kind, ops[:n]); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
