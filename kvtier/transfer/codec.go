@@ -247,20 +247,9 @@ func codecCopier(s cudastream.Stream, ko cudastream.KernelCopyOptions, pieces in
 // destroy releases the ring's stream, events and memory, after the
 // stream's work completes.
 func (r *codecRing) destroy(dev cudastream.Device) error {
-	var errs []error
-	if r.kernel != nil {
-		errs = append(errs, r.kernel.Destroy())
-	}
-	for _, b := range r.bufs {
-		errs = append(errs, b.filled.Destroy(), b.freed.Destroy())
-	}
-	if r.join != nil {
-		errs = append(errs, r.join.Destroy())
-	}
-	if r.mem != 0 {
-		errs = append(errs, dev.Free(r.mem))
-	}
-	return errors.Join(errs...)
+	return destroyRing(dev, r.kernel, r.join, r.mem, len(r.bufs), func(i int) (cudastream.Event, cudastream.Event) {
+		return r.bufs[i].filled, r.bufs[i].freed
+	})
 }
 
 // CodecBytes is the device memory the engine's codec scratch takes (0

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"kvtier.dev/cudastream"
@@ -40,13 +39,7 @@ func (e *Engine) codeChunks(ctx context.Context, d *direction, t *Transfer, pair
 func (e *Engine) endCoded(d *direction, t *Transfer, offload bool) {
 	r := d.cring
 	if t.err != nil {
-		from, to := r.kernel, d.stream
-		if !offload {
-			from, to = d.stream, r.kernel
-		}
-		if err := r.joinStreams(from, to); err != nil {
-			t.err = errors.Join(t.err, err)
-		}
+		joinAfterError(t, r.joinStreams, r.kernel, d.stream, offload)
 	}
 	if offload {
 		return
@@ -112,14 +105,7 @@ func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs
 		}
 		read = func() error { return e.linkBatch(d, r.link) }
 	}
-	if b.used && !e.skipCodecWait && !step("wait for the buffer's last reader", fillOn.WaitEvent(b.freed)) {
-		return
-	}
-	if !step("fill the buffer", fill()) ||
-		!step("record the fill's event", b.filled.Record(fillOn)) ||
-		!step("wait for the fill", readOn.WaitEvent(b.filled)) ||
-		!step("read the buffer", read()) ||
-		!step("record the read's event", b.freed.Record(readOn)) {
+	if !passChunk(step, b.used && !e.skipCodecWait, b.filled, b.freed, fillOn, readOn, fill, read) {
 		return
 	}
 	b.used = true
@@ -199,9 +185,15 @@ func (r *codecRing) devCopies(maxBatch int) error {
 // linkBatch issues ops over the link on d's stream, at most MaxBatch
 // descriptors a call.
 func (e *Engine) linkBatch(d *direction, ops []cudastream.Copy) error {
+	return inBatches(ops, e.maxBatch, func(b []cudastream.Copy) error { return d.stream.CopyBatch(d.kind, b) })
+}
+
+// inBatches hands ops to issue at most max at a time, in order, until one
+// call fails.
+func inBatches(ops []cudastream.Copy, max int, issue func([]cudastream.Copy) error) error {
 	for len(ops) > 0 {
-		n := min(len(ops), e.maxBatch)
-		if err := d.stream.CopyBatch(d.kind, ops[:n]); err != nil {
+		n := min(len(ops), max)
+		if err := issue(ops[:n]); err != nil {
 			return err
 		}
 		ops = ops[n:]

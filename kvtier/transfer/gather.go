@@ -137,18 +137,61 @@ func newGatherRing(dev cudastream.Device, n int, size, partBytes int64, prio int
 // destroy releases the ring's stream, events and memory, after the
 // stream's work completes.
 func (r *gatherRing) destroy(dev cudastream.Device) error {
+	return destroyRing(dev, r.kernel, r.join, r.mem, len(r.bufs), func(i int) (cudastream.Event, cudastream.Event) {
+		return r.bufs[i].filled, r.bufs[i].freed
+	})
+}
+
+// joinAfterError joins a failed transfer's two streams (a ring's kernel
+// stream and its direction's), so that what one still runs ends before the
+// transfer's last event on the other: the link's stream waits for the
+// kernels after an offload, the kernel stream for the link after an
+// onboard.
+func joinAfterError(t *Transfer, join func(from, to cudastream.Stream) error, kernel, link cudastream.Stream, offload bool) {
+	from, to := kernel, link
+	if !offload {
+		from, to = link, kernel
+	}
+	if err := join(from, to); err != nil {
+		t.err = errors.Join(t.err, err)
+	}
+}
+
+// passChunk runs one chunk through a staging buffer: fill writes it on
+// fillOn, read reads it on readOn, ordered on the device by the buffer's
+// events; with wait, the fill first waits for the buffer's last reader
+// (invariant 3). step reports each call's error; passChunk returns false
+// at the first.
+func passChunk(step func(doing string, err error) bool, wait bool, filled, freed cudastream.Event,
+	fillOn, readOn cudastream.Stream, fill, read func() error) bool {
+	if wait && !step("wait for the buffer's last reader", fillOn.WaitEvent(freed)) {
+		return false
+	}
+	return step("fill the buffer", fill()) &&
+		step("record the fill's event", filled.Record(fillOn)) &&
+		step("wait for the fill", readOn.WaitEvent(filled)) &&
+		step("read the buffer", read()) &&
+		step("record the read's event", freed.Record(readOn))
+}
+
+// destroyRing releases a staging ring: its kernel stream, then its n
+// buffers' events (bufEvents(i): filled and freed), its join event and its
+// device memory, each if set.
+func destroyRing(dev cudastream.Device, kernel cudastream.Stream, join cudastream.Event, mem cudastream.DevicePtr,
+	n int, bufEvents func(i int) (filled, freed cudastream.Event)) error {
 	var errs []error
-	if r.kernel != nil {
-		errs = append(errs, r.kernel.Destroy())
+	if kernel != nil {
+		errs = append(errs, kernel.Destroy())
 	}
-	for _, b := range r.bufs {
-		errs = append(errs, b.filled.Destroy(), b.freed.Destroy())
+	for i := range n {
+		filled, freed := bufEvents(i)
+		errs = append(errs, filled.Destroy(), freed.Destroy())
 	}
-	if r.join != nil {
-		errs = append(errs, r.join.Destroy())
+	if join != nil {
+		errs = append(errs, join.Destroy())
 	}
-	if r.mem != 0 {
-		errs = append(errs, dev.Free(r.mem))
+	if mem != 0 {
+		errs = append(errs, dev.Free(mem))
 	}
 	return errors.Join(errs...)
 }
@@ -408,15 +451,7 @@ func (e *Engine) gather(ctx context.Context, d *direction, t *Transfer, pairs []
 		e.flushChunk(ctx, d, t, offload)
 	}
 	if t.err != nil {
-		// Join the streams, so that what one still runs ends before the
-		// transfer's last event on the other.
-		from, to := r.kernel, d.stream
-		if !offload {
-			from, to = d.stream, r.kernel
-		}
-		if err := r.joinStreams(from, to); err != nil {
-			t.err = errors.Join(t.err, err)
-		}
+		joinAfterError(t, r.joinStreams, r.kernel, d.stream, offload)
 	}
 	if !offload {
 		record(e.gpu.Layers)
@@ -455,16 +490,7 @@ func (e *Engine) flushChunk(ctx context.Context, d *direction, t *Transfer, offl
 		first, second = second, first
 		fill, read = read, fill
 	}
-	if b.used && !e.skipGatherWait {
-		if !step("wait for the buffer's last reader", first.WaitEvent(b.freed)) {
-			return
-		}
-	}
-	if !step("fill the buffer", fill()) ||
-		!step("record the fill's event", b.filled.Record(first)) ||
-		!step("wait for the fill", second.WaitEvent(b.filled)) ||
-		!step("read the buffer", read()) ||
-		!step("record the read's event", b.freed.Record(second)) {
+	if !passChunk(step, b.used && !e.skipGatherWait, b.filled, b.freed, first, second, fill, read) {
 		return
 	}
 	t.bytes += r.link.bytes()
@@ -488,14 +514,7 @@ func (r *gatherRing) start() {
 // kernelCopies runs device-to-device ops on the ring's kernel stream, at
 // most MaxBatch descriptors per call.
 func (e *Engine) kernelCopies(r *gatherRing, ops []cudastream.Copy) error {
-	for len(ops) > 0 {
-		n := min(len(ops), e.maxBatch)
-		if err := r.kc.CopyKernel(cudastream.DeviceToDevice, ops[:n]); err != nil {
-			return err
-		}
-		ops = ops[n:]
-	}
-	return nil
+	return inBatches(ops, e.maxBatch, func(b []cudastream.Copy) error { return r.kc.CopyKernel(cudastream.DeviceToDevice, b) })
 }
 
 // linkCopies submits a chunk's link copies on d's stream: the one-row ones
