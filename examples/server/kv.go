@@ -21,7 +21,11 @@ func kvRoutes(p *parts, s shape) *httpapi.KV {
 	bt := s.model.BlockTokens
 	// The engine looks up the full blocks before the one holding the
 	// prompt's last position, which it always computes (engine.attempt).
-	return &httpapi.KV{Manager: p.cache.Manager, LookupTokens: func(n int) int { return (n - 1) / bt * bt }, Salt: p.cache.Salt}
+	kv := &httpapi.KV{Manager: p.cache.Manager, LookupTokens: func(n int) int { return (n - 1) / bt * bt }, Salt: p.cache.Salt}
+	if rt := p.cache.Remote; rt != nil {
+		kv.InvalidateRemote = rt.Invalidate
+	}
+	return kv
 }
 
 // startKVEvents registers the event stream's metrics and, with

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/internal/openai"
 	"kvtier.dev/internal/redistest"
 	"kvtier.dev/kvtier"
@@ -291,5 +293,40 @@ func TestServeRemoteStalledDoesNotStallOthers(t *testing.T) {
 	}
 	if err := s.shutdown(); err != nil {
 		t.Fatalf("shutdown: %v\n%s", err, s.logs)
+	}
+}
+
+// TestAdminInvalidateReachesRemote: a prompt one server published to the
+// remote tier, invalidated through a second server's operator API, is not
+// fetched back: POST /admin/v1/invalidate deletes the prefix's blocks from
+// the remote tier too (remote_blocks), or the next request would load
+// what the operator told the cache to forget.
+func TestAdminInvalidateReachesRemote(t *testing.T) {
+	addrs := strings.Join(redistest.Shared(t), ",")
+	prefix := fmt.Sprintf("kvserve-test-%d:", time.Now().UnixNano())
+	remote := []string{"-remote", addrs, "-remote-prefix", prefix, "-gpu-kv", "256KiB"}
+	p := tokenPrompt(5, 61) // 15 full blocks of 4 tokens before the last
+	a := start(t, testArgs(remote...)...)
+	for range 4 { // seen twice with a host copy: published
+		a.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(1)})
+		time.Sleep(50 * time.Millisecond) // the write-through copies to the host tier
+	}
+	if n := remoteCount(t, a.url, "kvserve_remote_published_blocks_total", ""); n < 15 {
+		t.Fatalf("%v blocks published to the remote tier, want the prompt's 15", n)
+	}
+	if err := a.shutdown(); err != nil { // the write-behind queue goes out first
+		t.Fatalf("shutdown: %v\n%s", err, a.logs)
+	}
+	b := startAdminServer(t, remote...)
+	var r httpapi.AdminBlocks
+	b.ok(t, http.MethodPost, "invalidate", httpapi.AdminPrefix{Prompt: &p}, http.StatusOK, &r)
+	if r.RemoteBlocks != 15 {
+		t.Fatalf("invalidate: %+v, want the prompt's 15 blocks deleted from the remote tier", r)
+	}
+	if c := b.cached(t, p, ""); c.Host != 0 {
+		t.Errorf("after the invalidation %+v tokens were cached, want none fetched from the remote", c)
+	}
+	if n := remoteCount(t, b.url, "kvserve_remote_fetched_blocks_total", ""); n != 0 {
+		t.Errorf("%v blocks fetched from the remote after it was invalidated", n)
 	}
 }

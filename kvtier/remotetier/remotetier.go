@@ -363,3 +363,23 @@ func (r *Tier) announceGone(info kvtier.BlockInfo) {
 func blockInfo(meta *remote.BlockMeta) kvtier.BlockInfo {
 	return kvtier.BlockInfo{Key: kvtier.Key(meta.Key), Parent: kvtier.Key(meta.Parent), Salt: kvtier.Salt(meta.Salt), Position: meta.Position}
 }
+
+// Invalidate deletes the blocks of keys from the remote tier, so that no
+// server fetches them again (the store is shared: every server loses them),
+// and announces removed those this server knew were there. It returns the
+// blocks it deleted; a delete the store refused is in the error, and the
+// others go on. The keys are a salt's chain (Hasher), as Invalidate of the
+// manager takes them; the remote's names carry no salt.
+func (r *Tier) Invalidate(ctx context.Context, keys []kvtier.Key) (int, error) {
+	var errs []error
+	n := 0
+	for _, k := range keys {
+		if err := r.cache.Delete(ctx, uint64(k)); err != nil {
+			errs = append(errs, fmt.Errorf("remotetier: invalidate block %#x: %w", uint64(k), err))
+			continue
+		}
+		r.known.remove(k)
+		n++
+	}
+	return n, errors.Join(errs...)
+}

@@ -214,3 +214,39 @@ func TestAgedOutAnnounced(t *testing.T) {
 		t.Errorf("Stats.Removed %d, want 4", s.Removed)
 	}
 }
+
+// TestInvalidateDeletesRemoteCopies: a prefix published to the remote tier
+// and invalidated there is fetched by no server afterwards, and its known
+// blocks are announced removed once.
+func TestInvalidateDeletesRemoteCopies(t *testing.T) {
+	prefix := remotePrefix(t)
+	a := newServer(t, nil, prefix, policy.AlwaysAdmit[kvtier.Key]{})
+	tokens := a.request(3)
+	a.serve(t, tokens)
+	if n := a.publish(t, tokens); n != 3 {
+		t.Fatalf("published %d blocks, want 3", n)
+	}
+	h, err := kvtier.NewHasher(blockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := h.AppendKeys(nil, 1, 0, tokens)
+	if _, err := a.Invalidate(1, tokens); err != nil { // the local copies
+		t.Fatal(err)
+	}
+	sub, err := a.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	removals(t, sub)
+	if n, err := a.rt.Invalidate(context.Background(), keys); n != 3 || err != nil {
+		t.Fatalf("Invalidate = %d, %v; want 3 blocks", n, err)
+	}
+	if got := removals(t, sub); len(got) != 3 {
+		t.Errorf("announced %#x removed, want the 3 blocks", got)
+	}
+	if fetched, _, _ := a.onboard(t, tokens); fetched != 0 {
+		t.Errorf("fetched %d blocks after they were invalidated, want 0", fetched)
+	}
+}

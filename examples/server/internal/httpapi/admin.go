@@ -23,8 +23,9 @@ import (
 //
 //	POST /admin/v1/evict              move a prefix's blocks out of the tiers
 //	                                  faster than "keep" (kvtier.Manager.Evict)
-//	POST /admin/v1/invalidate         forget a prefix's blocks in every tier
-//	                                  (kvtier.Manager.Invalidate)
+//	POST /admin/v1/invalidate         forget a prefix's blocks in every tier,
+//	                                  the remote's too (kvtier.Manager.Invalidate,
+//	                                  remotetier.Tier.Invalidate)
 //	POST /admin/v1/invalidate-tenant  forget every block of a tenant
 //	                                  (kvtier.Manager.InvalidateSalt)
 //	POST /admin/v1/pin                give a prefix's blocks a retention
@@ -188,9 +189,11 @@ type AdminTenant struct {
 }
 
 // AdminBlocks is the answer of the evict and invalidate routes: the blocks
-// the call took out or forgot.
+// the call took out or forgot, and, with a remote tier, the blocks
+// /admin/v1/invalidate deleted there.
 type AdminBlocks struct {
-	Blocks int `json:"blocks"`
+	Blocks       int `json:"blocks"`
+	RemoteBlocks int `json:"remote_blocks,omitempty"`
 }
 
 // decodeAdmin decodes body into v: one JSON object of v's fields only.
@@ -272,12 +275,42 @@ func (ad *admin) evict(r *http.Request, body []byte) adminReply {
 	if err != nil {
 		return adminError(err)
 	}
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "keep", keep.String(), "blocks", n}}
+	return adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "keep", keep.String(), "blocks", n}}
 }
 
-// invalidate answers POST /admin/v1/invalidate.
+// invalidate answers POST /admin/v1/invalidate: the prefix's blocks are
+// forgotten in every tier of the manager and deleted from the remote tier.
 func (ad *admin) invalidate(r *http.Request, body []byte) adminReply {
-	return ad.onPrefix(body, (*kvtier.Manager).InvalidateKeys, (*kvtier.Manager).Invalidate)
+	rep := ad.onPrefix(body, (*kvtier.Manager).InvalidateKeys, (*kvtier.Manager).Invalidate)
+	del := ad.a.kv.InvalidateRemote
+	if rep.status != http.StatusOK || del == nil {
+		return rep
+	}
+	var req AdminPrefix
+	if err := decodeAdmin(body, &req); err != nil {
+		return adminError(err)
+	}
+	toks, keys, err := ad.prefix(&req)
+	if err != nil {
+		return adminError(err)
+	}
+	if keys == nil {
+		m := ad.a.kv.Manager
+		h, err := kvtier.NewHasher(m.BlockTokens())
+		if err != nil {
+			return adminError(err)
+		}
+		keys = h.AppendKeys(nil, ad.salt(req.User, req.Salt), 0, toks)
+	}
+	n, err := del(r.Context(), keys)
+	out := rep.body.(AdminBlocks)
+	out.RemoteBlocks = n
+	rep.body, rep.attrs = out, append(rep.attrs, "remote_blocks", n)
+	if err != nil {
+		ad.log.Warn("admin: invalidate: the remote tier refused deletes", "err", err)
+		rep.attrs = append(rep.attrs, "remote_err", err.Error())
+	}
+	return rep
 }
 
 // onPrefix answers a call on the prefix body names, by its keys or its
@@ -302,7 +335,7 @@ func (ad *admin) onPrefix(body []byte, byKeys func(*kvtier.Manager, kvtier.Salt,
 	if err != nil {
 		return adminError(err)
 	}
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "blocks", n}}
+	return adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "blocks", n}}
 }
 
 // invalidateTenant answers POST /admin/v1/invalidate-tenant.
@@ -312,7 +345,7 @@ func (ad *admin) invalidateTenant(r *http.Request, body []byte) adminReply {
 		return adminError(err)
 	}
 	n := ad.a.kv.Manager.InvalidateSalt(ad.salt(req.User, req.Salt))
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "blocks", n}}
+	return adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "blocks", n}}
 }
 
 // AdminStatus is the answer of the flush and drain routes.

@@ -58,7 +58,7 @@ func (ad *admin) pin(r *http.Request, body []byte) adminReply {
 	if err != nil {
 		return adminError(err)
 	}
-	return adminReply{http.StatusOK, AdminBlocks{n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "priority", prio, "ttl", req.TTL, "blocks", n}}
+	return adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "tokens", len(toks), "keys", len(keys), "priority", prio, "ttl", req.TTL, "blocks", n}}
 }
 
 // unpin answers POST /admin/v1/unpin: the blocks of the prefix that were

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,11 @@ type KV struct {
 	// (a server folds its model's identity into the tenant's); nil: the
 	// tenant's own.
 	Salt func(kvtier.Salt) kvtier.Salt
+	// InvalidateRemote, when set, deletes blocks by key from the shared
+	// remote tier (remotetier.Tier.Invalidate) and returns how many:
+	// POST /admin/v1/invalidate forgets a prefix there too, or a server
+	// would fetch back what it was told to forget.
+	InvalidateRemote func(ctx context.Context, keys []kvtier.Key) (int, error)
 }
 
 // KVPath is the prefix of the /v1/kv routes.
