@@ -41,6 +41,11 @@ type devicePath struct {
 	pool   []byte // unbacked; the sim's registrations are in chunks of regBytes
 	regs   [][]byte
 
+	// upAt is when the device's start-up work (the codec ring's probe of
+	// its copy kernel, transfer.New) ends on its clock: a request of the
+	// trace's first moments is submitted then, not before.
+	upAt time.Duration
+
 	inFlight int   // ops handed to mv and not completed
 	err      error // the first op that failed: a replay's copies never fail
 	free     []*relay
@@ -150,6 +155,7 @@ func (d *devicePath) build(e *engine, hostSlots int64, layers, parts int, gpuByt
 	if d.mv, err = devmover.New(devmover.Config{Engine: d.eng, Host: host, BlockBytes: e.stored, Codec: ec.Codec}); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
+	d.upAt = d.sim.Clock().Now()
 	return nil
 }
 
@@ -176,9 +182,9 @@ func (d *devicePath) advance(at time.Duration) error {
 }
 
 // setClock moves the device's clock to at, so that what the replay submits
-// then starts then.
+// then starts then (no sooner than the device is ready).
 func (d *devicePath) setClock(at time.Duration) error {
-	if err := d.sim.AdvanceTo(at); err != nil {
+	if err := d.sim.AdvanceTo(max(at, d.upAt)); err != nil {
 		return fmt.Errorf("replay: mover device: %w", err)
 	}
 	return nil

@@ -75,6 +75,9 @@ type Report struct {
 	// Config.MemoryBudget.
 	PeakInFlightRequests int64 `json:"peak_in_flight_requests"`
 	PeakInFlightBytes    Bytes `json:"peak_in_flight_bytes"`
+	// BreakEven is each lower tier's break-even, without and with
+	// compression (breakeven.go).
+	BreakEven []TierBreakEven `json:"break_even,omitempty"`
 	// OverBudget are the strategies whose replay stopped over
 	// Config.MemoryBudget, in the order replayed; Results holds those
 	// that finished.
@@ -437,6 +440,7 @@ func (r *Report) writeHeader(b *strings.Builder) {
 		r.writeLoad(b)
 		r.writeKVMemory(b)
 	}
+	r.writeBreakEven(b)
 	b.WriteString("\n")
 }
 

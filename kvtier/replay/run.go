@@ -110,6 +110,7 @@ func Run(src Source, cfg Config, opts Options) (*Report, error) {
 		}
 		rep.Results = append(rep.Results, res)
 		rep.Format, rep.SkippedLines, rep.BlockTokens, rep.BlockBytes = info.format, info.skipped, info.blockTokens, info.blockBytes
+		rep.BreakEven = info.breakEven
 		rep.PeakInFlightRequests = max(rep.PeakInFlightRequests, info.peakRequests)
 		rep.PeakInFlightBytes = max(rep.PeakInFlightBytes, Bytes(info.peakBytes))
 	}
@@ -156,6 +157,7 @@ type runInfo struct {
 	peakRequests int64        // requests in flight at once, at most
 	peakBytes    int64        // their estimated memory, at most
 	remote       *remoteLevel // the remote tier and its counts, if any
+	breakEven    []TierBreakEven
 }
 
 // noRequestErr explains a trace that gave no request: empty, or every line
@@ -207,5 +209,8 @@ func runOne(src Source, cfg Config, s costplan.Strategy, progress func(costplan.
 	info := runInfo{format: rd.Format().String(), skipped: rd.Skipped(), blockTokens: e.bt, blockBytes: e.blockBytes,
 		peakRequests: e.flight.peakRequests, peakBytes: e.flight.peakBytes}
 	info.remote = e.remote
+	if info.breakEven, err = e.breakEvens(); err != nil {
+		return StrategyResult{}, runInfo{}, err
+	}
 	return e.result(), info, nil
 }
