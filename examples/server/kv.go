@@ -23,7 +23,7 @@ func kvRoutes(p *parts, s shape) *httpapi.KV {
 	// prompt's last position, which it always computes (engine.attempt).
 	kv := &httpapi.KV{Manager: p.cache.Manager, LookupTokens: func(n int) int { return (n - 1) / bt * bt }, Salt: p.cache.Salt}
 	if rt := p.cache.Remote; rt != nil {
-		kv.InvalidateRemote = rt.Invalidate
+		kv.InvalidateRemote, kv.InvalidateRemoteSalt = rt.Invalidate, rt.InvalidateSalt
 	}
 	return kv
 }

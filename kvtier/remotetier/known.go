@@ -88,3 +88,14 @@ func (k *known) sweep() {
 		k.set.Remove(key)
 	}
 }
+
+// ofSalt returns the keys of the set's blocks of salt.
+func (k *known) ofSalt(salt kvtier.Salt) []kvtier.Key {
+	var keys []kvtier.Key
+	for _, key := range k.set.Keys() {
+		if b, ok := k.set.Peek(key); ok && b.info.Salt == salt {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}

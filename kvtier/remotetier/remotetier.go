@@ -383,3 +383,11 @@ func (r *Tier) Invalidate(ctx context.Context, keys []kvtier.Key) (int, error) {
 	}
 	return n, errors.Join(errs...)
 }
+
+// InvalidateSalt deletes from the remote tier the blocks of salt that this
+// server knows are there (its known set: those it published or fetched),
+// as Invalidate does. The remote's names carry no salt, so a block of the
+// salt that another server published, and this one never saw, stays.
+func (r *Tier) InvalidateSalt(ctx context.Context, salt kvtier.Salt) (int, error) {
+	return r.Invalidate(ctx, r.known.ofSalt(salt))
+}

@@ -250,3 +250,27 @@ func TestInvalidateDeletesRemoteCopies(t *testing.T) {
 		t.Errorf("fetched %d blocks after they were invalidated, want 0", fetched)
 	}
 }
+
+// TestInvalidateSaltDeletesKnownBlocks: a tenant's invalidation deletes
+// from the remote tier the blocks of its salt this server published, and
+// no other salt's.
+func TestInvalidateSaltDeletesKnownBlocks(t *testing.T) {
+	a := newServer(t, nil, remotePrefix(t), policy.AlwaysAdmit[kvtier.Key]{})
+	tokens := a.request(3)
+	a.serve(t, tokens)
+	if n := a.publish(t, tokens); n != 3 {
+		t.Fatalf("published %d blocks, want 3", n)
+	}
+	if n, err := a.rt.InvalidateSalt(context.Background(), 2); n != 0 || err != nil {
+		t.Fatalf("InvalidateSalt of another salt = %d, %v; want 0", n, err)
+	}
+	if n, err := a.rt.InvalidateSalt(context.Background(), 1); n != 3 || err != nil {
+		t.Fatalf("InvalidateSalt = %d, %v; want the 3 blocks", n, err)
+	}
+	if _, err := a.Invalidate(1, tokens); err != nil {
+		t.Fatal(err)
+	}
+	if fetched, _, _ := a.onboard(t, tokens); fetched != 0 {
+		t.Errorf("fetched %d blocks after the tenant's invalidation, want 0", fetched)
+	}
+}

@@ -26,8 +26,10 @@ import (
 //	POST /admin/v1/invalidate         forget a prefix's blocks in every tier,
 //	                                  the remote's too (kvtier.Manager.Invalidate,
 //	                                  remotetier.Tier.Invalidate)
-//	POST /admin/v1/invalidate-tenant  forget every block of a tenant
-//	                                  (kvtier.Manager.InvalidateSalt)
+//	POST /admin/v1/invalidate-tenant  forget every block of a tenant, and those
+//	                                  of its blocks this server knows the remote
+//	                                  holds (kvtier.Manager.InvalidateSalt,
+//	                                  remotetier.Tier.InvalidateSalt)
 //	POST /admin/v1/pin                give a prefix's blocks a retention
 //	                                  priority, with a TTL or until unpinned
 //	                                  (kvtier.Manager.Pin)
@@ -344,8 +346,18 @@ func (ad *admin) invalidateTenant(r *http.Request, body []byte) adminReply {
 	if err := decodeAdmin(body, &req); err != nil {
 		return adminError(err)
 	}
-	n := ad.a.kv.Manager.InvalidateSalt(ad.salt(req.User, req.Salt))
-	return adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "blocks", n}}
+	salt := ad.salt(req.User, req.Salt)
+	n := ad.a.kv.Manager.InvalidateSalt(salt)
+	rep := adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "blocks", n}}
+	if del := ad.a.kv.InvalidateRemoteSalt; del != nil {
+		m, err := del(r.Context(), salt)
+		rep.body, rep.attrs = AdminBlocks{Blocks: n, RemoteBlocks: m}, append(rep.attrs, "remote_blocks", m)
+		if err != nil {
+			ad.log.Warn("admin: invalidate-tenant: the remote tier refused deletes", "err", err)
+			rep.attrs = append(rep.attrs, "remote_err", err.Error())
+		}
+	}
+	return rep
 }
 
 // AdminStatus is the answer of the flush and drain routes.

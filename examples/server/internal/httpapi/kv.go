@@ -43,6 +43,10 @@ type KV struct {
 	// POST /admin/v1/invalidate forgets a prefix there too, or a server
 	// would fetch back what it was told to forget.
 	InvalidateRemote func(ctx context.Context, keys []kvtier.Key) (int, error)
+	// InvalidateRemoteSalt, when set, deletes a salt's blocks that this
+	// server knows the remote tier holds (remotetier.Tier.InvalidateSalt),
+	// for POST /admin/v1/invalidate-tenant.
+	InvalidateRemoteSalt func(ctx context.Context, salt kvtier.Salt) (int, error)
 }
 
 // KVPath is the prefix of the /v1/kv routes.
