@@ -187,7 +187,7 @@ func (m *Manager) victim(t Tier, own int32) (BlockRef, bool) {
 	}
 	m.expirePins()
 	if len(m.pins.of) > 0 {
-		for p, n := range m.pins.resident[t] {
+		for p, n := range &m.pins.resident[t] { // no copy of the array
 			if n == 0 && p != DefaultPriority {
 				continue
 			}
