@@ -288,42 +288,49 @@ func (ad *admin) invalidate(r *http.Request, body []byte) adminReply {
 	if rep.status != http.StatusOK || del == nil {
 		return rep
 	}
-	var req AdminPrefix
-	if err := decodeAdmin(body, &req); err != nil {
-		return adminError(err)
-	}
-	toks, keys, err := ad.prefix(&req)
+	req, toks, keys, err := ad.decodePrefix(body)
 	if err != nil {
 		return adminError(err)
 	}
 	if keys == nil {
-		m := ad.a.kv.Manager
-		h, err := kvtier.NewHasher(m.BlockTokens())
+		h, err := kvtier.NewHasher(ad.a.kv.Manager.BlockTokens())
 		if err != nil {
 			return adminError(err)
 		}
 		keys = h.AppendKeys(nil, ad.salt(req.User, req.Salt), 0, toks)
 	}
 	n, err := del(r.Context(), keys)
+	return ad.withRemote(rep, n, err)
+}
+
+// withRemote adds to rep (AdminBlocks) the blocks a call deleted from the
+// remote tier, and the error of those it could not.
+func (ad *admin) withRemote(rep adminReply, n int, err error) adminReply {
 	out := rep.body.(AdminBlocks)
 	out.RemoteBlocks = n
 	rep.body, rep.attrs = out, append(rep.attrs, "remote_blocks", n)
 	if err != nil {
-		ad.log.Warn("admin: invalidate: the remote tier refused deletes", "err", err)
+		ad.log.Warn("admin: the remote tier refused deletes", "err", err)
 		rep.attrs = append(rep.attrs, "remote_err", err.Error())
 	}
 	return rep
+}
+
+// decodePrefix decodes a body that names a prefix, and returns its tokens
+// or its keys.
+func (ad *admin) decodePrefix(body []byte) (req AdminPrefix, toks []int32, keys []kvtier.Key, err error) {
+	if err := decodeAdmin(body, &req); err != nil {
+		return req, nil, nil, err
+	}
+	toks, keys, err = ad.prefix(&req)
+	return req, toks, keys, err
 }
 
 // onPrefix answers a call on the prefix body names, by its keys or its
 // tokens, with the blocks the call counted.
 func (ad *admin) onPrefix(body []byte, byKeys func(*kvtier.Manager, kvtier.Salt, []kvtier.Key) (int, error),
 	byTokens func(*kvtier.Manager, kvtier.Salt, []int32) (int, error)) adminReply {
-	var req AdminPrefix
-	if err := decodeAdmin(body, &req); err != nil {
-		return adminError(err)
-	}
-	toks, keys, err := ad.prefix(&req)
+	req, toks, keys, err := ad.decodePrefix(body)
 	if err != nil {
 		return adminError(err)
 	}
@@ -351,11 +358,7 @@ func (ad *admin) invalidateTenant(r *http.Request, body []byte) adminReply {
 	rep := adminReply{http.StatusOK, AdminBlocks{Blocks: n}, []any{"tenant", req.User + "/" + req.Salt, "blocks", n}}
 	if del := ad.a.kv.InvalidateRemoteSalt; del != nil {
 		m, err := del(r.Context(), salt)
-		rep.body, rep.attrs = AdminBlocks{Blocks: n, RemoteBlocks: m}, append(rep.attrs, "remote_blocks", m)
-		if err != nil {
-			ad.log.Warn("admin: invalidate-tenant: the remote tier refused deletes", "err", err)
-			rep.attrs = append(rep.attrs, "remote_err", err.Error())
-		}
+		return ad.withRemote(rep, m, err)
 	}
 	return rep
 }
