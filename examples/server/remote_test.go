@@ -307,12 +307,17 @@ func TestAdminInvalidateReachesRemote(t *testing.T) {
 	remote := []string{"-remote", addrs, "-remote-prefix", prefix, "-gpu-kv", "256KiB"}
 	p := tokenPrompt(5, 61) // 15 full blocks of 4 tokens before the last
 	a := start(t, testArgs(remote...)...)
-	for range 4 { // seen twice with a host copy: published
+	// Published once seen twice with a host copy: the write-through copies
+	// to the host tier land between requests, so send the prompt until
+	// its 15 blocks have gone out (or give up after many tries).
+	published := 0.0
+	for try := 0; try < 200 && published < 15; try++ {
 		a.complete(t, openai.CompletionRequest{Prompt: p, MaxTokens: maxTokens(1)})
-		time.Sleep(50 * time.Millisecond) // the write-through copies to the host tier
+		time.Sleep(10 * time.Millisecond)
+		published = remoteCount(t, a.url, "kvserve_remote_published_blocks_total", "")
 	}
-	if n := remoteCount(t, a.url, "kvserve_remote_published_blocks_total", ""); n < 15 {
-		t.Fatalf("%v blocks published to the remote tier, want the prompt's 15", n)
+	if published < 15 {
+		t.Fatalf("%v blocks published to the remote tier, want the prompt's 15", published)
 	}
 	if err := a.shutdown(); err != nil { // the write-behind queue goes out first
 		t.Fatalf("shutdown: %v\n%s", err, a.logs)
