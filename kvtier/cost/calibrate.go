@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// PrefillSample is one measured prefill: Tokens after Prefix present, on
-// TP GPUs (0: 1). A line of `kvtier calc --prefill-samples`:
+// PrefillSample is one measured prefill: Tokens computed with Prefix
+// tokens present, on TP GPUs (0: 1). A line of `kvtier calc
+// --prefill-samples`:
 //
 //	{"model":"llama-3.1-8b","prefix":0,"tokens":512,"seconds":0.0222}
 type PrefillSample struct {
@@ -19,6 +20,21 @@ type PrefillSample struct {
 	Prefix  int     `json:"prefix"`
 	Tokens  int     `json:"tokens"`
 	Seconds float64 `json:"seconds"`
+	// PrefixPairs is, for a pass that is not one run of Tokens after the
+	// Prefix (a recomputed head before loaded blocks, a hole), how many
+	// (computed token, present token before it) pairs it attends: between
+	// 0 and Tokens × Prefix. 0: Tokens × Prefix, the one run's.
+	PrefixPairs int64 `json:"prefix_pairs,omitempty"`
+	// A pass with loads in flight: LoadBytes in LoadBlocks blocks copied
+	// into the GPU over the link named LoadLink, from LoadStartSeconds to
+	// LoadEndSeconds after the pass began (the start is negative for loads
+	// submitted before it). Such samples set PrefillFit.LoadSlowdown
+	// (slowdown.go) and none of the other terms.
+	LoadBytes        int64   `json:"load_bytes,omitempty"`
+	LoadBlocks       int     `json:"load_blocks,omitempty"`
+	LoadLink         string  `json:"load_link,omitempty"`
+	LoadStartSeconds float64 `json:"load_start_s,omitempty"`
+	LoadEndSeconds   float64 `json:"load_end_s,omitempty"`
 }
 
 // CopySample is one measured copy: Bytes over Link, submitted to done.
@@ -68,17 +84,23 @@ type Calibration struct {
 	prior      [maxTerms]float64 // θ of the prefill prior
 	priorWidth float64
 	prefill    ring[prefillEntry]
-	models     []Model
-	links      []*linkState
-	rows       []fitRow
-	scratch    []float64
+	loaded     ring[prefillEntry] // samples with loads in flight (slowdown.go)
+	// priorSlowdown is LoadSlowdown's value until enough loaded samples
+	// say otherwise: 0, or a calibration file's without samples.
+	priorSlowdown float64
+	slowdowns     []weighted
+	models        []Model
+	links         []*linkState
+	rows          []fitRow
+	scratch       []float64
 
 	cur atomic.Pointer[Fit]
 }
 
 type prefillEntry struct {
-	s   PrefillSample
-	row fitRow // its features and seconds
+	s      PrefillSample
+	row    fitRow // its features and seconds
+	layers int    // its model's
 }
 
 type linkState struct {
@@ -117,6 +139,7 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	}
 	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1, 0}, priorWidth: PriorPrefillWidth}
 	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
+	c.loaded.buf = make([]prefillEntry, MaxLoadedSamples)
 	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
 	c.scratch = make([]float64, 3*max(MaxPrefillSamples, MaxCopySamples))
 	c.publishLocked()
@@ -139,19 +162,30 @@ func (c *Calibration) hbmScale() float64 {
 
 // prefillFeatures are a prefill's terms under the prior's scales:
 // predicted seconds = features · θ.
-func (c *Calibration) prefillFeatures(m *Model, tp, prefix, tokens int) [maxTerms]float64 {
-	tp = max(1, tp)
-	lin, _ := m.RecomputeFLOPs(tokens, 0)
-	n, p := float64(tokens), float64(prefix)
+func (c *Calibration) prefillFeatures(m *Model, s *PrefillSample) [maxTerms]float64 {
+	tp := max(1, s.TP)
+	lin, _ := m.RecomputeFLOPs(s.Tokens, 0)
+	n, p := float64(s.Tokens), float64(s.Prefix)
 	f := c.gpu.EffectiveFLOPS() * float64(tp)
 	perPair := m.attentionFLOPsPerPair() / f
+	pairs := n * p
+	if s.PrefixPairs > 0 {
+		pairs = float64(s.PrefixPairs)
+	}
 	return [maxTerms]float64{fixedScaleSeconds, m.passBytesPerRank(tp) / c.hbmScale(), lin / f,
-		n * (n + 1) / 2 * perPair, n * p * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
+		n * (n + 1) / 2 * perPair, pairs * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
 }
 
 // AddPrefill records one prefill of m and refits before it returns.
 func (c *Calibration) AddPrefill(m Model, tp, prefix, tokens int, d time.Duration) error {
-	s := PrefillSample{Model: m.Name, TP: tp, Prefix: prefix, Tokens: tokens, Seconds: d.Seconds()}
+	return c.AddPrefillSample(m, PrefillSample{TP: tp, Prefix: prefix, Tokens: tokens, Seconds: d.Seconds()})
+}
+
+// AddPrefillSample records s, a prefill of m (s.Model is set to m's
+// name), and refits before it returns: the way to report a pass of any
+// shape (PrefixPairs) or one with loads in flight.
+func (c *Calibration) AddPrefillSample(m Model, s PrefillSample) error {
+	s.Model = m.Name
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("calibration: model %s: %w", m.Name, err)
 	}
@@ -225,16 +259,31 @@ func checkSample(s PrefillSample) error {
 		return fieldErr("tokens", s.Tokens, "must be between 1 and %d", maxTokens)
 	case !(s.Seconds > 0) || s.Seconds > 1e6:
 		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
+	case s.PrefixPairs < 0 || s.PrefixPairs > int64(s.Tokens)*int64(s.Prefix):
+		return fieldErr("prefix_pairs", s.PrefixPairs, "must be between 0 and tokens × prefix (%d)", int64(s.Tokens)*int64(s.Prefix))
 	}
-	return nil
+	return checkLoads(s)
 }
 
 func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 	if err := checkSample(s); err != nil {
 		return err
 	}
-	e := prefillEntry{s: s}
-	e.row = fitRow{x: c.prefillFeatures(m, s.TP, s.Prefix, s.Tokens), y: s.Seconds}
+	e := prefillEntry{s: s, layers: m.Layers}
+	e.row = fitRow{x: c.prefillFeatures(m, &s), y: s.Seconds}
+	if s.LoadBytes > 0 {
+		if c.findLinkLocked(s.LoadLink) == nil {
+			// A preset's name starts the link at the preset; another
+			// waits for the link's first copy (AddCopy) to count.
+			if l, err := LookupLink(s.LoadLink); err == nil {
+				if _, err := c.linkLocked(l, PriorLinkWidth); err != nil {
+					return err
+				}
+			}
+		}
+		c.loaded.add(e)
+		return nil
+	}
 	c.prefill.add(e)
 	return nil
 }
@@ -344,6 +393,7 @@ func (c *Calibration) publishLocked() {
 	for _, ls := range c.links {
 		f.Links = append(f.Links, ls.fit)
 	}
+	f.Prefill.LoadSlowdown, f.Prefill.LoadSlowdownSamples = c.loadSlowdownLocked(&theta)
 	c.cur.Store(f)
 }
 

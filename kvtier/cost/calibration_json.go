@@ -35,6 +35,7 @@ func (c *Calibration) WriteJSON(w io.Writer) error {
 	file := calibrationFile{Version: calibrationVersion, Fit: *c.Current(),
 		PrefillSamples: []PrefillSample{}, CopySamples: []CopySample{}}
 	c.prefill.each(func(e *prefillEntry) { file.PrefillSamples = append(file.PrefillSamples, e.s) })
+	c.loaded.each(func(e *prefillEntry) { file.PrefillSamples = append(file.PrefillSamples, e.s) })
 	for _, ls := range c.links {
 		ls.samples.each(func(s *CopySample) { file.CopySamples = append(file.CopySamples, *s) })
 	}
@@ -121,6 +122,11 @@ func (c *Calibration) loadFile(f *calibrationFile) error {
 			return fmt.Errorf("calibration: links[%d]: %w", i, err)
 		}
 		link := Link{Name: l.Name, BandwidthBytesPerS: l.BandwidthBytesPerS, Latency: seconds(l.LatencySeconds)}
+		if preset, err := LookupLink(l.Name); err == nil {
+			// The copy engine's issue costs are the preset's: the file
+			// keeps the fitted figures only.
+			link.DescriptorCost, link.EventCost = preset.DescriptorCost, preset.EventCost
+		}
 		if _, err := c.linkLocked(link, l.ErrorWidth); err != nil {
 			return fmt.Errorf("calibration: links[%d]: %w", i, err)
 		}
@@ -142,6 +148,12 @@ func (c *Calibration) loadFile(f *calibrationFile) error {
 			f.Prefill.PrefixAttentionFLOPS = f.Prefill.AttentionFLOPS
 		}
 		c.prior, c.priorWidth = c.thetaOf(f.Prefill), f.Prefill.ErrorWidth
+	}
+	if f.Prefill.LoadSlowdownSamples == 0 {
+		if err := checkLoadSlowdown(f.Prefill.LoadSlowdown); err != nil {
+			return fmt.Errorf("calibration: prefill: %w", err)
+		}
+		c.priorSlowdown = f.Prefill.LoadSlowdown // a prior, as the other terms'
 	}
 	for i, s := range f.PrefillSamples {
 		m, err := c.modelLocked(s.Model)
@@ -195,6 +207,13 @@ func checkPrefillFit(p PrefillFit) error {
 		return fieldErr("prefix_attention_flops", p.PrefixAttentionFLOPS, "must be between 0 (as attention_flops) and %g", maxFLOPS*1e3)
 	case !(p.ErrorWidth >= 0) || p.ErrorWidth > 10:
 		return fieldErr("error_width", p.ErrorWidth, "must be between 0 and 10")
+	}
+	return checkLoadSlowdown(p.LoadSlowdown)
+}
+
+func checkLoadSlowdown(g float64) error {
+	if !(g >= 0) || g > maxLoadSlowdown {
+		return fieldErr("load_slowdown", g, "must be between 0 and %g", maxLoadSlowdown)
 	}
 	return nil
 }

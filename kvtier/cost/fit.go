@@ -23,6 +23,12 @@ type PrefillFit struct {
 	Samples              int     `json:"samples"`     // 0: the presets alone
 	Outliers             int     `json:"outliers"`    // samples given no weight
 	ErrorWidth           float64 `json:"error_width"` // typical relative error, 0.05: 5%
+	// LoadSlowdown is how much slower a pass computes while its loads
+	// copy into the GPU: 0.2, a fifth slower for as long as they overlap
+	// (PrefillCost.LoadedSeconds); LoadSlowdownSamples, the passes with
+	// loads it was learned from (0: the prior's).
+	LoadSlowdown        float64 `json:"load_slowdown,omitempty"`
+	LoadSlowdownSamples int     `json:"load_slowdown_samples,omitempty"`
 }
 
 // LinkFit is a link's fit: b bytes take LatencySeconds + b/BandwidthBytesPerS.
@@ -82,6 +88,7 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 	if p.PrefixReadBytesPerS > 0 {
 		c.PrefixReadSecondsPerToken = float64(m.KVBytesPerTokenPerRank(tp)) / p.PrefixReadBytesPerS
 	}
+	c.LoadSlowdown = p.LoadSlowdown
 	return c
 }
 
@@ -129,6 +136,7 @@ func (f *Fit) Describe(m *Model, tp int) string {
 	} else {
 		fmt.Fprintf(&b, "  prefix KV read per pass  no term\n")
 	}
+	fmt.Fprintf(&b, "  loads in flight          the pass %.0f%% slower while they copy (from %d passes)\n", 100*p.LoadSlowdown, p.LoadSlowdownSamples)
 	for _, l := range f.Links {
 		fmt.Fprintf(&b, "link %s, from %d copies (%d outliers), typical error %.1f%%: %.2f GB/s, latency %.2f us\n",
 			l.Name, l.Samples, l.Outliers, 100*l.ErrorWidth, l.BandwidthBytesPerS/1e9, l.LatencySeconds*1e6)

@@ -36,6 +36,7 @@ type passLoads struct {
 	lines      [NumTiers]layerLine
 	n          int
 	ingressEnd float64 // the ingress has copied every layer of them
+	busy       float64 // the ingress's time copying them (PrefillCost.LoadedSeconds)
 }
 
 func (pl *passLoads) add(a, u float64) {
@@ -74,6 +75,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 			uk := tp.onboardLayer(k, in, L)
 			pl.add(free+tp.tail, uk)
 			free += L * uk
+			pl.busy += L * uk
 			continue
 		}
 		d0 := tp.srcLat
@@ -85,10 +87,12 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 			start := max(free, d0+float64(k)*src)
 			pl.add(start+tp.tail, uk)
 			free = start + L*uk
+			pl.busy += L * uk
 			continue
 		}
-		var first, last float64
-		first, last, free = tp.staged(k, in, src, d0, free, L)
+		var first, last, busy float64
+		first, last, free, busy = tp.staged(k, in, src, d0, free, L)
+		pl.busy += busy
 		u := 0.0
 		if L > 1 {
 			u = (last - first) / (L - 1)
@@ -107,7 +111,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 // onboards, and when the ingress is free again. Once the ingress is idle
 // before each next read and one block's onboard is shorter than a read,
 // every block left goes alone as it is read: only the last counts.
-func (tp *tierPass) staged(k int, in, src, d0, free, L float64) (first, last, end float64) {
+func (tp *tierPass) staged(k int, in, src, d0, free, L float64) (first, last, end, busy float64) {
 	read := func(j int) float64 { return d0 + float64(j+1)*src }
 	one := L * tp.onboardLayer(1, in, L)
 	i, at := 0, read(0)
@@ -116,7 +120,7 @@ func (tp *tierPass) staged(k int, in, src, d0, free, L float64) (first, last, en
 			s := read(k - 1)
 			u := tp.onboardLayer(1, in, L)
 			first, last = max(first, s+u), max(last, s+L*u)
-			return first, last, s + one
+			return first, last, s + one, busy + float64(k-i)*one
 		}
 		at = max(at, read(i))
 		m := min(k, int((at-d0)/src*(1+1e-12))) - i // the blocks read by then
@@ -125,9 +129,10 @@ func (tp *tierPass) staged(k int, in, src, d0, free, L float64) (first, last, en
 		u := tp.onboardLayer(m, in, L)
 		first, last = max(first, s+u), max(last, s+L*u)
 		free = s + L*u
+		busy += L * u
 		at, i = free, i+m
 	}
-	return first, last, free
+	return first, last, free, busy
 }
 
 // landed is when layer l of every load has landed (0 with no loads).
@@ -137,6 +142,23 @@ func (pl *passLoads) landed(l int) float64 {
 		t = max(t, ln.a+float64(l+1)*ln.u)
 	}
 	return t
+}
+
+// passEnd is passEnd for these costs, the pass ending later as its loads
+// copy meanwhile (PrefillCost.SlowdownSeconds), which they do from when it
+// starts, gpuQ, until their last layer lands, for pl.busy at most.
+func (c *plannerCosts) passEnd(pl *passLoads, work, gpuQ float64) float64 {
+	return slowedPassEnd(pl, work, c.layers, gpuQ, &c.prefill)
+}
+
+// slowedPassEnd is passEnd plus the slowdown pc prices for pl's copies
+// overlapping the pass.
+func slowedPassEnd(pl *passLoads, work, layers, gpuQ float64, pc *PrefillCost) float64 {
+	end := passEnd(pl, work, layers, gpuQ)
+	if pl.n > 0 {
+		end += pc.SlowdownSeconds(work, min(pl.busy, pl.landed(int(layers)-1)-gpuQ))
+	}
+	return end
 }
 
 // passEnd is when a pass of work seconds of compute (its floor and its own
@@ -176,6 +198,10 @@ func (pl *PassLoads) LayerLanded(l int) time.Duration { return seconds(pl.pl.lan
 
 // Landed is when every layer of every load has landed.
 func (pl *PassLoads) Landed() time.Duration { return pl.LayerLanded(pl.layers - 1) }
+
+// Busy is the ingress's time copying them, the loads' share of
+// IngressEnd: what slows their pass (cost.PrefillCost.LoadedTime).
+func (pl *PassLoads) Busy() time.Duration { return seconds(pl.pl.busy) }
 
 // IngressEnd is when the ingress has copied them: what a later load waits
 // behind.

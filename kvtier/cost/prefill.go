@@ -13,6 +13,7 @@ type PrefillCost struct {
 	PrefixSecondsPerPair      float64 // per pair with a present token
 	PrefixReadSecondsPerToken float64 // per token present; 0 under the presets
 	FloorSeconds              float64 // Scenario.PassFloor
+	LoadSlowdown              float64 // PrefillFit.LoadSlowdown; 0 under the presets
 }
 
 // PresetPrefillCost is FLOPs over tp × EffectiveFLOPS, and the HBM floor.
@@ -67,6 +68,19 @@ func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
 // Time is Seconds as a Duration.
 func (c *PrefillCost) Time(tokens, prefix int) time.Duration {
 	return seconds(c.Seconds(tokens, prefix))
+}
+
+// SlowdownSeconds is how much later a pass of work seconds ends because
+// its loads copy into the GPU for overlap seconds of it: LoadSlowdown ×
+// the time they run together (PrefillFit.LoadSlowdown). The Planner
+// prices a pass's end by it, and the replay runs one by it.
+func (c *PrefillCost) SlowdownSeconds(work, overlap float64) float64 {
+	return c.LoadSlowdown * max(0, min(work, overlap))
+}
+
+// SlowdownTime is SlowdownSeconds of Durations.
+func (c *PrefillCost) SlowdownTime(work, overlap time.Duration) time.Duration {
+	return seconds(c.SlowdownSeconds(work.Seconds(), overlap.Seconds()))
 }
 
 // MarginalTime is MarginalSeconds as a Duration.

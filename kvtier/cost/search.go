@@ -125,7 +125,7 @@ func (p *Planner) cutTime(cs *plannerCosts, j *[NumTiers]int, q *queue) float64 
 		loaded += n[t]
 	}
 	pl := cs.loads(&n, q.link, q.drive, true)
-	return passEnd(&pl, cs.work(comp, p.gpuTokens+loaded*p.cfg.BlockTokens), cs.layers, q.gpu)
+	return cs.passEnd(&pl, cs.work(comp, p.gpuTokens+loaded*p.cfg.BlockTokens), q.gpu)
 }
 
 // singleCut returns the best single cut of B blocks: recompute every
@@ -218,5 +218,5 @@ func (p *Planner) chargedTime(cs *plannerCosts, blocks []BlockSource, k cut, q *
 		}
 	}
 	pl := cs.loads(&n, q.link, q.drive, true)
-	return passEnd(&pl, cs.work(comp, present), cs.layers, q.gpu)
+	return cs.passEnd(&pl, cs.work(comp, present), q.gpu)
 }

@@ -41,7 +41,7 @@ func (r *planRun) step(c *plannerCosts, a Action, b BlockSource, tokens int) {
 
 func (r *planRun) time(c *plannerCosts, q *queue) time.Duration {
 	pl := c.loads(&r.n, q.link, q.drive, false)
-	return seconds(passEnd(&pl, c.work(r.compute, r.present), c.layers, q.gpu))
+	return seconds(c.passEnd(&pl, c.work(r.compute, r.present), q.gpu))
 }
 
 // exactTimes runs, in one pass over the blocks, the plan of the cut k, the

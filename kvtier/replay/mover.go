@@ -103,6 +103,7 @@ func (e *engine) submitLoads(t *kvtier.Batch) (req *request, pl cost.PassLoads, 
 	s := &e.servers[chanHostToGPU]
 	pl = e.costs.PassLoads(n, cost.Backlog{Link: max(0, s.onboardTail-e.now), Drive: e.driveBacklog()})
 	s.onboardTail = e.now + pl.IngressEnd()
+	req.loadBusy += pl.Busy()
 	return req, pl, first, modelled
 }
 

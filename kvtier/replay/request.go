@@ -43,6 +43,7 @@ type request struct {
 	ready     []time.Duration
 	passStart time.Duration
 	work      time.Duration // the pass's compute: floor and the pass's own cost included
+	loadBusy  time.Duration // the ingress's time copying its loads, as priced (cost.PassLoads.Busy)
 	computing bool          // its pass's end is scheduled
 	inserted  bool          // its GPU blocks are reserved (InsertKeys)
 	fetchEnd  int           // the blocks [0, fetchEnd) it is fetching from the remote tier (remote.go)
@@ -104,6 +105,7 @@ func (e *engine) newRequest() *request {
 		r.keys = append(r.keys, kvtier.Key(k))
 	}
 	r.pendingLoads, r.landed, r.ready, r.computing, r.inserted, r.started = 0, 0, r.ready[:0], false, false, 0
+	r.loadBusy = 0
 	r.waited = false
 	if e.usesExt() {
 		if r.ext == nil {
@@ -408,15 +410,21 @@ func (e *engine) advance(r *request) {
 
 // passEnd is when r's pass ends: layer l starts once layer l-1 is done and
 // layer l of r's loads has landed, and computes for a layer's share of the
-// pass's work.
+// pass's work; the pass then ends later for its loads copying meanwhile,
+// as the Planner prices it (cost.PrefillCost.SlowdownTime: from the pass's
+// start until their last layer lands, for their copying time at most).
 func (e *engine) passEnd(r *request) time.Duration {
 	layers := e.model.Layers
+	var slowdown time.Duration
+	if r.loadBusy > 0 {
+		slowdown = e.prefill.SlowdownTime(r.work, min(r.loadBusy, e.layerLanded(r, layers-1)-r.passStart))
+	}
 	perLayer := float64(r.work) / float64(layers)
 	at := float64(r.passStart)
 	for l := range layers {
 		at = max(at, float64(e.layerLanded(r, l))) + perLayer
 	}
-	return time.Duration(math.Round(at))
+	return time.Duration(math.Round(at)) + slowdown
 }
 
 // layerLanded is when layer l of every load r made has landed (0 with
