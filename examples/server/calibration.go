@@ -55,9 +55,19 @@ func (k *calibration) observer() engine.Observer {
 	return k
 }
 
-// Pass implements engine.Observer: one prefill sample.
-func (k *calibration) Pass(prefix, tokens int, d time.Duration) {
-	if err := k.cal.AddPrefill(k.model, 1, prefix, tokens, d); err != nil {
+// Pass implements engine.Observer: one prefill sample. A pass with loads
+// teaches the load slowdown (kvtier/cost slowdown.go) when they came over
+// the host link; one with loads from NVMe is not taken: their time in
+// flight is mostly the drive's, not the link's copying into the GPU.
+func (k *calibration) Pass(s cost.PrefillSample, from kvtier.Tier) {
+	if s.LoadBytes > 0 {
+		if from != kvtier.Host {
+			return
+		}
+		s.LoadLink = k.host.Name
+	}
+	s.TP = 1
+	if err := k.cal.AddPrefillSample(k.model, s); err != nil {
 		k.log.Debug("server: calibration: prefill sample refused", "err", err)
 	}
 }

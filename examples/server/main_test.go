@@ -588,10 +588,15 @@ func TestArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 8 {
-		k.Pass(0, 512<<(i%4), time.Duration(20<<(i%4))*time.Millisecond)
+		k.Pass(cost.PrefillSample{Tokens: 512 << (i % 4), Seconds: float64(int(20)<<(i%4)) / 1e3}, kvtier.GPU)
 		k.Load(kvtier.Host, 64<<20, 1300*time.Microsecond)
 		k.Load(kvtier.NVMe, 64<<20, time.Second) // two hops: not a sample
 	}
+	// Passes with loads: the host's teach the load slowdown, over the
+	// host link; NVMe's are not taken.
+	loaded := cost.PrefillSample{Prefix: 4096, Tokens: 1024, Seconds: 0.05, LoadBytes: 512 << 20, LoadBlocks: 256, LoadStartSeconds: -1e-4, LoadEndSeconds: 0.011}
+	k.Pass(loaded, kvtier.Host)
+	k.Pass(loaded, kvtier.NVMe)
 	out := filepath.Join(t.TempDir(), "learned.json")
 	if err := k.close(out); err != nil {
 		t.Fatal(err)
@@ -604,6 +609,21 @@ func TestArgs(t *testing.T) {
 	host, _ := f.Link(pc.Paths[cost.TierHost].Ingress)
 	if f.Prefill.Samples != 8 || len(f.Links) != 1 || host.BandwidthBytesPerS > 60e9 || host.BandwidthBytesPerS < 45e9 {
 		t.Errorf("written calibration: %d prefill samples, links %+v; want 8 and the host link near 51.6 GB/s (64 MiB in 1.3 ms)", f.Prefill.Samples, f.Links)
+	}
+	var file struct {
+		PrefillSamples []cost.PrefillSample `json:"prefill_samples"`
+	}
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &file) != nil {
+		t.Fatalf("reading %s: %v", out, err)
+	}
+	var withLoads []cost.PrefillSample
+	for _, s := range file.PrefillSamples {
+		if s.LoadBytes > 0 {
+			withLoads = append(withLoads, s)
+		}
+	}
+	if len(withLoads) != 1 || withLoads[0].LoadLink != host.Name || withLoads[0].LoadBytes != loaded.LoadBytes {
+		t.Errorf("written passes with loads: %+v; want the host's one, over %s", withLoads, host.Name)
 	}
 	c, err = parseArgs(testArgs("-context", "64", "-scratch", "16KiB"), io.Discard)
 	if err != nil {

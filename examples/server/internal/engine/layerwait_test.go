@@ -163,13 +163,28 @@ func TestLayerWaitDevice(t *testing.T) {
 // TestLayerWaitDeviceObservesLoad: under LayerWaitDevice, with no host
 // wait to time, the engine still reports the load to the Observer (its
 // last layer's events, watched while the pass runs) as one of the host
-// tier's bytes.
+// tier's bytes, and the pass as one with those bytes in flight from before
+// it began; under LayerWaitHost, the same.
 func TestLayerWaitDeviceObservesLoad(t *testing.T) {
-	rec := &recorder{}
-	_, _, tokens := loadFromHost(t, LayerWaitDevice, rec)
-	_, loads, bytes := rec.take()
-	block := model.Tiny().BlockBytes()
-	if len(loads) != 1 || loads[0] != kvtier.Host || bytes[0] != int64(tokens/model.Tiny().BlockTokens)*block {
-		t.Fatalf("load samples %v of %v bytes; want one from the host of %d bytes", loads, bytes, int64(tokens/model.Tiny().BlockTokens)*block)
+	for _, wait := range []LayerWait{LayerWaitDevice, LayerWaitHost} {
+		rec := &recorder{}
+		_, _, tokens := loadFromHost(t, wait, rec)
+		rec.mu.Lock()
+		from := rec.from
+		rec.mu.Unlock()
+		passes, loads, bytes := rec.take()
+		want := int64(tokens/model.Tiny().BlockTokens) * model.Tiny().BlockBytes()
+		if len(loads) != 1 || loads[0] != kvtier.Host || bytes[0] != want {
+			t.Fatalf("%v: load samples %v of %v bytes; want one from the host of %d bytes", wait, loads, bytes, want)
+		}
+		// The first prefill computed everything; the second loaded.
+		if len(passes) != 2 || passes[0].LoadBytes != 0 {
+			t.Fatalf("%v: passes %+v; want the computed prefill, then the loaded one", wait, passes)
+		}
+		p := passes[1]
+		if p.Prefix != tokens || p.Tokens != 2 || p.LoadBytes != want || p.LoadBlocks != tokens/model.Tiny().BlockTokens || from[1] != kvtier.Host ||
+			p.LoadStartSeconds > 0 || p.LoadEndSeconds <= p.LoadStartSeconds || p.LoadEndSeconds <= 0 {
+			t.Errorf("%v: the loaded pass %+v from %v; want 2 tokens after %d with %d bytes from the host in flight from before it began", wait, p, from[1], tokens, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 )
 
 // Observer learns from what the engine measures: the server's cost-model
@@ -12,14 +13,19 @@ import (
 // engine calls it from its scheduler goroutine: it MUST NOT block.
 //
 // Only clean measurements are reported, so that the fit sees what its
-// terms mean: a pass that waited for no load, and a load whose completion
-// the engine saw as it happened.
+// terms mean: a pass whose loads, if any, came from one tier in one
+// Onboard and whose end the engine saw, and a load whose completion the
+// engine saw as it happened.
 type Observer interface {
-	// Pass reports one forward pass that computed tokens positions after
-	// prefix positions already present (a contiguous suffix: no hole, no
-	// recomputed head behind a loaded tail) and waited for no load, in d
-	// of wall time: plan upload, kernels and the logits' read-back.
-	Pass(prefix, tokens int, d time.Duration)
+	// Pass reports one forward pass in the calibration's terms (its Model,
+	// TP and LoadLink are the observer's to fill): s.Tokens positions
+	// computed with s.Prefix present (s.PrefixPairs when not one run
+	// after them), in s.Seconds of wall time: plan upload, kernels and the
+	// logits' read-back. With s.LoadBytes set its loads, all from tier
+	// from, were in flight from s.LoadStartSeconds to s.LoadEndSeconds
+	// after the pass began (the start is negative: submitted before it), in
+	// s.LoadBlocks blocks.
+	Pass(s cost.PrefillSample, from kvtier.Tier)
 	// Load reports one onboard of bytes of KV, every block from tier, that
 	// took d from Onboard until its last layer was on the GPU, with no
 	// other onboard queued before it.
@@ -37,6 +43,7 @@ type loadClock struct {
 	done    time.Time // when the last layer's wait returned, if it blocked
 	tier    kvtier.Tier
 	bytes   int64
+	blocks  int
 	mixed   bool // blocks came from more than one tier
 	split   bool // submitted in more than one Onboard, a wait for GPU slots between
 	// watch, when set, is closed by the goroutine that watches the last
@@ -63,6 +70,7 @@ func (lc *loadClock) add(tier kvtier.Tier, bytes int64) {
 	}
 	lc.tier = tier
 	lc.bytes += bytes
+	lc.blocks++
 }
 
 // report tells o the load's time, when it was seen.
@@ -73,18 +81,44 @@ func (lc *loadClock) report(o Observer) {
 	o.Load(lc.tier, lc.bytes, lc.done.Sub(lc.onboard))
 }
 
-// suffixStart returns the first computed block when the computed blocks
-// are exactly a suffix of the full blocks (every block from it on is
-// computed, none before), and false otherwise.
-func suffixStart(compute []bool) (int, bool) {
-	k := len(compute)
-	for k > 0 && compute[k-1] {
-		k--
+// passSample is a pass's sample for the Observer: the positions it
+// computed (compute[b] per full block of bt tokens, then the rest up to
+// n), the tokens present, the pairs between them, and its loads as lc
+// timed them from start. false: its loads were of several tiers or
+// Onboards, or their end was not seen.
+func (lc *loadClock) passSample(compute []bool, bt, n int, start time.Time, d time.Duration) (cost.PrefillSample, bool) {
+	tokens, present, pairs := passShape(compute, bt, n)
+	s := cost.PrefillSample{Prefix: present, Tokens: tokens, Seconds: d.Seconds()}
+	if pairs != int64(tokens)*int64(present) {
+		if pairs == 0 {
+			return s, false // no pair at all: PrefixPairs cannot say it
+		}
+		s.PrefixPairs = pairs
 	}
-	for _, c := range compute[:k] {
+	if lc.bytes == 0 {
+		return s, true
+	}
+	if lc.mixed || lc.split || lc.done.IsZero() {
+		return s, false
+	}
+	s.LoadBytes, s.LoadBlocks = lc.bytes, lc.blocks
+	s.LoadStartSeconds, s.LoadEndSeconds = lc.onboard.Sub(start).Seconds(), lc.done.Sub(start).Seconds()
+	return s, true
+}
+
+// passShape counts a pass's computed tokens, its present tokens, and the
+// pairs of a computed token with a present one before it: compute[b] says
+// whether full block b (of bt tokens) is computed; the positions from the
+// full blocks' end to n are.
+func passShape(compute []bool, bt, n int) (tokens, present int, pairs int64) {
+	for _, c := range compute {
 		if c {
-			return 0, false
+			tokens += bt
+			pairs += int64(bt) * int64(present)
+		} else {
+			present += bt
 		}
 	}
-	return k, true
+	tail := n - len(compute)*bt
+	return tokens + tail, present, pairs + int64(tail)*int64(present)
 }

@@ -10,6 +10,7 @@ import (
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/stack"
 	"kvtier.dev/kvtier/transfer"
@@ -18,18 +19,19 @@ import (
 // recorder is an Observer that keeps what it is told.
 type recorder struct {
 	mu     sync.Mutex
-	passes [][2]int // prefix, tokens
+	passes []cost.PrefillSample
+	from   []kvtier.Tier // each pass's loads' tier
 	loads  []kvtier.Tier
 	bytes  []int64
 }
 
-func (r *recorder) Pass(prefix, tokens int, d time.Duration) {
+func (r *recorder) Pass(s cost.PrefillSample, from kvtier.Tier) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if d <= 0 {
+	if s.Seconds <= 0 {
 		panic("a pass of no time")
 	}
-	r.passes = append(r.passes, [2]int{prefix, tokens})
+	r.passes, r.from = append(r.passes, s), append(r.from, from)
 }
 
 func (r *recorder) Load(t kvtier.Tier, b int64, d time.Duration) {
@@ -38,13 +40,16 @@ func (r *recorder) Load(t kvtier.Tier, b int64, d time.Duration) {
 	r.loads, r.bytes = append(r.loads, t), append(r.bytes, b)
 }
 
-func (r *recorder) take() (passes [][2]int, loads []kvtier.Tier, bytes []int64) {
+func (r *recorder) take() (passes []cost.PrefillSample, loads []kvtier.Tier, bytes []int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	passes, loads, bytes = r.passes, r.loads, r.bytes
-	r.passes, r.loads, r.bytes = nil, nil, nil
+	r.passes, r.from, r.loads, r.bytes = nil, nil, nil, nil
 	return
 }
+
+// shape is a pass sample's prefix and tokens.
+func shape(s cost.PrefillSample) [2]int { return [2]int{s.Prefix, s.Tokens} }
 
 // newTinyEngine is an engine over the tiny model on the CPU runner and a
 // cache of 32 GPU and 64 host blocks on the simulated device; edit, if
@@ -122,8 +127,8 @@ func complete(t *testing.T, e *Engine, id string, prompt []int32) httpapi.Usage 
 
 // TestObserverSeesCleanMeasurements: the engine reports a prefill from
 // scratch and a suffix after GPU hits as passes of the right prefix and
-// tokens, never a pass that waited for loads, and a load only as one of
-// the host tier's bytes.
+// tokens, a pass with loads with their bytes when it saw their end, and a
+// load only as one of the host tier's bytes.
 func TestObserverSeesCleanMeasurements(t *testing.T) {
 	rec := &recorder{}
 	e, cache := newTinyEngine(t, rec)
@@ -137,7 +142,7 @@ func TestObserverSeesCleanMeasurements(t *testing.T) {
 	passes, loads, _ := rec.take()
 	// The cache serves the full blocks before the one of the last
 	// position: 10, all computed here.
-	if len(passes) != 1 || passes[0] != [2]int{0, len(prompt)} || len(loads) != 0 {
+	if len(passes) != 1 || shape(passes[0]) != [2]int{0, len(prompt)} || passes[0].LoadBytes != 0 || len(loads) != 0 {
 		t.Fatalf("a prefill from scratch: passes %v loads %v, want one pass of %d tokens after 0", passes, loads, len(prompt))
 	}
 
@@ -146,7 +151,7 @@ func TestObserverSeesCleanMeasurements(t *testing.T) {
 	if u.LoadedTokens[kvtier.GPU] != 10*bt {
 		t.Fatalf("the same prompt again found %d tokens on the GPU, want %d", u.LoadedTokens[kvtier.GPU], 10*bt)
 	}
-	if len(passes) != 1 || passes[0] != [2]int{10 * bt, 2} || len(loads) != 0 {
+	if len(passes) != 1 || shape(passes[0]) != [2]int{10 * bt, 2} || passes[0].PrefixPairs != 0 || passes[0].LoadBytes != 0 || len(loads) != 0 {
 		t.Fatalf("a suffix after GPU hits: passes %v loads %v, want one pass of 2 tokens after %d", passes, loads, 10*bt)
 	}
 
@@ -163,8 +168,10 @@ func TestObserverSeesCleanMeasurements(t *testing.T) {
 	if u.LoadedTokens[kvtier.Host] != 10*bt {
 		t.Fatalf("after eviction %v tokens per tier loaded, want %d from the host", u.LoadedTokens, 10*bt)
 	}
-	if len(passes) != 0 {
-		t.Fatalf("a pass that waited for loads was reported: %v", passes)
+	for _, p := range passes { // reported only if the engine saw the loads end
+		if shape(p) != [2]int{10 * bt, 2} || p.LoadBytes != 10*e.block || p.LoadEndSeconds < p.LoadStartSeconds {
+			t.Fatalf("the pass that loaded: %+v; want 2 tokens after %d, with %d bytes loaded", p, 10*bt, 10*e.block)
+		}
 	}
 	for i, tier := range loads { // the wait may not have blocked: then no sample
 		if tier != kvtier.Host || bytes[i] != 10*e.block {
@@ -173,22 +180,26 @@ func TestObserverSeesCleanMeasurements(t *testing.T) {
 	}
 }
 
-func TestSuffixStart(t *testing.T) {
+// TestPassShape: a pass's computed and present tokens and the pairs
+// between them, for blocks of 4 tokens and 2 more after them.
+func TestPassShape(t *testing.T) {
 	for _, c := range []struct {
-		compute []bool
-		k       int
-		ok      bool
+		compute                []bool
+		tokens, present, pairs int
 	}{
-		{nil, 0, true},
-		{[]bool{true, true}, 0, true},
-		{[]bool{false, false}, 2, true},
-		{[]bool{false, true, true}, 1, true},
-		{[]bool{true, false, true}, 0, false},  // a recomputed head before a present block
-		{[]bool{false, true, false}, 0, false}, // a hole
+		{nil, 2, 0, 0},
+		{[]bool{true, true}, 10, 0, 0},
+		{[]bool{false, false}, 2, 8, 16},                    // a suffix: 2 × 8
+		{[]bool{false, true, true}, 10, 4, 40},              // 10 × 4
+		{[]bool{true, false, true}, 10, 4, 4*4 + 2*4},       // a recomputed head before a present block
+		{[]bool{false, true, false}, 6, 8, 4*4 + 2*8},       // a hole
+		{[]bool{true, true, false, false}, 10, 8, 2 * 8},    // only the tail sees the present blocks
+		{[]bool{false, false, false, false}, 2, 16, 2 * 16}, // every block present
 	} {
-		k, ok := suffixStart(c.compute)
-		if k != c.k || ok != c.ok {
-			t.Errorf("suffixStart(%v) = %d, %v; want %d, %v", c.compute, k, ok, c.k, c.ok)
+		n := len(c.compute)*4 + 2
+		tokens, present, pairs := passShape(c.compute, 4, n)
+		if tokens != c.tokens || present != c.present || pairs != int64(c.pairs) {
+			t.Errorf("passShape(%v) = %d, %d, %d; want %d, %d, %d", c.compute, tokens, present, pairs, c.tokens, c.present, c.pairs)
 		}
 	}
 }

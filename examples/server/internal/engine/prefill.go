@@ -9,6 +9,7 @@ import (
 	"kvtier.dev/examples/server/internal/httpapi"
 	"kvtier.dev/examples/server/internal/model"
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 )
 
 // maxAttempts bounds the lookups of one prefill whose loads keep failing;
@@ -63,7 +64,7 @@ func (e *Engine) prefillScratch(s *seq) ([]float32, int32, error) {
 	d := time.Since(t0)
 	s.forward += d
 	if err == nil && e.cfg.Observer != nil {
-		e.cfg.Observer.Pass(0, n, d)
+		e.cfg.Observer.Pass(cost.PrefillSample{Tokens: n, Seconds: d.Seconds()}, kvtier.GPU)
 	}
 	return logits, next, err
 }
@@ -316,8 +317,8 @@ func (e *Engine) forward(s *seq, p placement, lc *loadClock, lost []bool) ([]flo
 	e.account(s, p.byPos, p.compute, lost)
 	if o := e.cfg.Observer; o != nil {
 		lc.report(o)
-		if k, ok := suffixStart(p.compute); ok && lc.bytes == 0 {
-			o.Pass(k*bt, len(pos), passTime)
+		if ps, ok := lc.passSample(p.compute, bt, n, t0, passTime); ok {
+			o.Pass(ps, lc.tier)
 		}
 	}
 	return logits, next, nil
