@@ -13,7 +13,10 @@
 //
 // DIR holds drive.json (kvtier probe --nvme of the run's disk) and one
 // folder per trace: trace.jsonl, cells.tsv (label, strategy, host bytes,
-// NVMe bytes, tab separated) and run/ (benchmarks/serve/run.sh's output).
+// NVMe bytes and, optionally, the lower tiers' codec, tab separated) and
+// run/ (benchmarks/serve/run.sh's output). A cell with a codec is set
+// beside the cell of the same strategy and tiers without one: compressed
+// over uncompressed, served and replayed (issue 37's check).
 package main
 
 import (
@@ -38,6 +41,7 @@ import (
 type cell struct {
 	trace, label, strategy string
 	host, nvme             replay.Bytes
+	codec                  string // the host and NVMe tiers' (-host-codec); "" none
 }
 
 // outcome is a cell measured and predicted.
@@ -90,8 +94,12 @@ func main() {
 		if o.calibration != "" {
 			cal = "its calibration"
 		}
-		f.Notes = append(f.Notes, fmt.Sprintf("%s %s (%s, host %v, NVMe %v): replayed with %s and a decode step of %v",
-			o.trace, o.label, o.strategy, o.host, o.nvme, cal, o.decodeStep))
+		codec := ""
+		if o.codec != "" {
+			codec = ", codec " + o.codec
+		}
+		f.Notes = append(f.Notes, fmt.Sprintf("%s %s (%s, host %v, NVMe %v%s): replayed with %s and a decode step of %v",
+			o.trace, o.label, o.strategy, o.host, o.nvme, codec, cal, o.decodeStep))
 	}
 	f.Notes = append(f.Notes, "ratio of a predicted row: measured over predicted (the results format's rule for times); the markdown's table gives predicted over measured")
 	if err := write(f, outs, *resultsDir); err != nil {
@@ -163,6 +171,12 @@ func traceOutcomes(dir, drive string, base replay.Config, requestsOut string) ([
 		if c.nvme > 0 {
 			cfg.NVMeLink = drive
 		}
+		if c.codec != "" { // the server's NVMe tier follows -host-codec
+			cfg.HostCodec = c.codec
+			if c.nvme > 0 {
+				cfg.NVMeCodec = c.codec
+			}
+		}
 		rep, err := replayCell(filepath.Join(dir, "trace.jsonl"), cfg, requestsOut, c)
 		if err != nil {
 			return nil, fmt.Errorf("fidelity: replay of %s %s: %w", c.trace, c.label, err)
@@ -210,10 +224,13 @@ func readCells(dir string) ([]cell, error) {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		fs := strings.Split(sc.Text(), "\t")
-		if len(fs) != 4 {
-			return nil, fmt.Errorf("fidelity: %s:%d: %d fields, want label, strategy, host, nvme", path, n, len(fs))
+		if len(fs) != 4 && len(fs) != 5 {
+			return nil, fmt.Errorf("fidelity: %s:%d: %d fields, want label, strategy, host, nvme and an optional codec", path, n, len(fs))
 		}
 		c := cell{trace: filepath.Base(dir), label: fs[0], strategy: fs[1]}
+		if len(fs) == 5 && fs[4] != "none" {
+			c.codec = fs[4]
+		}
 		if err := c.host.Set(fs[2]); err != nil {
 			return nil, fmt.Errorf("fidelity: %s:%d: host %q: %w", path, n, fs[2], err)
 		}
@@ -253,6 +270,30 @@ func decodeStep(metrics string) (time.Duration, error) {
 	return time.Duration(sum / count * 1e9), nil
 }
 
+// writeCodecRatios writes, for each cell with a codec whose cell without
+// one (same trace, strategy and tiers) ran too, compressed over
+// uncompressed TTFT p50 and mean, served and replayed.
+func writeCodecRatios(b *strings.Builder, outs []outcome) {
+	header := false
+	for _, c := range outs {
+		if c.codec == "" {
+			continue
+		}
+		for _, u := range outs {
+			if u.codec != "" || u.trace != c.trace || u.strategy != c.strategy || u.host != c.host || u.nvme != c.nvme {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(b, "\n| trace | compressed / uncompressed | served p50 / mean | replayed p50 / mean | replayed over served |\n|---|---|---|---|---|\n")
+				header = true
+			}
+			mp, mm := c.measured.P50/u.measured.P50, c.measured.Mean/u.measured.Mean
+			pp, pm := c.predicted.P50/u.predicted.P50, c.predicted.Mean/u.predicted.Mean
+			fmt.Fprintf(b, "| %s | %s / %s | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f |\n", c.trace, c.label, u.label, mp, mm, pp, pm, pp/mp, pm/mm)
+		}
+	}
+}
+
 // write writes f and the ratio table to dir, or prints the table.
 func write(f *results.File, outs []outcome, dir string) error {
 	var b strings.Builder
@@ -264,6 +305,7 @@ func write(f *results.File, outs []outcome, dir string) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3f / %.3f / %.3f |\n", o.trace, o.label, ms(o.measured), ms(o.predicted),
 			o.predicted.P50/o.measured.P50, o.predicted.P90/o.measured.P90, o.predicted.Mean/o.measured.Mean)
 	}
+	writeCodecRatios(&b, outs)
 	if dir == "" {
 		fmt.Print(b.String())
 		return nil

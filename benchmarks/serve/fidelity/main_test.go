@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kvtier.dev/internal/results"
 )
 
 func writeFile(t *testing.T, dir, name, body string) string {
@@ -24,9 +26,10 @@ func TestReadCells(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, dir, "cells.tsv", "cost-host4\tcost\t4GiB\t40GiB\ngpu-only\tgpu-only\t32GiB\t0\n")
+	writeFile(t, dir, "cells.tsv", "cost-host4\tcost\t4GiB\t40GiB\ngpu-only\tgpu-only\t32GiB\t0\ncost-host4-fp8\tcost\t4GiB\t40GiB\tfp8-e4m3\n")
 	cells, err := readCells(dir)
-	if err != nil || len(cells) != 2 || cells[0].host != 4<<30 || cells[0].nvme != 40<<30 || cells[1].trace != "chat" {
+	if err != nil || len(cells) != 3 || cells[0].host != 4<<30 || cells[0].nvme != 40<<30 || cells[1].trace != "chat" ||
+		cells[0].codec != "" || cells[2].codec != "fp8-e4m3" {
 		t.Fatalf("cells %+v, %v", cells, err)
 	}
 	for body, want := range map[string]string{
@@ -85,5 +88,27 @@ func TestReplayCellRequestsOut(t *testing.T) {
 	}
 	if _, err := replayCell(trace, cfg, filepath.Join(dir, "no", "such"), c); err == nil || !strings.Contains(err.Error(), "-requests-out") {
 		t.Errorf("a missing -requests-out directory: %v, want an error naming the flag", err)
+	}
+}
+
+// TestCodecRatios: a cell with a codec is set beside the cell of the same
+// trace, strategy and tiers without one; a cell without its pair is not.
+func TestCodecRatios(t *testing.T) {
+	pct := func(p50, mean float64) results.Percentiles { return results.Percentiles{P50: p50, Mean: mean} }
+	base := cell{trace: "agentic", label: "cost-host4", strategy: "cost", host: 4 << 30, nvme: 40 << 30}
+	fp8 := base
+	fp8.label, fp8.codec = "cost-host4-fp8", "fp8-e4m3"
+	lone := fp8
+	lone.label, lone.host = "cost-host8-fp8", 8<<30
+	outs := []outcome{
+		{cell: base, measured: pct(0.4, 1.0), predicted: pct(0.5, 1.0)},
+		{cell: fp8, measured: pct(0.2, 0.8), predicted: pct(0.3, 0.6)},
+		{cell: lone, measured: pct(0.1, 0.1), predicted: pct(0.1, 0.1)},
+	}
+	var b strings.Builder
+	writeCodecRatios(&b, outs)
+	want := "| agentic | cost-host4-fp8 / cost-host4 | 0.500 / 0.800 | 0.600 / 0.600 | 1.200 / 0.750 |"
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "cost-host8-fp8") {
+		t.Errorf("codec ratios:\n%s\nwant the row %s and none for cost-host8-fp8", b.String(), want)
 	}
 }
