@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -73,7 +72,7 @@ func TestReplayExecutesThePlan(t *testing.T) {
 }
 
 // slowdownCalibration writes a calibration file of gpu's presets, taken
-// as exact, whose passes compute slowdown slower while their loads copy.
+// as exact, whose passes end later by slowdown while their loads copy.
 func slowdownCalibration(t *testing.T, gpu string, slowdown float64) string {
 	g, err := cost.LookupGPU(gpu)
 	if err != nil {
@@ -83,19 +82,14 @@ func slowdownCalibration(t *testing.T, gpu string, slowdown float64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := c.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var f map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &f); err != nil {
-		t.Fatal(err)
-	}
 	// Width 0: the presets taken as exact, as with no calibration, so
 	// that the plans' shapes are the cases'.
-	p := f["prefill"].(map[string]any)
-	p["load_slowdown"], p["error_width"] = slowdown, 0
-	b, err := json.Marshal(f)
+	fit := *c.Current()
+	fit.Prefill.LoadSlowdown, fit.Prefill.ErrorWidth = slowdown, 0
+	b, err := json.Marshal(struct {
+		Version int `json:"version"`
+		cost.Fit
+	}{1, fit})
 	if err != nil {
 		t.Fatal(err)
 	}
