@@ -88,8 +88,7 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 		if !found {
 			ref = m.newRecord(b.Key, b.Parent, b.Salt, int(a.depth[i]), b.Tokens)
 		} else if r := m.recs.at(ref); b.Tokens != nil && r.flags&flagTokens == 0 {
-			copy(m.recs.tokensOf(ref), b.Tokens)
-			r.flags |= flagTokens
+			m.addTokens(ref, b.Tokens)
 		}
 		m.recs.at(ref).slot[t] = b.Slot
 		m.setState(ref, t, stateReady)

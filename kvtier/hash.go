@@ -45,3 +45,15 @@ func appendKeys(dst []Key, buf []byte, blockTokens int, salt Salt, parent Key, t
 	}
 	return dst, buf
 }
+
+// tokenHash is what the index keeps of a block's own token hash b (b_i of
+// internal/blockkey: XXH3-64 of its tokens seeded with the salt, which its
+// key chains): 32 bits, so that an index entry stays 16 bytes.
+func tokenHash(b uint64) uint32 { return uint32(b) }
+
+// blockTokenHash is tokenHash of block tokens tok under salt; buf is
+// leTokens' scratch, returned grown.
+func blockTokenHash(buf []byte, salt Salt, tok []int32) (uint32, []byte) {
+	le, buf := leTokens(buf, tok)
+	return tokenHash(blockkey.Block(uint64(salt), le)), buf
+}

@@ -49,7 +49,7 @@ func (m *Manager) hook(keys []Key) {
 // verify reports whether record r is block depth of a request with salt whose
 // previous block is parent and whose block tokens are tok (nil: not checked).
 func (m *Manager) verify(ref BlockRef, r *record, salt Salt, parent Key, depth int, tok []int32) bool {
-	if r.salt != salt || r.parent != parent || r.depth != uint32(depth) {
+	if !r.is(salt, parent, depth) {
 		return false
 	}
 	if tok == nil {
@@ -196,8 +196,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			}
 			if tok != nil {
 				if r.flags&flagTokens == 0 {
-					copy(m.recs.tokensOf(ref), tok)
-					r.flags |= flagTokens
+					m.addTokens(ref, tok)
 				} else if !slices.Equal(m.recs.tokensOf(ref), tok) {
 					m.metrics.mismatch()
 					break
@@ -248,12 +247,29 @@ func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) Bl
 	for t := range r.slot {
 		r.slot[t] = noSlot
 	}
+	th := uint32(0)
 	if tok != nil {
-		copy(m.recs.tokensOf(ref), tok)
-		r.flags |= flagTokens
+		th = m.copyTokens(ref, r, tok)
 	}
-	m.index.insert(salt, k, uint32(ref))
+	m.index.insert(salt, k, uint32(ref), th)
 	return ref
+}
+
+// addTokens stores tok as the tokens of block ref, stored without them
+// until now, and their hash in its index entry. Write lock.
+func (m *Manager) addTokens(ref BlockRef, tok []int32) {
+	r := m.recs.at(ref)
+	m.index.setTokens(r.salt, r.key, m.copyTokens(ref, r, tok))
+}
+
+// copyTokens copies tok into block ref's tokens and returns their hash
+// (tokenHash). Write lock.
+func (m *Manager) copyTokens(ref BlockRef, r *record, tok []int32) uint32 {
+	copy(m.recs.tokensOf(ref), tok)
+	r.flags |= flagTokens
+	var th uint32
+	th, m.hashBuf = blockTokenHash(m.hashBuf, r.salt, tok)
+	return th
 }
 
 const noSlot = ^Slot(0)

@@ -73,9 +73,10 @@ type Manager struct {
 	copiedFrom  [NumTiers]uint64
 	copyWaiters []copyWaiter
 
-	bg    *Batch   // copies decided under mu, submitted after unlock
-	xpool []*Batch // idle transfers
-	ops   uint64   // mutations, for sampled invariant checks
+	bg      *Batch   // copies decided under mu, submitted after unlock
+	xpool   []*Batch // idle transfers
+	ops     uint64   // mutations, for sampled invariant checks
+	hashBuf []byte   // blockTokenHash's scratch (big-endian machines)
 
 	// testKeyHook, when set, replaces every computed key (tests force
 	// collisions with it).
