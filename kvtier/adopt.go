@@ -86,10 +86,9 @@ func (m *Manager) Adopt(t Tier, blocks []Resident) (int, error) {
 		b := &blocks[i]
 		ref, found := a.known(b.Salt, b.Key)
 		if !found {
-			ref = m.newRecord(b.Key, b.Parent, b.Salt, int(a.depth[i]), b.Tokens)
+			ref = m.newRecord(b.Key, b.Parent, b.Salt, int(a.depth[i]), b.Tokens, m.tokenHashOf(b.Salt, b.Tokens))
 		} else if r := m.recs.at(ref); b.Tokens != nil && r.flags&flagTokens == 0 {
-			copy(m.recs.tokensOf(ref), b.Tokens)
-			r.flags |= flagTokens
+			m.addTokens(ref, b.Tokens, m.tokenHashOf(b.Salt, b.Tokens))
 		}
 		m.recs.at(ref).slot[t] = b.Slot
 		m.setState(ref, t, stateReady)

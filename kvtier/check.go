@@ -4,8 +4,9 @@ import "kvtier.dev/internal/invariants"
 
 // checkInvariants walks all metadata and panics on any inconsistency: a tier
 // over capacity, a slot held twice or both held and free, a record not in the
-// index, a policy tracking a different number of blocks than hold slots, a
-// tenant over its cap or miscounted, a pin flag without its pin.
+// index or indexed with another token hash, a policy tracking a different
+// number of blocks than hold slots, a tenant over its cap or miscounted, a
+// pin flag without its pin.
 // O(records); called under the write lock, only with the invariants build tag (sampled)
 // and from tests.
 func (m *Manager) checkInvariants() {
@@ -33,6 +34,7 @@ func (m *Manager) checkInvariants() {
 		freeRec[f] = true
 	}
 	live, xfers := 0, 0
+	var hbuf []byte
 	for i := uint32(0); i < m.recs.n; i++ {
 		ref := BlockRef(i)
 		if freeRec[ref] {
@@ -40,8 +42,10 @@ func (m *Manager) checkInvariants() {
 		}
 		live++
 		r := m.recs.at(ref)
-		if idx, ok := m.index.find(r.salt, r.key); !ok || BlockRef(idx) != ref {
+		if e := m.index.entry(indexKey(r.salt, r.key)); e == nil || BlockRef(e.val-1) != ref {
 			fail("record %d (key %#x) not indexed", ref, uint64(r.key))
+		} else if th := m.indexedTokenHash(ref, r, &hbuf); e.tokens != th {
+			fail("record %d (key %#x): token hash %#x indexed, its tokens hash to %#x", ref, uint64(r.key), e.tokens, th)
 		}
 		if !r.resident() && r.refs == 0 {
 			fail("record %d (key %#x) holds nothing and is not free", ref, uint64(r.key))
@@ -183,3 +187,14 @@ func (ten *tenants) check(g int, t Tier, n tenantTally) {
 }
 
 const noRef = ^BlockRef(0)
+
+// indexedTokenHash is the token hash r's index entry should hold: that of
+// its tokens, 0 without them; buf is the hashing's scratch.
+func (m *Manager) indexedTokenHash(ref BlockRef, r *record, buf *[]byte) uint32 {
+	if r.flags&flagTokens == 0 {
+		return 0
+	}
+	var th uint32
+	th, *buf = blockTokenHash(*buf, r.salt, m.recs.tokensOf(ref))
+	return th
+}

@@ -45,3 +45,42 @@ func appendKeys(dst []Key, buf []byte, blockTokens int, salt Salt, parent Key, t
 	}
 	return dst, buf
 }
+
+// appendKeysHashes is appendKeys that also appends each block's tokenHash
+// to hashes.
+func appendKeysHashes(dst []Key, hashes []uint32, buf []byte, blockTokens int, salt Salt, tokens []int32) ([]Key, []uint32, []byte) {
+	parent := uint64(0)
+	for len(tokens) >= blockTokens {
+		var tb []byte
+		tb, buf = leTokens(buf, tokens[:blockTokens])
+		b := blockkey.Block(uint64(salt), tb)
+		parent = blockkey.Chain(parent, b)
+		dst = append(dst, Key(parent))
+		hashes = append(hashes, tokenHash(b))
+		tokens = tokens[blockTokens:]
+	}
+	return dst, hashes, buf
+}
+
+// tokenHash is what the index keeps of a block's own token hash b (b_i of
+// internal/blockkey: XXH3-64 of its tokens seeded with the salt, which its
+// key chains): 32 bits, so that an index entry stays 16 bytes.
+func tokenHash(b uint64) uint32 { return uint32(b) }
+
+// tokenHashOf is blockTokenHash with the manager's scratch, 0 for nil
+// tokens. Write lock.
+func (m *Manager) tokenHashOf(salt Salt, tok []int32) uint32 {
+	if tok == nil {
+		return 0
+	}
+	var th uint32
+	th, m.hashBuf = blockTokenHash(m.hashBuf, salt, tok)
+	return th
+}
+
+// blockTokenHash is tokenHash of block tokens tok under salt; buf is
+// leTokens' scratch, returned grown.
+func blockTokenHash(buf []byte, salt Salt, tok []int32) (uint32, []byte) {
+	le, buf := leTokens(buf, tok)
+	return tokenHash(blockkey.Block(uint64(salt), le)), buf
+}

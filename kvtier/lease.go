@@ -33,6 +33,7 @@ type Lease struct {
 	requested int         // full blocks the last lookup asked for
 	tokens    int         // the request's tokens, for Plan
 	buf       []byte      // hashing scratch
+	hashes    []uint32    // Insert's token hashes of its blocks (tokenHash)
 	plan      []PlanBlock // Plan scratch
 	actions   []Action    // Plan scratch
 	req       PlanRequest // Plan scratch

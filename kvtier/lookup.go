@@ -49,7 +49,7 @@ func (m *Manager) hook(keys []Key) {
 // verify reports whether record r is block depth of a request with salt whose
 // previous block is parent and whose block tokens are tok (nil: not checked).
 func (m *Manager) verify(ref BlockRef, r *record, salt Salt, parent Key, depth int, tok []int32) bool {
-	if r.salt != salt || r.parent != parent || r.depth != uint32(depth) {
+	if !r.is(salt, parent, depth) {
 		return false
 	}
 	if tok == nil {
@@ -171,8 +171,9 @@ blocks:
 	}
 }
 
-// insert is Insert after hashing. Takes the write lock.
-func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Lease) error {
+// insert is Insert after hashing: hashes[i] is block i's tokenHash when
+// tokens is not nil. Takes the write lock.
+func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, hashes []uint32, tier Tier, l *Lease) error {
 	bt := m.blockTokens
 	var err error
 	m.lock()
@@ -180,8 +181,9 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 	parent := Key(0)
 	for i, k := range keys {
 		var tok []int32
+		var th uint32
 		if tokens != nil {
-			tok = tokens[i*bt : (i+1)*bt]
+			tok, th = tokens[i*bt:(i+1)*bt], hashes[i]
 		}
 		idx, found := m.index.find(salt, k)
 		ref := BlockRef(idx)
@@ -196,8 +198,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 			}
 			if tok != nil {
 				if r.flags&flagTokens == 0 {
-					copy(m.recs.tokensOf(ref), tok)
-					r.flags |= flagTokens
+					m.addTokens(ref, tok, th)
 				} else if !slices.Equal(m.recs.tokensOf(ref), tok) {
 					m.metrics.mismatch()
 					break
@@ -221,7 +222,7 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 				break // leaving this tier; a later Insert can bring it back
 			}
 		} else {
-			ref = m.newRecord(k, parent, salt, i, tok)
+			ref = m.newRecord(k, parent, salt, i, tok, th)
 		}
 		m.ref(ref) // before alloc, so that no eviction can take it
 		slot, ok := m.alloc(tier, len(keys)-i, salt)
@@ -241,7 +242,9 @@ func (m *Manager) insert(salt Salt, keys []Key, tokens []int32, tier Tier, l *Le
 	return err
 }
 
-func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) BlockRef {
+// newRecord allocates and indexes the record of block k; th is tok's
+// tokenHash (unused without tok). Write lock.
+func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32, th uint32) BlockRef {
 	ref := m.recs.alloc()
 	r := m.recs.at(ref)
 	r.key, r.parent, r.salt, r.depth = k, parent, salt, uint32(depth)
@@ -251,9 +254,20 @@ func (m *Manager) newRecord(k, parent Key, salt Salt, depth int, tok []int32) Bl
 	if tok != nil {
 		copy(m.recs.tokensOf(ref), tok)
 		r.flags |= flagTokens
+	} else {
+		th = 0
 	}
-	m.index.insert(salt, k, uint32(ref))
+	m.index.insert(salt, k, uint32(ref), th)
 	return ref
+}
+
+// addTokens stores tok, whose tokenHash is th, as the tokens of block ref,
+// stored without them until now, and th in its index entry. Write lock.
+func (m *Manager) addTokens(ref BlockRef, tok []int32, th uint32) {
+	r := m.recs.at(ref)
+	copy(m.recs.tokensOf(ref), tok)
+	r.flags |= flagTokens
+	m.index.setTokens(r.salt, r.key, th)
 }
 
 const noSlot = ^Slot(0)

@@ -73,9 +73,10 @@ type Manager struct {
 	copiedFrom  [NumTiers]uint64
 	copyWaiters []copyWaiter
 
-	bg    *Batch   // copies decided under mu, submitted after unlock
-	xpool []*Batch // idle transfers
-	ops   uint64   // mutations, for sampled invariant checks
+	bg      *Batch   // copies decided under mu, submitted after unlock
+	xpool   []*Batch // idle transfers
+	ops     uint64   // mutations, for sampled invariant checks
+	hashBuf []byte   // blockTokenHash's scratch (big-endian machines)
 
 	// testKeyHook, when set, replaces every computed key (tests force
 	// collisions with it).
@@ -345,9 +346,9 @@ func (m *Manager) Insert(salt Salt, tokens []int32, tier Tier, l *Lease) error {
 	if err := m.begin(l); err != nil {
 		return err
 	}
-	l.keys, l.buf = appendKeys(l.keys[:0], l.buf, m.blockTokens, salt, 0, tokens)
+	l.keys, l.hashes, l.buf = appendKeysHashes(l.keys[:0], l.hashes[:0], l.buf, m.blockTokens, salt, tokens)
 	m.hook(l.keys)
-	return m.insert(salt, l.keys, tokens, tier, l)
+	return m.insert(salt, l.keys, tokens, l.hashes, tier, l)
 }
 
 // InsertKeys is Insert for callers that computed the block keys themselves.
@@ -358,7 +359,7 @@ func (m *Manager) InsertKeys(salt Salt, keys []Key, tier Tier, l *Lease) error {
 	if err := m.begin(l); err != nil {
 		return err
 	}
-	return m.insert(salt, keys, nil, tier, l)
+	return m.insert(salt, keys, nil, nil, tier, l)
 }
 
 // Commit ends the writes Insert asked of the caller, which MUST have

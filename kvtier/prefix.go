@@ -29,27 +29,35 @@ func (p *PrefixInfo) CachedTokens() int {
 	return n
 }
 
-// prefixScratch is CachedPrefix's hashing scratch where keys are hashed
-// before the walk, pooled so that the query allocates nothing once warm.
-type prefixScratch struct {
-	keys []Key
-	buf  []byte
-}
+// prefixScratch is CachedPrefix's little-endian copy of a block's tokens
+// where their memory is big-endian, pooled so that the query allocates
+// nothing once warm.
+type prefixScratch struct{ buf []byte }
 
 var prefixScratchPool = sync.Pool{New: func() any { return new(prefixScratch) }}
 
 // CachedPrefix reports how much of tokens' full blocks (salt's) the cache
-// holds now, verified as Lookup verifies, with no side effect: no lease,
-// no policy touch, no admission record, no counter. What it reports can
-// change as soon as it returns; a Lookup with nothing in between finds it.
+// holds now, with no side effect: no lease, no policy touch, no admission
+// record, no counter. What it reports can change as soon as it returns; a
+// Lookup with nothing in between finds it.
+//
+// It verifies a block as Lookup does (salt, parent key, position, stored
+// with tokens) except that it compares 32 bits of the tokens' own hash,
+// kept in the index, instead of the stored tokens. Since the key chains
+// that hash, a false hit needs two different blocks of tokens after the
+// same parent with equal 64-bit token hashes (XXH3, seeded with the salt),
+// or with equal keys and equal 32-bit parts of them: at random, about
+// 2^-64 for each such pair. Lookup compares the tokens: a false hit here
+// overstates what it will lease, never leases a wrong block.
 func (m *Manager) CachedPrefix(salt Salt, tokens []int32) PrefixInfo {
-	if inlineKeys && m.testKeyHook == nil {
-		return m.cachedPrefix(salt, nil, tokens) // keys hashed in the walk
+	if tokens == nil {
+		tokens = []int32{}
+	}
+	if inlineKeys {
+		return m.cachedPrefix(salt, nil, tokens, nil)
 	}
 	sc := prefixScratchPool.Get().(*prefixScratch)
-	sc.keys, sc.buf = appendKeys(sc.keys[:0], sc.buf, m.blockTokens, salt, 0, tokens)
-	m.hook(sc.keys)
-	p := m.cachedPrefix(salt, sc.keys, tokens)
+	p := m.cachedPrefix(salt, nil, tokens, sc)
 	prefixScratchPool.Put(sc)
 	return p
 }
@@ -60,21 +68,23 @@ func (m *Manager) CachedPrefixKeys(salt Salt, keys []Key) PrefixInfo {
 	if keys == nil {
 		keys = []Key{}
 	}
-	return m.cachedPrefix(salt, keys, nil)
+	return m.cachedPrefix(salt, keys, nil, nil)
 }
 
 // cachedPrefix walks the blocks as lookup does (holes included) under one
-// stripe's read lock, writing nothing but its result. With keys nil it
-// hashes tokens' blocks itself (inlineKeys only), a batch at a time, and
-// stops hashing where the walk stops.
+// stripe's read lock, writing nothing but its result. Exactly one of keys
+// and tokens is non-nil; with tokens it hashes their blocks itself (sc
+// holds their little-endian copy where inlineKeys is false), a batch at a
+// time, and stops hashing where the walk stops.
 //
 // A batch goes in two passes. The first hashes its blocks and probes the
 // index for each: only the short outer hash of a key waits on the key
 // before (internal/blockkey), so the core hashes blocks side by side and
-// runs each probe in their shadow. The second reads the records and compares
-// the tokens, with every key and probe known, so that their loads overlap
-// with each other instead of waiting behind the chain.
-func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo {
+// runs each probe in their shadow; the probe's entry holds the block's
+// token hash, compared there. The second reads the records, with every key
+// and probe known, so that their loads overlap with each other instead of
+// waiting behind the chain.
+func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32, sc *prefixScratch) PrefixInfo {
 	bt := m.blockTokens
 	n := len(keys)
 	if keys == nil {
@@ -93,6 +103,13 @@ func (m *Manager) cachedPrefix(salt Salt, keys []Key, tokens []int32) PrefixInfo
 	var refs [batch]uint32
 	var found [batch]bool
 	mix := saltMix(salt)
+	hook := m.testKeyHook
+	// A hit has flags&mask == want: not invalidated, stored with tokens
+	// when asked by tokens.
+	mask, want := flagInvalid, uint8(0)
+	if tokens != nil {
+		mask, want = flagInvalid|flagTokens, flagTokens
+	}
 	st := &m.stripes[0]
 	m.rlock(st)
 	parent, chain := Key(0), Key(0) // the walk's parent; the hashing's
@@ -103,24 +120,36 @@ blocks:
 		for j := range c {
 			if keys != nil {
 				bkeys[j] = keys[base+j]
-			} else {
-				i := base + j
-				chain = Key(blockkey.Next(uint64(salt), uint64(chain), tokenBytes(tokens[i*bt:(i+1)*bt])))
-				bkeys[j] = chain
+				e := m.index.entry(bkeys[j] ^ mix)
+				if found[j] = e != nil; found[j] {
+					refs[j] = e.val - 1
+				}
+				continue
 			}
-			refs[j], found[j] = m.index.findMixed(bkeys[j] ^ mix)
+			tok := tokens[(base+j)*bt:][:bt]
+			var le []byte
+			if inlineKeys {
+				le = tokenBytes(tok)
+			} else {
+				le, sc.buf = leTokens(sc.buf, tok)
+			}
+			b := blockkey.Block(uint64(salt), le)
+			chain = Key(blockkey.Chain(uint64(chain), b))
+			bkeys[j] = chain
+			if hook != nil {
+				bkeys[j] = hook(chain)
+			}
+			e := m.index.entry(bkeys[j] ^ mix)
+			if found[j] = e != nil && e.tokens == tokenHash(b); found[j] {
+				refs[j] = e.val - 1
+			}
 		}
 		for j := range c {
 			i := base + j
 			var ready uint8 // bit t: the block is ready in tier t
 			if found[j] {
-				ref := BlockRef(refs[j])
-				r := m.recs.at(ref)
-				var tok []int32
-				if tokens != nil {
-					tok = tokens[i*bt : (i+1)*bt : (i+1)*bt]
-				}
-				if m.verify(ref, r, salt, parent, i, tok) && r.flags&flagInvalid == 0 {
+				r := m.recs.at(BlockRef(refs[j]))
+				if r.is(salt, parent, i) && r.flags&mask == want {
 					ready = r.readyTiers()
 				}
 			}

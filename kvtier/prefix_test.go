@@ -4,8 +4,11 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"kvtier.dev/internal/invariants"
 )
 
 // TestCachedPrefixIsWhatLookupLeases: over random residency in three tiers,
@@ -126,6 +129,78 @@ func TestCachedPrefixHasNoSideEffect(t *testing.T) {
 	if p := m.CachedPrefix(1, nil); p != (PrefixInfo{}) {
 		t.Fatalf("an empty request: %+v", p)
 	}
+}
+
+// TestCachedPrefixCollisionIsAMiss: b's first block takes a's key (the
+// test hook), so the index finds a's record for it under the same salt,
+// parent and position; its tokens' hash tells them apart, as Lookup's
+// compare of the tokens does. A's own query still hits.
+func TestCachedPrefixCollisionIsAMiss(t *testing.T) {
+	m := oneTier(t, Host, 16, 4)
+	a, b := toks(2, 4, 0), toks(2, 4, 100)
+	ka, kb := m.keysOf(1, a), m.keysOf(1, b)
+	m.testKeyHook = func(k Key) Key {
+		if k == kb[0] {
+			return ka[0]
+		}
+		return k
+	}
+	insertReady(t, m, 1, a, Host)
+	if p := m.CachedPrefix(1, b); p.CachedTokens() != 0 || p.Prefix[Host] != 0 {
+		t.Fatalf("a block whose key collides with a cached one, its tokens not: %+v", p)
+	}
+	if n := lookupLen(t, m, 1, b); n != 0 {
+		t.Fatalf("Lookup leased %d colliding blocks", n)
+	}
+	if p := m.CachedPrefix(1, a); p.Cached[Host] != 8 || p.Prefix[Host] != 8 {
+		t.Fatalf("the cached prompt: %+v", p)
+	}
+	m.check(t)
+}
+
+// TestCachedPrefixTokensStoredLater: blocks stored by key alone are no hit
+// of a query by tokens (nor of a Lookup); once an Insert with tokens adds
+// them, their hash is in the index and the query finds them.
+func TestCachedPrefixTokensStoredLater(t *testing.T) {
+	m := oneTier(t, Host, 8, 2)
+	a := toks(3, 2, 0)
+	var l Lease
+	if err := m.InsertKeys(5, m.keysOf(5, a), Host, &l); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Commit(&l, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.Release(&l)
+	if p := m.CachedPrefix(5, a); p.CachedTokens() != 0 {
+		t.Fatalf("blocks stored without tokens: %+v", p)
+	}
+	if p := m.CachedPrefixKeys(5, m.keysOf(5, a)); p.Cached[Host] != 6 {
+		t.Fatalf("the same blocks by key: %+v", p)
+	}
+	insertReady(t, m, 5, a, Host)
+	if p := m.CachedPrefix(5, a); p.Cached[Host] != 6 {
+		t.Fatalf("after their tokens were stored: %+v", p)
+	}
+	m.check(t)
+}
+
+// TestCheckCatchesAWrongTokenHash: the invariant walk fails on an index
+// entry whose token hash is not its record's tokens'.
+func TestCheckCatchesAWrongTokenHash(t *testing.T) {
+	m := oneTier(t, Host, 8, 2)
+	a := toks(2, 2, 0)
+	insertReady(t, m, 1, a, Host)
+	m.check(t)
+	e := m.index.entry(indexKey(1, m.keysOf(1, a)[1]))
+	e.tokens++
+	defer func() {
+		b, _ := recover().(*invariants.Broken)
+		if b == nil || !strings.Contains(b.Msg, "token hash") {
+			t.Fatalf("the walk's failure: %v", b)
+		}
+	}()
+	m.check(t)
 }
 
 // TestCachedPrefixAllocatesNothing once its scratch is warm (not under the

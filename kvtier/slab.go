@@ -57,6 +57,12 @@ func (r *record) best() Tier {
 	return NumTiers
 }
 
+// is reports whether r is block depth of a request with salt whose
+// previous block is parent (Manager.verify's check of the record alone).
+func (r *record) is(salt Salt, parent Key, depth int) bool {
+	return r.salt == salt && r.parent == parent && r.depth == uint32(depth)
+}
+
 // readyTiers is the set of tiers where r is ready, bit t for tier t: its
 // lowest bit is best's tier.
 func (r *record) readyTiers() uint8 {

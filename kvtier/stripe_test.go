@@ -211,8 +211,8 @@ func TestMetadataLayout(t *testing.T) {
 	if s := unsafe.Sizeof(record{}); s != 64 {
 		t.Errorf("record is %d bytes, want 64 (one cache line)", s)
 	}
-	if s := unsafe.Sizeof(tableEntry{}); s != 12 {
-		t.Errorf("table entry is %d bytes, want 12", s)
+	if s := unsafe.Sizeof(tableEntry{}); s != 16 {
+		t.Errorf("table entry is %d bytes, want 16 (four to a cache line)", s)
 	}
 }
 

@@ -1,11 +1,13 @@
 package kvtier
 
 // table maps a block's (Salt, Key) to its record with open addressing and
-// linear probing, in one flat array of 12-byte entries (no pointers): a
-// probe reads the key and the record index from the same cache line, so a
-// lookup of a block costs one miss here (about one entry in five straddles
-// two lines). Deletion shifts later entries back, so there are no
-// tombstones. Not safe for concurrent use.
+// linear probing, in one flat array of 16-byte entries (no pointers): a
+// probe reads the key and the record index from one cache line (four
+// entries to a line, none straddling two), so a lookup of a block costs one
+// miss here. An entry also keeps 32 bits of the block's token hash (see
+// tokenHash), so that CachedPrefix verifies a block without reading its
+// tokens. Deletion shifts later entries back, so there are no tombstones.
+// Not safe for concurrent use.
 //
 // The salt is mixed into the key it indexes by (indexKey), so that equal
 // keys under different salts (per-tenant trace ids that each start at 1)
@@ -19,11 +21,13 @@ type table struct {
 	n     int
 }
 
-// tableEntry is a key split in two halves, so that the entry is 12 bytes
-// with 4-byte alignment, and its record index + 1 (0 marks an empty slot).
+// tableEntry is a key split in two halves (4-byte alignment keeps the entry
+// 16 bytes), its record index + 1 (0 marks an empty slot), and the record's
+// token hash (0 for a block stored without tokens).
 type tableEntry struct {
 	lo, hi uint32
 	val    uint32
+	tokens uint32
 }
 
 func (e *tableEntry) key() Key { return Key(e.lo) | Key(e.hi)<<32 }
@@ -45,10 +49,6 @@ func saltMix(s Salt) Key {
 	return Key(z ^ z>>31)
 }
 
-func (e *tableEntry) set(k Key, val uint32) {
-	e.lo, e.hi, e.val = uint32(k), uint32(k>>32), val
-}
-
 const tableMinBits = 10
 
 func (t *table) init(bits uint) {
@@ -65,29 +65,39 @@ func (t *table) home(k Key) int {
 
 // find returns the record index of (s, k).
 func (t *table) find(s Salt, k Key) (uint32, bool) {
-	return t.findMixed(indexKey(s, k))
+	if e := t.entry(indexKey(s, k)); e != nil {
+		return e.val - 1, true
+	}
+	return 0, false
 }
 
-// findMixed is find of an index key (indexKey's result).
-func (t *table) findMixed(k Key) (uint32, bool) {
+// entry is the entry of an index key (indexKey's result), nil if absent.
+// It is valid until the table next changes.
+func (t *table) entry(k Key) *tableEntry {
 	if t.slots == nil {
-		return 0, false
+		return nil
 	}
 	mask := len(t.slots) - 1
 	lo, hi := uint32(k), uint32(k>>32)
 	for i := t.home(k); ; i = (i + 1) & mask {
 		e := &t.slots[i]
 		if e.val == 0 {
-			return 0, false
+			return nil
 		}
 		if e.lo == lo && e.hi == hi {
-			return e.val - 1, true
+			return e
 		}
 	}
 }
 
-// insert adds (s, k), which MUST NOT be present.
-func (t *table) insert(s Salt, k Key, idx uint32) {
+// setTokens records the token hash of (s, k), which MUST be present.
+func (t *table) setTokens(s Salt, k Key, tokens uint32) {
+	t.entry(indexKey(s, k)).tokens = tokens
+}
+
+// insert adds (s, k) with its record index and token hash; (s, k) MUST
+// NOT be present.
+func (t *table) insert(s Salt, k Key, idx, tokens uint32) {
 	k = indexKey(s, k)
 	if t.slots == nil {
 		t.init(tableMinBits)
@@ -95,25 +105,25 @@ func (t *table) insert(s Salt, k Key, idx uint32) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()
 	}
-	t.place(k, idx+1)
+	t.place(tableEntry{lo: uint32(k), hi: uint32(k >> 32), val: idx + 1, tokens: tokens})
 	t.n++
 }
 
-func (t *table) place(k Key, val uint32) {
+func (t *table) place(e tableEntry) {
 	mask := len(t.slots) - 1
-	i := t.home(k)
+	i := t.home(e.key())
 	for t.slots[i].val != 0 {
 		i = (i + 1) & mask
 	}
-	t.slots[i].set(k, val)
+	t.slots[i] = e
 }
 
 func (t *table) grow() {
 	old := t.slots
 	t.init(64 - t.shift + 1)
 	for j := range old {
-		if e := &old[j]; e.val != 0 {
-			t.place(e.key(), e.val)
+		if e := old[j]; e.val != 0 {
+			t.place(e)
 			t.n++
 		}
 	}

@@ -7,7 +7,8 @@ import (
 
 // TestTableAgainstMap runs random inserts and removes of clustered keys
 // (small integers, as trace ids are, and keys that share a home slot)
-// through growth and backward-shift deletion, against a Go map.
+// through growth and backward-shift deletion, against a Go map; each entry
+// keeps its token hash (a function of its index here) through both.
 func TestTableAgainstMap(t *testing.T) {
 	var tb table
 	ref := map[Key]uint32{}
@@ -21,13 +22,16 @@ func TestTableAgainstMap(t *testing.T) {
 			tb.remove(0, k)
 			delete(ref, k)
 		} else {
-			tb.insert(0, k, uint32(i))
+			tb.insert(0, k, uint32(i), ^uint32(i))
 			ref[k] = uint32(i)
 		}
 		if i%997 == 0 {
 			for k, v := range ref {
 				if got, ok := tb.find(0, k); !ok || got != v {
 					t.Fatalf("step %d: find(%#x) = %d, %v; want %d", i, k, got, ok, v)
+				}
+				if e := tb.entry(indexKey(0, k)); e.tokens != ^v {
+					t.Fatalf("step %d: key %#x's token hash %#x, want %#x", i, k, e.tokens, ^v)
 				}
 			}
 		}
@@ -113,7 +117,7 @@ func TestIndexKeyMixesSalt(t *testing.T) {
 	var tb table
 	for s := range Salt(64) {
 		for k := range Key(64) {
-			tb.insert(s, k, uint32(s)<<8|uint32(k))
+			tb.insert(s, k, uint32(s)<<8|uint32(k), 0)
 		}
 	}
 	for s := range Salt(64) {
