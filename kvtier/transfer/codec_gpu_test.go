@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -56,10 +57,13 @@ func newCodecRig(t testing.TB, layout string) *codecRig {
 	return r
 }
 
-func (r *codecRig) engine(t testing.TB, c codec.Codec) *Engine {
+func (r *codecRig) engine(t testing.TB, c codec.Codec, edit ...func(*Config)) *Engine {
 	cfg := Config{GPU: r.gpu, Host: r.host}
 	if c != codec.None {
 		cfg.Codec, cfg.CodecShape = c, gpuCodecShape
+	}
+	for _, f := range edit {
+		f(&cfg)
 	}
 	e, err := New(r.dev, cfg)
 	if err != nil {
@@ -182,6 +186,20 @@ func BenchmarkGPUCodec(b *testing.B) {
 			b.Run(c.String()+"/"+way, func(b *testing.B) {
 				benchCodecWay(b, e, way)
 			})
+		}
+	}
+}
+
+// BenchmarkGPUCodecRing: the FP8 path's ring shapes, chunk blocks ×
+// buffers, one way and both, to choose the defaults by.
+func BenchmarkGPUCodecRing(b *testing.B) {
+	r := newCodecRig(b, "block-first")
+	for _, chunk := range []int{2, 4, 8, 16} {
+		for _, bufs := range []int{2, 4} {
+			e := r.engine(b, codec.FP8E4M3PerHead, func(c *Config) { c.CodecChunkBlocks, c.CodecBuffers = chunk, bufs })
+			for _, way := range []string{"out", "in", "both"} {
+				b.Run(fmt.Sprintf("chunk%d/bufs%d/%s", chunk, bufs, way), func(b *testing.B) { benchCodecWay(b, e, way) })
+			}
 		}
 	}
 }
