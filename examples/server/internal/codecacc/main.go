@@ -56,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.IntVar(&f.tail, "tail", 64, "tokens of each prompt after its cached ones, computed on top of them")
 	fs.IntVar(&f.steps, "steps", 32, "greedy continuation tokens compared")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the prompts' tokens and of the model's weights")
-	fs.StringVar(&f.codec, "codec", "auto", "the round trip: kernels (package cudacodec), go (package codec over copies to the host), or auto (the kernels when they load)")
+	fs.StringVar(&f.codec, "codec", "auto", "the round trip: kernels (package cudacodec), go (package codec over copies to the host), auto (the kernels when they load), or none: the baseline, the blocks copied as they are and the reference continuing from the one-shot prefill (reuse itself against no reuse)")
 	fs.Float64Var(&f.tolerance, "tolerance", benchserve.DefaultVerifyTolerance, "near-tie tolerance in nats (bench-serve --verify-tolerance's rule)")
 	fs.StringVar(&f.out, "out", "", "directory for codecacc-<machine>.{json,md} and -prompts.jsonl (empty: print the table only)")
 	fs.StringVar(&f.machine, "machine", "h200", "machine name in the results")
@@ -90,8 +90,8 @@ func (f *flags) check() (model.Config, error) {
 		return c, fmt.Errorf("-steps %d: want 1 or more", f.steps)
 	case !(f.tolerance >= 0):
 		return c, fmt.Errorf("-tolerance %g: want 0 or more nats", f.tolerance)
-	case f.codec != "auto" && f.codec != "kernels" && f.codec != "go":
-		return c, fmt.Errorf("-codec %q: want auto, kernels or go", f.codec)
+	case f.codec != "auto" && f.codec != "kernels" && f.codec != "go" && f.codec != "none":
+		return c, fmt.Errorf("-codec %q: want auto, kernels, go or none", f.codec)
 	case f.machine == "" || strings.ContainsAny(f.machine, "/\\"):
 		return c, fmt.Errorf("-machine %q: want a name without slashes", f.machine)
 	}

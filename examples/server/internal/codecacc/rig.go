@@ -75,7 +75,10 @@ func (r *rig) open(f flags) error {
 		return err
 	}
 	path := "package codec in Go (blocks copied to the host and back)"
-	if r.kr != nil {
+	switch {
+	case f.codec == "none":
+		path = "no codec (the baseline): the cached blocks copied as they are, the reference continuing from the one-shot prefill, so that reuse itself is set against no reuse"
+	case r.kr != nil:
 		path = "package cudacodec's kernels on the device (each prompt's first and last cached blocks checked against the Go reference, byte for byte)"
 	}
 	r.setup = fmt.Sprintf("device %s; cuBLAS %s; round trip through %s", dev.Info().Name, m.Library(), path)
@@ -86,6 +89,10 @@ func (r *rig) open(f flags) error {
 // round trip (-codec go, or auto when the kernels cannot load).
 func (r *rig) openCodec(which string) error {
 	reg := kvdrift.DeviceRegion{Base: r.region, BlockBytes: r.c.BlockBytes()}
+	if which == "none" {
+		r.recoder = kvdrift.CopyRecoder{St: r.st, Region: reg}
+		return nil
+	}
 	if which != "go" {
 		k, err := cudacodec.Load(r.dev)
 		switch {
@@ -137,7 +144,7 @@ func prompt(c model.Config, f flags, i int) kvdrift.Prompt {
 // runAll runs every prompt, logging progress every tenth of the run, and
 // returns the results and how long they took.
 func (r *rig) runAll(f flags) ([]kvdrift.Result, time.Duration, error) {
-	s := kvdrift.Setup{Config: r.c, Model: r.fw, Recoder: r.recoder, Steps: f.steps, Tolerance: f.tolerance}
+	s := kvdrift.Setup{Config: r.c, Model: r.fw, Recoder: r.recoder, Steps: f.steps, Tolerance: f.tolerance, OneShotReference: f.codec == "none"}
 	ref, rec := span(0, r.perSide), span(r.perSide, r.perSide)
 	rs := make([]kvdrift.Result, 0, f.prompts)
 	t0 := time.Now()

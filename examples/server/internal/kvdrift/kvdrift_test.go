@@ -299,3 +299,85 @@ func TestAdjacentRuns(t *testing.T) {
 		t.Fatal("a run of nothing")
 	}
 }
+
+// TestOneShotReference: with the reference continuing from the one-shot
+// prefill, blocks copied as they are agree with it everywhere on the CPU
+// reference (whose passes of any shape give the same logits), and the
+// first block written everywhere still flips a token: the comparison is
+// of the round trip's side against the one-shot prefill's.
+func TestOneShotReference(t *testing.T) {
+	c, m := tinyCPU(t, 16)
+	same := recodeFunc(func(src, dst []int32) error {
+		for i := range src {
+			copy(m.Slot(dst[i]), m.Slot(src[i]))
+		}
+		return nil
+	})
+	p := Prompt{Tokens: randomTokens(rand.New(rand.NewPCG(4, 4)), 80, c.Vocab), Cached: 64}
+	s := Setup{Config: c, Model: m, Recoder: same, Steps: 8, Tolerance: 0.1, OneShotReference: true}
+	res, err := Run(s, p, span(0, 8), span(8, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Agree || res.Prefill != (Drift{}) || res.Noise != (Drift{}) || res.Compared != 8 {
+		t.Fatalf("blocks copied as they are, against the one-shot prefill: %+v", res)
+	}
+	s.Recoder = recodeFunc(func(src, dst []int32) error {
+		for i := range src {
+			copy(m.Slot(dst[i]), m.Slot(src[0]))
+		}
+		return nil
+	})
+	if res, err = Run(s, p, span(0, 8), span(8, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if res.Agree || res.Prefill.Abs == 0 || res.FirstDiff < 0 {
+		t.Fatalf("the first block everywhere, against the one-shot prefill: %+v", res)
+	}
+}
+
+// TestCopyRecoder: on the simulated device, the destinations hold their
+// sources' bytes; mismatched slots are refused.
+func TestCopyRecoder(t *testing.T) {
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	const block = 256
+	base, err := sim.Alloc(8 * block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sim.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	want := make([]byte, 8*block)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if err := st.CopyHtoD(base, want); err != nil {
+		t.Fatal(err)
+	}
+	cr := CopyRecoder{St: st, Region: DeviceRegion{Base: base, BlockBytes: block}}
+	if err := cr.Recode([]int32{0, 1}, []int32{6, 4}); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[6*block:7*block], want[0:block])
+	copy(want[4*block:5*block], want[block:2*block])
+	got := make([]byte, 8*block)
+	if err := st.CopyDtoH(got, base); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the copied slots differ from their sources")
+	}
+	if err := cr.Recode([]int32{0, 1}, []int32{6}); err == nil || !strings.Contains(err.Error(), "2 source slots, 1 destinations") {
+		t.Fatalf("mismatched slots: %v", err)
+	}
+}

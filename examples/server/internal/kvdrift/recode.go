@@ -69,6 +69,30 @@ func (r DeviceRegion) slot(s int32) cudastream.DevicePtr {
 	return r.Base + cudastream.DevicePtr(int64(s)*r.BlockBytes)
 }
 
+// CopyRecoder copies blocks in device memory as they are: no codec, the
+// Recoder of a baseline (Setup.OneShotReference) that measures what reuse
+// itself does to the logits.
+type CopyRecoder struct {
+	St     cudastream.Stream
+	Region DeviceRegion
+}
+
+// Recode implements Recoder.
+func (c CopyRecoder) Recode(src, dst []int32) error {
+	if len(src) != len(dst) {
+		return fmt.Errorf("kvdrift: Recode: %d source slots, %d destinations", len(src), len(dst))
+	}
+	for i := range src {
+		if err := c.St.CopyDtoD(c.Region.slot(dst[i]), c.Region.slot(src[i]), c.Region.BlockBytes); err != nil {
+			return fmt.Errorf("kvdrift: copying slot %d to %d: %w", src[i], dst[i], err)
+		}
+	}
+	if err := c.St.Synchronize(); err != nil {
+		return fmt.Errorf("kvdrift: copying %d blocks: %w", len(src), err)
+	}
+	return nil
+}
+
 // GoDeviceRecoder is the round trip through package codec in Go of blocks
 // in device memory: a chunk of blocks is copied to the host, coded by as
 // many goroutines as GOMAXPROCS, and copied back into the destinations.

@@ -33,6 +33,11 @@ type Setup struct {
 	// Tolerance is the near-tie tolerance in nats, e.g.
 	// benchserve.DefaultVerifyTolerance.
 	Tolerance float64
+	// OneShotReference makes the reference side continue from the
+	// one-shot prefill (its logits and KV) instead of its own tail pass
+	// over the cached blocks: with a CopyRecoder, the comparison is then
+	// of reuse itself against no reuse, the baseline a codec is judged by.
+	OneShotReference bool
 }
 
 // Prompt is one prompt: Tokens, of which the first Cached are reused (a
@@ -104,9 +109,10 @@ func (s *Setup) check(p Prompt, ref, rec []int32) error {
 // Run compares p's tail and continuation over the original blocks (slots
 // ref) and over their round trip (slots rec): a one-shot prefill of p into
 // ref; the round trip of its cached blocks into rec; the tail computed on
-// top of each side's blocks; then both sides' greedy continuations, step
-// by step, until they differ or reach Steps tokens. It overwrites the
-// slots' contents.
+// top of each side's blocks (the reference's is the one-shot prefill with
+// Setup.OneShotReference; its Noise is then 0); then both sides' greedy
+// continuations, step by step, until they differ or reach Steps tokens.
+// It overwrites the slots' contents.
 func Run(s Setup, p Prompt, ref, rec []int32) (Result, error) {
 	if err := s.check(p, ref, rec); err != nil {
 		return Result{}, err
@@ -114,7 +120,7 @@ func Run(s Setup, p Prompt, ref, rec []int32) (Result, error) {
 	c, n := s.Config, len(p.Tokens)
 	k := p.Cached / c.BlockTokens
 	r := Result{CachedTokens: p.Cached, Tokens: n, FirstDiff: -1}
-	l0, _, err := s.Model.Forward(p.Tokens, model.Plan{Slots: ref[:c.Blocks(n)], Compute: span(0, n)})
+	l0, next0, err := s.Model.Forward(p.Tokens, model.Plan{Slots: ref[:c.Blocks(n)], Compute: span(0, n)})
 	if err != nil {
 		return r, fmt.Errorf("kvdrift: one-shot prefill of %d tokens: %w", n, err)
 	}
@@ -125,7 +131,11 @@ func Run(s Setup, p Prompt, ref, rec []int32) (Result, error) {
 	a := side{fw: s.Model, tok: append(make([]int32, 0, n+s.Steps), p.Tokens...), slots: ref}
 	b := side{fw: s.Model, tok: append(make([]int32, 0, n+s.Steps), p.Tokens...), slots: rec}
 	tail := span(p.Cached, n)
-	for _, sd := range []*side{&a, &b} {
+	sides := []*side{&a, &b}
+	if s.OneShotReference {
+		a.logits, a.next, sides = oneShot, next0, sides[1:]
+	}
+	for _, sd := range sides {
 		if err := sd.forward(c, tail); err != nil {
 			return r, fmt.Errorf("kvdrift: the tail after %d cached tokens: %w", p.Cached, err)
 		}
