@@ -20,8 +20,12 @@ type calibration struct {
 	cal   *cost.Calibration
 	model cost.Model
 	host  cost.Link // the host tier's link to the GPU, as the planner names it
-	learn bool
-	log   *slog.Logger
+	// rawBlock and wireBlock are a block's bytes as the GPU holds it and
+	// as it crosses the host link (-host-codec's encoding; equal without
+	// one): a load's bytes are the link's samples as wire bytes.
+	rawBlock, wireBlock int64
+	learn               bool
+	log                 *slog.Logger
 }
 
 // openCalibration loads -cost-calibration, or starts from the presets
@@ -36,7 +40,9 @@ func openCalibration(c *config, s shape) (*calibration, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &calibration{model: pc.Model, host: pc.Paths[cost.TierHost].Ingress, learn: c.costLearn, log: c.log}
+	k := &calibration{model: pc.Model, host: pc.Paths[cost.TierHost].Ingress, learn: c.costLearn, log: c.log,
+		rawBlock: pc.Model.KVBytesPerTokenPerRank(1) * int64(pc.BlockTokens)}
+	k.wireBlock = pc.Paths[cost.TierHost].Codec.EncodedBlockBytes(&pc.Model, pc.BlockTokens, 1)
 	if c.costCalibration != "" {
 		if k.cal, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
 			return nil, fmt.Errorf("-cost-calibration: %w", err)
@@ -64,7 +70,7 @@ func (k *calibration) Pass(s cost.PrefillSample, from kvtier.Tier) {
 		if from != kvtier.Host {
 			return
 		}
-		s.LoadLink = k.host.Name
+		s.LoadLink, s.LoadBytes = k.host.Name, k.wire(s.LoadBytes)
 	}
 	s.TP = 1
 	if err := k.cal.AddPrefillSample(k.model, s); err != nil {
@@ -79,9 +85,20 @@ func (k *calibration) Load(tier kvtier.Tier, bytes int64, d time.Duration) {
 	if tier != kvtier.Host {
 		return
 	}
-	if err := k.cal.AddCopy(k.host, bytes, d); err != nil {
+	if err := k.cal.AddCopy(k.host, k.wire(bytes), d); err != nil {
 		k.log.Debug("server: calibration: copy sample refused", "err", err)
 	}
+}
+
+// wire is what bytes of KV as the GPU holds it took on the host link: the
+// host tier's encoded blocks. A compressed load's time is its wire bytes'
+// (the codec's decode overlaps the copy, fp8-codec-path-h200.md): counted
+// as the GPU's bytes, the link would look twice as fast.
+func (k *calibration) wire(bytes int64) int64 {
+	if k.wireBlock == k.rawBlock || k.rawBlock <= 0 {
+		return bytes
+	}
+	return max(1, bytes/k.rawBlock*k.wireBlock+bytes%k.rawBlock*k.wireBlock/k.rawBlock)
 }
 
 // addDriveIO takes one measured NVMe read or write (its link l) as a copy
