@@ -15,13 +15,15 @@
 //     length and allocates nothing once its scratch space holds it;
 //   - a plan is priced as a model server runs it: one forward pass whose
 //     layer l waits for layer l of every load, each tier's loads one
-//     onboard with the copy engine's per-layer issue costs (Link), and
-//     PassLoads gives a replay the same layer landings;
+//     onboard with the copy engine's per-layer issue costs (Link), the
+//     pass ending later while its loads copy (PrefillFit.LoadSlowdown),
+//     and PassLoads gives a replay the same layer landings;
 //   - a tier that holds compressed blocks (Path.Codec) is priced by its
 //     encoded bytes, computed from the Model's shape, and the GPU's
 //     decode of them;
 //   - a Calibration learns what this server's GPU and links actually do,
-//     and the Planner reads it without a lock.
+//     passes with loads in flight included, and the Planner reads it
+//     without a lock.
 //
 // It imports none of kvtier's packages. docs/cost.md derives the timing
 // model, the Planner's search and the Calibration's fit, with the
