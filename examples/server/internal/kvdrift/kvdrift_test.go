@@ -164,6 +164,27 @@ func TestHostRecoder(t *testing.T) {
 	}
 }
 
+// simRegion is a simulated device of memory bytes, a region of size bytes
+// on it and a stream, released when t ends.
+func simRegion(t *testing.T, memory, size int64) (cudastream.Device, cudastream.DevicePtr, cudastream.Stream) {
+	t.Helper()
+	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: memory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	base, err := sim.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sim.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Destroy() })
+	return sim, base, st
+}
+
 // TestGoDeviceRecoder: on the simulated device, the round trip in chunks
 // of 3 over 7 blocks writes what HostRecoder writes; bad arguments are
 // refused, by the kernels' recoder too, whose Check tells the Go round
@@ -174,20 +195,7 @@ func TestGoDeviceRecoder(t *testing.T) {
 	for i := range m.Region() {
 		m.Region()[i] = byte(r.IntN(256)) &^ 0x40
 	}
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 22})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	base, err := sim.Alloc(int64(len(m.Region())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sim.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	sim, base, st := simRegion(t, 1<<22, int64(len(m.Region())))
 	if err := st.CopyHtoD(base, m.Region()); err != nil {
 		t.Fatal(err)
 	}
@@ -339,21 +347,8 @@ func TestOneShotReference(t *testing.T) {
 // TestCopyRecoder: on the simulated device, the destinations hold their
 // sources' bytes; mismatched slots are refused.
 func TestCopyRecoder(t *testing.T) {
-	sim, err := cudastream.NewSim(cudastream.SimConfig{MemoryBytes: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
 	const block = 256
-	base, err := sim.Alloc(8 * block)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sim.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	_, base, st := simRegion(t, 1<<16, 8*block)
 	want := make([]byte, 8*block)
 	for i := range want {
 		want[i] = byte(i * 7)
