@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"kvtier.dev/kvtier/costplan"
 	"kvtier.dev/kvtier/trace"
 )
 
@@ -16,7 +15,8 @@ import (
 // GPU's, the same over a slow drive (whose reads lose to recompute), and a
 // large host tier. Host loads win by far more than the slowdown costs here;
 // TestPlanPricesLoadSlowdown and TestReplayExecutesThePlan hold the
-// Planner and the replay to the term itself.
+// Planner and the replay to the term itself. In quick mode, 40 chat
+// requests over the slow drive only.
 func TestLoadSlowdownNeverWorse(t *testing.T) {
 	chat := trace.DefaultGenConfig()
 	chat.Requests, chat.BlockTokens, chat.MaxContextTokens, chat.SessionsPerSecond = 200, 16, 8192, 2
@@ -30,23 +30,34 @@ func TestLoadSlowdownNeverWorse(t *testing.T) {
 		host, nvme Bytes
 		drive      string
 	}{{"host 4GiB", 4 << 30, 0, ""}, {"host 4GiB, slow drive", 4 << 30, 32 << 30, slow}, {"host 32GiB", 32 << 30, 0, ""}}
-	for _, tr := range []struct {
+	traces := []struct {
 		name string
 		gen  trace.GenConfig
-	}{{"chat", chat}, {"agentic", agentic}} {
+	}{{"chat", chat}, {"agentic", agentic}}
+	if quick { // the block manager checks its whole state on almost every operation
+		chat.Requests, traces, tiers = 40, traces[:1], tiers[1:2]
+		traces[0].gen = chat
+	}
+	for _, tr := range traces {
 		for _, tc := range tiers {
 			t.Run(fmt.Sprintf("%s/%s", tr.name, tc.name), func(t *testing.T) {
-				cfg := DefaultConfig()
-				cfg.GPU, cfg.Calibration = "h200", slowdownCalibration(t, "h200", 0.2)
-				cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes = 2<<30, tc.host, tc.nvme
-				cfg.MaxOutputTokens = 16
-				if tc.drive != "" {
-					cfg.NVMeLink = tc.drive
+				run := func(strategy string) *StrategyResult {
+					cfg := DefaultConfig()
+					cfg.GPU, cfg.Calibration = "h200", slowdownCalibration(t, "h200", 0.2)
+					cfg.GPUBytes, cfg.HostBytes, cfg.NVMeBytes = 2<<30, tc.host, tc.nvme
+					cfg.MaxOutputTokens, cfg.Strategy, cfg.Baselines = 16, strategy, false
+					if tc.drive != "" {
+						cfg.NVMeLink = tc.drive
+					}
+					rep := runOrFail(t, GeneratedSource(tr.name, tr.gen), cfg)
+					return &rep.Results[0]
 				}
-				rep := runOrFail(t, GeneratedSource(tr.name, tr.gen), cfg)
-				cost, gpuOnly := result(t, rep, costplan.Cost), result(t, rep, costplan.GPUOnly)
+				cost, gpuOnly := run("cost"), run("gpu-only")
 				t.Logf("offered load %.2f; cost TTFT p50 %.4f mean %.4f (loads %d host, %d NVMe); gpu-only p50 %.4f mean %.4f", gpuOnly.OfferedPrefillLoad,
 					cost.TTFT.P50, cost.TTFT.Mean, cost.Loads.FromHost, cost.Loads.FromNVMe, gpuOnly.TTFT.P50, gpuOnly.TTFT.Mean)
+				if cost.Strategy != "cost" || gpuOnly.Strategy != "gpu-only" {
+					t.Fatalf("replayed %s and %s", cost.Strategy, gpuOnly.Strategy)
+				}
 				if cost.TTFT.Mean > gpuOnly.TTFT.Mean || cost.TTFT.P50 > gpuOnly.TTFT.P50 {
 					t.Errorf("cost TTFT p50 %.4f s, mean %.4f s; gpu-only %.4f s, %.4f s", cost.TTFT.P50, cost.TTFT.Mean, gpuOnly.TTFT.P50, gpuOnly.TTFT.Mean)
 				}
