@@ -65,16 +65,7 @@ func (r *codecRig) engine(t testing.TB, c codec.Codec, edit ...func(*Config)) *E
 	for _, f := range edit {
 		f(&cfg)
 	}
-	e, err := New(r.dev, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return e
+	return newTestEngine(t, r.dev, cfg)
 }
 
 // copyBlock moves GPU block b of the rig's layout to or from buf, piece

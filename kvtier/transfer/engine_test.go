@@ -74,7 +74,13 @@ func (f *fixture) engine(t *testing.T, cfg Config) *Engine {
 	if cfg.Now == nil {
 		cfg.Now = f.sim.Clock().Now
 	}
-	e, err := New(f.sim, cfg)
+	return newTestEngine(t, f.sim, cfg)
+}
+
+// newTestEngine is New on dev, closed when t ends (a failed Close fails t).
+func newTestEngine(t testing.TB, dev cudastream.Device, cfg Config) *Engine {
+	t.Helper()
+	e, err := New(dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
