@@ -36,30 +36,31 @@ func (h *Hasher) AppendKeys(dst []Key, salt Salt, parent Key, tokens []int32) []
 // appendKeys hashes tokens' full blocks into dst using buf as scratch; it
 // returns both so that callers keep the grown buffers.
 func appendKeys(dst []Key, buf []byte, blockTokens int, salt Salt, parent Key, tokens []int32) ([]Key, []byte) {
-	for len(tokens) >= blockTokens {
-		var tb []byte
-		tb, buf = leTokens(buf, tokens[:blockTokens])
-		parent = Key(blockkey.Next(uint64(salt), uint64(parent), tb))
-		dst = append(dst, parent)
-		tokens = tokens[blockTokens:]
-	}
-	return dst, buf
+	return hashBlocks(dst, nil, buf, blockTokens, salt, parent, tokens)
 }
 
-// appendKeysHashes is appendKeys that also appends each block's tokenHash
-// to hashes.
+// appendKeysHashes is appendKeys from the first block that also appends
+// each block's tokenHash to hashes.
 func appendKeysHashes(dst []Key, hashes []uint32, buf []byte, blockTokens int, salt Salt, tokens []int32) ([]Key, []uint32, []byte) {
-	parent := uint64(0)
+	dst, buf = hashBlocks(dst, &hashes, buf, blockTokens, salt, 0, tokens)
+	return dst, hashes, buf
+}
+
+// hashBlocks is appendKeys, appending each block's tokenHash to *hashes
+// too unless hashes is nil.
+func hashBlocks(dst []Key, hashes *[]uint32, buf []byte, blockTokens int, salt Salt, parent Key, tokens []int32) ([]Key, []byte) {
 	for len(tokens) >= blockTokens {
 		var tb []byte
 		tb, buf = leTokens(buf, tokens[:blockTokens])
 		b := blockkey.Block(uint64(salt), tb)
-		parent = blockkey.Chain(parent, b)
-		dst = append(dst, Key(parent))
-		hashes = append(hashes, tokenHash(b))
+		parent = Key(blockkey.Chain(uint64(parent), b))
+		dst = append(dst, parent)
+		if hashes != nil {
+			*hashes = append(*hashes, tokenHash(b))
+		}
 		tokens = tokens[blockTokens:]
 	}
-	return dst, hashes, buf
+	return dst, buf
 }
 
 // tokenHash is what the index keeps of a block's own token hash b (b_i of

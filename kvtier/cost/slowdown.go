@@ -1,6 +1,9 @@
 package cost
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+)
 
 // A pass runs slower while loads copy into the GPU: measured on the H200
 // (benchmarks/results/layerwait-h200.md) a pass with 1.63 GB loading
@@ -106,7 +109,7 @@ func (c *Calibration) slowdownOf(e *prefillEntry, theta *[maxTerms]float64) (g, 
 
 // weightedMedian is the value at half the total weight. It sorts est.
 func weightedMedian(est []weighted) float64 {
-	sort.Slice(est, func(i, j int) bool { return est[i].v < est[j].v })
+	slices.SortFunc(est, func(a, b weighted) int { return cmp.Compare(a.v, b.v) })
 	total := 0.0
 	for _, e := range est {
 		total += e.w
