@@ -75,6 +75,12 @@ gmLib *gmOpen(const char *ptx, int *step, gmResult *rc, char *errbuf, size_t err
 	P(funcSetAttribute, "cuFuncSetAttribute");
 	P(launchKernel, "cuLaunchKernel");
 	P(streamWaitEvent, "cuStreamWaitEvent");
+	P(deviceGetAttribute, "cuDeviceGetAttribute");
+	P(eventCreate, "cuEventCreate");
+	P(eventDestroy, "cuEventDestroy");
+	P(eventRecord, "cuEventRecord");
+	P(eventSynchronize, "cuEventSynchronize");
+	P(eventElapsedTime, "cuEventElapsedTime");
 #undef P
 // FAIL names the failed driver call and its error, then undoes the open.
 #define FAIL(call)                                                                                                   \
@@ -157,6 +163,11 @@ void gmClose(gmLib *l) {
 		l->ctxSetCurrent(l->ctx);
 	if (l->module != NULL)
 		l->moduleUnload(l->module);
+	if (l->hopper != NULL)
+		l->moduleUnload(l->hopper);
+	for (int i = 0; i < GM_MAX_EVENTS; i++)
+		if (l->events[i] != NULL)
+			l->eventDestroy(l->events[i]);
 	if (l->handle != NULL)
 		l->cublasDestroy(l->handle);
 	if (l->cublas != NULL)
@@ -214,4 +225,49 @@ int gmGemmRun(gmLib *l, const gmGemm *g) {
 	                                     (const void *)g->a, g->atype, g->lda, g->strideA, (const void *)g->b,
 	                                     g->btype, g->ldb, g->strideB, &g->beta, (void *)g->c, g->ctype, g->ldc,
 	                                     g->strideC, g->batch, compute32F, algoDefault);
+}
+
+gmResult gmComputeCapability(gmLib *l, int *major, int *minor) {
+	const int attrMajor = 75, attrMinor = 76; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{MAJOR,MINOR}
+	gmResult rc = l->deviceGetAttribute(major, attrMajor, l->dev);
+	if (rc != 0)
+		return rc;
+	return l->deviceGetAttribute(minor, attrMinor, l->dev);
+}
+
+gmResult gmLoadHopper(gmLib *l, const char *ptx) {
+	if (l->hopper != NULL)
+		return 0;
+	gmResult rc = l->moduleLoadData(&l->hopper, ptx);
+	if (rc != 0)
+		l->hopper = NULL;
+	return rc;
+}
+
+gmResult gmHopperFunction(gmLib *l, const char *name, gmFunc *f) {
+	if (l->hopper == NULL)
+		return 200; // CUDA_ERROR_INVALID_IMAGE: no module loaded
+	return l->moduleGetFunction(f, l->hopper, name);
+}
+
+gmResult gmMark(gmLib *l, int i) {
+	if (i < 0 || i >= GM_MAX_EVENTS)
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	if (l->events[i] == NULL) {
+		gmResult rc = l->eventCreate(&l->events[i], 0);
+		if (rc != 0) {
+			l->events[i] = NULL;
+			return rc;
+		}
+	}
+	return l->eventRecord(l->events[i], NULL);
+}
+
+gmResult gmElapsed(gmLib *l, int i, int j, float *ms) {
+	if (i < 0 || j < 0 || i >= GM_MAX_EVENTS || j >= GM_MAX_EVENTS || l->events[i] == NULL || l->events[j] == NULL)
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	gmResult rc = l->eventSynchronize(l->events[j]);
+	if (rc != 0)
+		return rc;
+	return l->eventElapsedTime(ms, l->events[i], l->events[j]);
 }

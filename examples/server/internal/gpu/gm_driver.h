@@ -27,12 +27,17 @@ enum {
 	gmStepModule,
 };
 
+// GM_MAX_EVENTS bounds the marks of one profiled pass (gmMark).
+#define GM_MAX_EVENTS 1024
+
 typedef struct gmLib {
 	void *cuda, *cublas;
 	int dev;
 	void *ctx;
 	void *handle; // cublasHandle_t
 	void *module;
+	void *hopper; // kernels/hopper.ptx's module, loaded by gmLoadHopper
+	void *events[GM_MAX_EVENTS]; // gmMark's, created on first use
 
 	gmResult (*getErrorName)(gmResult, const char **);
 	gmResult (*init)(unsigned);
@@ -53,6 +58,12 @@ typedef struct gmLib {
 	gmResult (*launchKernel)(gmFunc, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 	                         void **, void **);
 	gmResult (*streamWaitEvent)(void *, void *, unsigned);
+	gmResult (*deviceGetAttribute)(int *, int, int);
+	gmResult (*eventCreate)(void **, unsigned);
+	gmResult (*eventDestroy)(void *);
+	gmResult (*eventRecord)(void *, void *);
+	gmResult (*eventSynchronize)(void *);
+	gmResult (*eventElapsedTime)(float *, void *, void *);
 
 	int (*cublasCreate)(void **);
 	int (*cublasDestroy)(void *);
@@ -99,6 +110,17 @@ gmResult gmLaunch(gmLib *l, gmFunc f, unsigned gx, unsigned gy, unsigned bx, uns
 // stream of another component of the process) completes, without blocking
 // the host.
 gmResult gmWaitEvent(gmLib *l, uintptr_t ev);
+// gmComputeCapability reads the device's compute capability.
+gmResult gmComputeCapability(gmLib *l, int *major, int *minor);
+// gmLoadHopper loads the Hopper kernels' PTX (sm_90a) as a second module;
+// gmHopperFunction finds a kernel in it.
+gmResult gmLoadHopper(gmLib *l, const char *ptx);
+gmResult gmHopperFunction(gmLib *l, const char *name, gmFunc *f);
+// gmMark records event i (below GM_MAX_EVENTS, created on first use) on the
+// legacy default stream; gmElapsed waits for event j and returns the
+// milliseconds from event i to event j.
+gmResult gmMark(gmLib *l, int i);
+gmResult gmElapsed(gmLib *l, int i, int j, float *ms);
 // gmGemmRun returns a cublasStatus_t.
 int gmGemmRun(gmLib *l, const gmGemm *g);
 

@@ -46,17 +46,36 @@ const (
 var kernelNames = [numKernels]string{"kvm_init_weights", "kvm_embed", "kvm_rmsnorm", "kvm_rope_store", "kvm_gather",
 	"kvm_softmax", "kvm_silu_mul", "kvm_argmax", "kvm_flash_d64", "kvm_flash_d128"}
 
+// The Hopper kernels (kernels/hopper.ptx), loaded on a 9.x device.
+const (
+	hFlash = iota
+	hGatherT
+	numHopper
+)
+
+var hopperNames = [numHopper]string{"kvm_flash_h128", "kvm_gather_t"}
+
+// hopperFlashShared is kvm_flash_h128's dynamic shared memory
+// (HOPPER_FLASH_SMEM): Q and two stages of a K and a Vᵀ tile, 32 KiB each,
+// and 1 KiB to align them for the swizzle.
+const hopperFlashShared = 5*32768 + 1024
+
 type ptr = C.gmPtr
 
 // Model is the model on GPU 0. It is not safe for concurrent use. The
 // caller MUST Close it.
 type Model struct {
-	cfg  model.Config
-	o    Options
-	lib  *C.gmLib
-	fn   [numKernels]C.gmFunc
-	args [16]uint64
-	gemm C.gmGemm
+	cfg model.Config
+	o   Options
+	lib *C.gmLib
+	fn  [numKernels]C.gmFunc
+	fnH [numHopper]C.gmFunc
+	// hopper: fused passes run kvm_gather_t and kvm_flash_h128, which
+	// reads V transposed from the vc scratch.
+	hopper bool
+	cc     [2]int // compute capability
+	args   [16]uint64
+	gemm   C.gmGemm
 
 	region   ptr
 	numSlots int
@@ -74,6 +93,10 @@ type Model struct {
 	tok, pos, slots             ptr
 
 	hostTok []int32
+	// Options.StageTimes: the stage each recorded event starts, and the
+	// seconds per stage since Stages last reported them.
+	marks   []string
+	stages  []StageTime
 	events  []cudastream.Event // Plan.LayerEvents scratch
 	logitsH []float32
 	nextH   int32
@@ -153,6 +176,9 @@ func (m *Model) build(seed uint64) error {
 			return m.errf("cuFuncSetAttribute "+kernelNames[k], rc)
 		}
 	}
+	if err := m.pickAttention(); err != nil {
+		return err
+	}
 	c, o := m.cfg, m.o
 	ts := model.TensorsOf(c)
 	weight := func(t model.Tensor) (ptr, error) {
@@ -228,6 +254,63 @@ func (m *Model) build(seed uint64) error {
 	return nil
 }
 
+// pickAttention loads the Hopper kernels where Options.Attention and the
+// device call for them.
+func (m *Model) pickAttention() error {
+	var major, minor C.int
+	if rc := C.gmComputeCapability(m.lib, &major, &minor); rc != 0 {
+		return m.errf("cuDeviceGetAttribute (compute capability)", rc)
+	}
+	m.cc = [2]int{int(major), int(minor)}
+	runs := major == 9 && m.cfg.HeadDim == 128
+	switch m.o.Attention {
+	case AttentionMMA:
+		return nil
+	case AttentionAuto:
+		if !runs {
+			return nil
+		}
+	case AttentionWGMMA:
+		if !runs {
+			return fmt.Errorf("gpu: Options.Attention %v needs compute capability 9.x and head dim 128; the device is %d.%d, the model's head dim %d", m.o.Attention, major, minor, m.cfg.HeadDim)
+		}
+	}
+	ptx := C.CString(hopperPTX)
+	defer C.free(unsafe.Pointer(ptx))
+	if rc := C.gmLoadHopper(m.lib, ptx); rc != 0 {
+		return m.errf("cuModuleLoadData (kernels/hopper.ptx)", rc)
+	}
+	for k, name := range hopperNames {
+		cn := C.CString(name)
+		rc := C.gmHopperFunction(m.lib, cn, &m.fnH[k])
+		C.free(unsafe.Pointer(cn))
+		if rc != 0 {
+			return m.errf("cuModuleGetFunction "+name, rc)
+		}
+	}
+	if rc := C.gmSharedBytes(m.lib, m.fnH[hFlash], hopperFlashShared); rc != 0 {
+		return m.errf("cuFuncSetAttribute "+hopperNames[hFlash], rc)
+	}
+	m.hopper = true
+	return nil
+}
+
+// AttentionKernel names the fused attention kernel that passes of
+// Options.FusedMinTokens rows or more run, and the device's compute
+// capability.
+func (m *Model) AttentionKernel() string {
+	var k string
+	switch {
+	case m.hopper:
+		k = hopperNames[hFlash] + " (wgmma)"
+	case m.cfg.HeadDim == 64:
+		k = kernelNames[kFlash64] + " (mma.sync)"
+	default:
+		k = kernelNames[kFlash128] + " (mma.sync)"
+	}
+	return fmt.Sprintf("%s on compute capability %d.%d", k, m.cc[0], m.cc[1])
+}
+
 func (m *Model) upload(what string, src unsafe.Pointer, bytes int64) (ptr, error) {
 	p, err := m.alloc(what, bytes)
 	if err != nil {
@@ -247,11 +330,63 @@ func (m *Model) launch(k kernel, gx, gy, bx uint32, args ...uint64) error {
 }
 
 func (m *Model) launchShared(k kernel, gx, gy, bx, shared uint32, args ...uint64) error {
+	return m.launchFunc(m.fn[k], kernelNames[k], gx, gy, bx, shared, args...)
+}
+
+func (m *Model) launchFunc(f C.gmFunc, name string, gx, gy, bx, shared uint32, args ...uint64) error {
 	n := copy(m.args[:], args)
-	if rc := C.gmLaunch(m.lib, m.fn[k], C.uint(gx), C.uint(gy), C.uint(bx), C.uint(shared), (*C.uint64_t)(unsafe.Pointer(&m.args[0])), C.int(n)); rc != 0 {
-		return m.errf("launch "+kernelNames[k], rc)
+	if rc := C.gmLaunch(m.lib, f, C.uint(gx), C.uint(gy), C.uint(bx), C.uint(shared), (*C.uint64_t)(unsafe.Pointer(&m.args[0])), C.int(n)); rc != 0 {
+		return m.errf("launch "+name, rc)
 	}
 	return nil
+}
+
+// mark starts stage name on the device's timeline (Options.StageTimes);
+// "" ends the pass. Past the event limit a stage's time goes to the one
+// before it.
+func (m *Model) mark(name string) error {
+	// The last event is kept for the pass's end.
+	if !m.o.StageTimes || len(m.marks) >= C.GM_MAX_EVENTS-1 && name != "" {
+		return nil
+	}
+	if rc := C.gmMark(m.lib, C.int(len(m.marks))); rc != 0 {
+		return m.errf("cuEventRecord (stage "+name+")", rc)
+	}
+	m.marks = append(m.marks, name)
+	return nil
+}
+
+// collect adds the finished pass's marks to m.stages.
+func (m *Model) collect() error {
+	defer func() { m.marks = m.marks[:0] }()
+	for i := 0; i+1 < len(m.marks); i++ {
+		var ms C.float
+		if rc := C.gmElapsed(m.lib, C.int(i), C.int(i+1), &ms); rc != 0 {
+			return m.errf("cuEventElapsedTime", rc)
+		}
+		name, j := m.marks[i], 0
+		for j < len(m.stages) && m.stages[j].Name != name {
+			j++
+		}
+		if j == len(m.stages) {
+			m.stages = append(m.stages, StageTime{Name: name})
+		}
+		m.stages[j].Seconds += float64(ms) / 1e3
+	}
+	return nil
+}
+
+// SetStageTimes turns Options.StageTimes on or off for the passes after
+// it.
+func (m *Model) SetStageTimes(on bool) { m.o.StageTimes = on }
+
+// Stages returns the device time per stage of the passes since the last
+// call, in the order the stages first ran (Options.StageTimes; nil
+// without).
+func (m *Model) Stages() []StageTime {
+	s := m.stages
+	m.stages = nil
+	return s
 }
 
 // product runs m.gemm.
@@ -317,6 +452,7 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 			return nil, 0, m.errf("upload the plan", rc)
 		}
 	}
+	m.marks = m.marks[:0]
 	if err := m.forward(p, n, nc); err != nil {
 		// The layers enqueued before the error still read and write the
 		// region: drain them, so that no slot the caller frees is written
@@ -331,6 +467,9 @@ func (m *Model) Forward(tokens []int32, p model.Plan) ([]float32, int32, error) 
 	}
 	if rc := C.gmDtoH(m.lib, unsafe.Pointer(&m.nextH), m.next, 4); rc != 0 {
 		return nil, 0, m.errf("read the argmax", rc)
+	}
+	if err := m.collect(); err != nil {
+		return nil, 0, err
 	}
 	return m.logitsH, m.nextH, nil
 }
@@ -348,6 +487,10 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	h, d, qw, inter := c.Hidden, c.HeadDim, c.QHeads*c.HeadDim, c.Intermediate
 	bb, pb := uint64(c.BlockBytes()), uint64(c.PartBytes())
 	pr := m.o.rows(nc)
+	hopper := m.hopper && nc >= m.o.FusedMinTokens
+	if err := m.mark("embed"); err != nil {
+		return err
+	}
 	if pr > nc {
 		if rc := C.gmMemset(m.lib, m.x+ptr(nc*h*4), C.size_t((pr-nc)*h*4)); rc != 0 {
 			return m.errf("zero the residual's padding rows", rc)
@@ -358,42 +501,73 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	}
 	gatherThreads := uint32(min(128, c.KVHeads*d/8))
 	for l := range c.Layers {
+		if err := m.mark("wait for the layer's KV"); err != nil {
+			return err
+		}
 		if err := m.waitLayer(p, l); err != nil {
 			return err
 		}
 		w := &m.layers[l]
-		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+		if err := m.markLaunch("norms", kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.AttnNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := m.mark("qkv product"); err != nil {
 			return err
 		}
 		if err := m.linear("qkv", m.qkv, m.xn, w[model.QKV], pr, h, c.QKVWidth(), storeBF16); err != nil {
 			return err
 		}
-		if err := m.launch(kRope, uint32(nc), 1, 128, uint64(m.qkv), uint64(m.q), uint64(m.region), uint64(m.pos),
+		if err := m.markLaunch("rotary + KV store", kRope, uint32(nc), 1, 128, uint64(m.qkv), uint64(m.q), uint64(m.region), uint64(m.pos),
 			uint64(m.slots), uint64(m.cos), uint64(m.sin), i32(c.QHeads), i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l)); err != nil {
 			return err
 		}
-		if err := m.launch(kGather, uint32(n), 1, gatherThreads, uint64(m.region), uint64(m.slots), uint64(m.kc), uint64(m.vc),
-			i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.keyCap())); err != nil {
+		if err := m.mark("gather"); err != nil {
 			return err
 		}
-		if err := m.attend(p, nc); err != nil {
+		var err error
+		if hopper {
+			err = m.launchFunc(m.fnH[hGatherT], hopperNames[hGatherT], uint32((n+63)/64), uint32(c.KVHeads), 256, 0, uint64(m.region), uint64(m.slots),
+				uint64(m.kc), uint64(m.vc), i32(c.KVHeads), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.keyCap()), i32(n))
+		} else {
+			err = m.launch(kGather, uint32(n), 1, gatherThreads, uint64(m.region), uint64(m.slots), uint64(m.kc), uint64(m.vc),
+				i32(c.KVHeads), i32(d), i32(c.BlockTokens), bb, pb, i32(l), uint64(m.o.keyCap()))
+		}
+		if err != nil {
+			return err
+		}
+		if err := m.mark("attention"); err != nil {
+			return err
+		}
+		if err := m.attend(p, nc, hopper); err != nil {
+			return err
+		}
+		if err := m.mark("out product"); err != nil {
 			return err
 		}
 		if err := m.linear("out", m.x, m.att, w[model.Out], pr, qw, h, addF32); err != nil {
 			return err
 		}
-		if err := m.launch(kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.MLPNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+		if err := m.markLaunch("norms", kRMSNorm, uint32(nc), 1, 256, uint64(m.x), uint64(w[model.MLPNorm]), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := m.mark("gate/up product"); err != nil {
 			return err
 		}
 		if err := m.linear("gate/up", m.gu, m.xn, w[model.GateUp], pr, h, 2*inter, storeBF16); err != nil {
 			return err
 		}
-		if err := m.launch(kSiLU, uint32(nc), 1, 256, uint64(m.gu), uint64(m.act), i32(inter)); err != nil {
+		if err := m.markLaunch("SiLU", kSiLU, uint32(nc), 1, 256, uint64(m.gu), uint64(m.act), i32(inter)); err != nil {
+			return err
+		}
+		if err := m.mark("down product"); err != nil {
 			return err
 		}
 		if err := m.linear("down", m.x, m.act, w[model.Down], pr, inter, h, addF32); err != nil {
 			return err
 		}
+	}
+	if err := m.mark("final norm + lm head + argmax"); err != nil {
+		return err
 	}
 	last := m.x + ptr((nc-1)*h*4)
 	if err := m.launch(kRMSNorm, 1, 1, 256, uint64(last), uint64(m.final), uint64(m.xn), i32(h), f32(c.NormEps)); err != nil {
@@ -402,7 +576,18 @@ func (m *Model) forward(p model.Plan, n, nc int) error {
 	if err := m.linear("lm head", m.logits, m.xn, m.lmHead, 1, h, c.Vocab, storeF32); err != nil {
 		return err
 	}
-	return m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next))
+	if err := m.launch(kArgmax, 1, 1, 1024, uint64(m.logits), i32(c.Vocab), uint64(m.next)); err != nil {
+		return err
+	}
+	return m.mark("")
+}
+
+// markLaunch marks stage and launches k, the stage's one kernel.
+func (m *Model) markLaunch(stage string, k kernel, gx, gy, bx uint32, args ...uint64) error {
+	if err := m.mark(stage); err != nil {
+		return err
+	}
+	return m.launch(k, gx, gy, bx, args...)
 }
 
 // waitLayer makes layer l wait for its KV: on the device when p has
@@ -487,17 +672,24 @@ func flashShared(k kernel) uint32 {
 }
 
 // attend computes m.att from m.q and the gathered K and V: the fused
-// kernel for Options.FusedMinTokens rows or more, else products per chunk.
-func (m *Model) attend(p model.Plan, nc int) error {
+// kernel for Options.FusedMinTokens rows or more (kvm_flash_h128 over the
+// transposed V when hopper), else products per chunk.
+func (m *Model) attend(p model.Plan, nc int, hopper bool) error {
 	c := m.cfg
+	scale := f32(float32(1 / math.Sqrt(float64(c.HeadDim))))
+	if hopper {
+		// m.vc holds V transposed (kvm_gather_t).
+		return m.launchFunc(m.fnH[hFlash], hopperNames[hFlash], uint32(c.QHeads), uint32((nc+127)/128), 256, hopperFlashShared,
+			uint64(m.q), uint64(m.kc), uint64(m.vc), uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads),
+			uint64(m.o.keyCap()), scale)
+	}
 	if nc >= m.o.FusedMinTokens {
 		k := kFlash128
 		if c.HeadDim == 64 {
 			k = kFlash64
 		}
 		return m.launchShared(k, uint32((nc+63)/64), uint32(c.QHeads), 128, flashShared(k), uint64(m.q), uint64(m.kc), uint64(m.vc),
-			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.keyCap()),
-			f32(float32(1/math.Sqrt(float64(c.HeadDim)))))
+			uint64(m.att), uint64(m.pos), i32(nc), i32(c.QHeads), i32(c.QHeads/c.KVHeads), uint64(m.o.keyCap()), scale)
 	}
 	for c0 := 0; c0 < nc; c0 += m.chunk {
 		if err := m.attention(p, c0, min(m.chunk, nc-c0)); err != nil {

@@ -32,3 +32,12 @@ func (m *Model) Close() error { return nil }
 
 // Library names the cuBLAS library in use.
 func (m *Model) Library() string { return "" }
+
+// AttentionKernel names no kernel without cgo.
+func (m *Model) AttentionKernel() string { return "" }
+
+// Stages reports nothing without cgo.
+func (m *Model) Stages() []StageTime { return nil }
+
+// SetStageTimes does nothing without cgo.
+func (m *Model) SetStageTimes(on bool) {}

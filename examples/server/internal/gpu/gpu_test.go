@@ -34,8 +34,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, slots int, o gpu.Options) *fixture {
 	t.Helper()
+	o.MaxTokens, o.MaxContext = 128, 256
+	return newFixtureOf(t, model.Tiny(), slots, o)
+}
+
+// newFixtureOf is newFixture for config c and options o as given.
+func newFixtureOf(t *testing.T, c model.Config, slots int, o gpu.Options) *fixture {
+	t.Helper()
 	dev := gputest.Device(t)
-	f := &fixture{dev: dev, slots: slots, c: model.Tiny()}
+	f := &fixture{dev: dev, slots: slots, c: c}
 	var err error
 	if f.st, err = dev.NewStream(0); err != nil {
 		t.Fatal(err)
@@ -45,7 +52,6 @@ func newFixture(t *testing.T, slots int, o gpu.Options) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Free(f.region) })
-	o.MaxTokens, o.MaxContext = 128, 256
 	f.m, err = gpu.New(f.c, seed, f.region, slots, o)
 	gputest.SkipOrFail(t, err) // cuBLAS may be missing where the driver is not
 	t.Cleanup(func() {
@@ -53,7 +59,7 @@ func newFixture(t *testing.T, slots int, o gpu.Options) *fixture {
 			t.Error(err)
 		}
 	})
-	t.Logf("cuBLAS: %s", f.m.Library())
+	t.Logf("cuBLAS: %s; attention: %s", f.m.Library(), f.m.AttentionKernel())
 	return f
 }
 
@@ -353,5 +359,113 @@ func TestRowBucketsOnGPU(t *testing.T) {
 	again, againNext := fwd(t, f.m, tok[:100], model.Plan{Slots: b, Compute: span(0, 100)})
 	if againNext != wantNext || maxDiff(again, want) != 0 {
 		t.Fatalf("after WarmUp: next %d (want %d), logits differ by up to %g", againNext, wantNext, maxDiff(again, want))
+	}
+}
+
+// tinyHD128 is model.Tiny with heads of 128, the head dim of the Hopper
+// attention kernel.
+func tinyHD128() model.Config {
+	c := model.Tiny()
+	c.Name, c.HeadDim, c.Hidden = "tiny-hd128", 128, 512
+	return c
+}
+
+// TestHopperAttentionOnGPU: on a compute capability 9.x device, the wgmma
+// attention kernel (kvm_flash_h128 over kvm_gather_t's transposed V) for
+// every pass, decode steps included: a 300-token prefill (three row tiles,
+// three key tiles, the diagonal masked) and 16 decode steps within
+// cpuTolerance of the CPU reference with the same greedy tokens; within
+// cpuTolerance of the mma kernel's pass; a prefix of 200 tokens then the
+// rest, and a pass that recomputes scattered blocks, within cpuTolerance
+// of the one-shot prefill with the same token. Elsewhere New refuses
+// Options.Attention = AttentionWGMMA and names why.
+func TestHopperAttentionOnGPU(t *testing.T) {
+	dev := gputest.Device(t)
+	c := tinyHD128()
+	const slots, n, steps = 512, 300, 16
+	o := gpu.Options{MaxTokens: 512, MaxContext: 512, FusedMinTokens: 1, Attention: gpu.AttentionWGMMA}
+	if info := dev.Info(); info.CCMajor != 9 {
+		region, err := dev.Alloc(int64(slots) * c.BlockBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Free(region)
+		m, err := gpu.New(c, seed, region, slots, o)
+		if err == nil {
+			m.Close()
+			t.Fatalf("AttentionWGMMA accepted on compute capability %d.%d", info.CCMajor, info.CCMinor)
+		}
+		t.Skipf("compute capability %d.%d: %v", info.CCMajor, info.CCMinor, err)
+	}
+	f := newFixtureOf(t, c, slots, o)
+	cpu, err := model.NewCPU(c, seed, slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := tokens(n, c.Vocab)
+	sl := slotRange(0, c.Blocks(n+steps))
+	one := model.Plan{Slots: sl[:c.Blocks(n)], Compute: span(0, n)}
+	gl, gnext := fwd(t, f.m, tok, one)
+	cl, cnext := fwd(t, cpu, tok, one)
+	worst := maxDiff(gl, cl) / maxAbs(cl)
+	if gnext != cnext || worst > cpuTolerance {
+		t.Fatalf("prefill of %d: GPU picks %d, CPU %d; logits differ by %.3g of the largest (tolerance %g)", n, gnext, cnext, worst, cpuTolerance)
+	}
+	want := decode(t, cpu, tok, sl, cnext, steps)
+	if got := decode(t, f.m, tok, sl, gnext, steps); !equal(got, want) {
+		t.Fatalf("decode: GPU tokens %v, CPU %v", got, want)
+	}
+	t.Logf("prefill of %d vs the CPU: logits differ by %.3g of the largest", n, worst)
+
+	mma := newFixtureOf(t, c, slots, gpu.Options{MaxTokens: 512, MaxContext: 512, FusedMinTokens: 1, Attention: gpu.AttentionMMA})
+	ml, mnext := fwd(t, mma.m, tok, one)
+	if r := maxDiff(gl, ml) / maxAbs(ml); mnext != gnext || r > cpuTolerance {
+		t.Fatalf("wgmma vs mma kernel: next %d vs %d, logits differ by %.3g of the largest", gnext, mnext, r)
+	} else {
+		t.Logf("wgmma vs mma kernel: logits differ by %.3g of the largest", r)
+	}
+
+	// A prefix of 50 blocks, then the rest on top of its KV.
+	const k = 50
+	b := slotRange(c.Blocks(n+steps), c.Blocks(n))
+	fwd(t, f.m, tok[:k*c.BlockTokens], model.Plan{Slots: b[:k], Compute: span(0, k*c.BlockTokens)})
+	rl, rnext := fwd(t, f.m, tok, model.Plan{Slots: b, Compute: span(k*c.BlockTokens, n)})
+	if r := maxDiff(gl, rl) / maxAbs(gl); rnext != gnext || r > cpuTolerance {
+		t.Fatalf("prefix then rest: next %d (want %d), logits differ by %.3g of the largest (tolerance %g)", rnext, gnext, r, cpuTolerance)
+	}
+	// Blocks 2, 7, 8, 40 and the last recomputed, the rest kept.
+	compute := make([]bool, c.Blocks(n))
+	compute[2], compute[7], compute[8], compute[40], compute[len(compute)-1] = true, true, true, true, true
+	hl, hnext := fwd(t, f.m, tok, model.Plan{Slots: b, Compute: model.AppendBlockPositions(nil, c.BlockTokens, n, compute)})
+	if r := maxDiff(gl, hl) / maxAbs(gl); hnext != gnext || r > cpuTolerance {
+		t.Fatalf("holes recomputed: next %d (want %d), logits differ by %.3g of the largest (tolerance %g)", hnext, gnext, r, cpuTolerance)
+	}
+}
+
+// TestStageTimesOnGPU: with Options.StageTimes, a pass reports device
+// time for each of its stages, attention among them, and none without.
+func TestStageTimesOnGPU(t *testing.T) {
+	f := newFixture(t, 64, gpu.Options{StageTimes: true})
+	tok := tokens(100, f.c.Vocab)
+	fwd(t, f.m, tok, model.Plan{Slots: slotRange(0, f.c.Blocks(100)), Compute: span(0, 100)})
+	st := f.m.Stages()
+	seen := map[string]float64{}
+	for _, s := range st {
+		seen[s.Name] = s.Seconds
+	}
+	// Each of these runs at least one kernel: it takes time. (Waiting for
+	// the layers' KV, with no events to wait for, may take none.)
+	for _, name := range []string{"embed", "norms", "qkv product", "rotary + KV store", "gather", "attention", "out product", "gate/up product", "SiLU", "down product", "final norm + lm head + argmax"} {
+		if seen[name] <= 0 {
+			t.Errorf("stage %q: %g s (got %v)", name, seen[name], st)
+		}
+	}
+	if again := f.m.Stages(); again != nil {
+		t.Fatalf("Stages reported %v twice", again)
+	}
+	plain := newFixture(t, 64, gpu.Options{})
+	fwd(t, plain.m, tok, model.Plan{Slots: slotRange(0, f.c.Blocks(100)), Compute: span(0, 100)})
+	if st := plain.m.Stages(); st != nil {
+		t.Fatalf("stage times without Options.StageTimes: %v", st)
 	}
 }

@@ -33,6 +33,61 @@ type Options struct {
 	// pass costs more (kernels loaded, a heuristic consulted: 54 ms
 	// against 15 for a 7-token pass on the H200, benchmarks/serve/shapes.sh).
 	ExactRows bool
+	// Attention picks the fused kernel's implementation; the zero value,
+	// AttentionAuto, takes the fastest the device runs.
+	Attention Attention
+	// StageTimes records a CUDA event between the stages of each pass
+	// (norms, products, rotary, gather, attention, ...): Stages returns
+	// what the device spent in each since the last call. The events cost
+	// a few microseconds a stage; leave it off when serving.
+	StageTimes bool
+}
+
+// StageTime is what the device spent in one stage of the passes
+// (Options.StageTimes), summed over layers and passes.
+type StageTime struct {
+	Name    string
+	Seconds float64
+}
+
+// Attention is the fused attention kernel a Model runs for passes of
+// Options.FusedMinTokens rows or more.
+type Attention int
+
+const (
+	// AttentionAuto: AttentionWGMMA where it runs (compute capability
+	// 9.x and head dim 128), else AttentionMMA.
+	AttentionAuto Attention = iota
+	// AttentionMMA: kernels/model.cu's kvm_flash_d64/d128, mma.sync
+	// (sm_80) tensor-core products; any GPU of compute capability 8.0 or
+	// later.
+	AttentionMMA
+	// AttentionWGMMA: kernels/hopper.cu's kvm_flash_h128, warpgroup
+	// (wgmma) products for Hopper; New fails on another GPU or head dim.
+	AttentionWGMMA
+	numAttention
+)
+
+func (a Attention) String() string {
+	switch a {
+	case AttentionAuto:
+		return "auto"
+	case AttentionMMA:
+		return "mma"
+	case AttentionWGMMA:
+		return "wgmma"
+	}
+	return fmt.Sprintf("Attention(%d)", int(a))
+}
+
+// ParseAttention is the Attention a String names.
+func ParseAttention(s string) (Attention, error) {
+	for a := range numAttention {
+		if a.String() == s {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("gpu: attention kernel %q: want auto, mma or wgmma", s)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -50,6 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FusedMinTokens < 0 {
 		return o, fmt.Errorf("gpu: Options.FusedMinTokens must not be negative, got %d", o.FusedMinTokens)
+	}
+	if o.Attention < 0 || o.Attention >= numAttention {
+		return o, fmt.Errorf("gpu: Options.Attention %d: want AttentionAuto, AttentionMMA or AttentionWGMMA", int(o.Attention))
 	}
 	if o.ScoreBytes < 0 {
 		return o, fmt.Errorf("gpu: Options.ScoreBytes must not be negative, got %d", o.ScoreBytes)

@@ -1,6 +1,9 @@
 package gpu
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestRowBucket: a bucket holds its rows, is its own bucket, pads by at
 // most 15 rows up to 128 and by at most 1/8 of the rows above, keeps a
@@ -65,5 +68,29 @@ func TestKeys(t *testing.T) {
 	o.ExactRows = true
 	if o.keys(2007) != 2007 {
 		t.Fatalf("ExactRows: keys(2007) = %d", o.keys(2007))
+	}
+}
+
+// TestAttentionOption: ParseAttention reads what String writes and refuses
+// other names; withDefaults refuses an Attention out of range and changes
+// nothing else.
+func TestAttentionOption(t *testing.T) {
+	for a := range numAttention {
+		got, err := ParseAttention(a.String())
+		if err != nil || got != a {
+			t.Fatalf("ParseAttention(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if _, err := ParseAttention("flash"); err == nil || !strings.Contains(err.Error(), `"flash"`) {
+		t.Fatalf("ParseAttention(flash): %v", err)
+	}
+	for _, a := range []Attention{-1, numAttention} {
+		o := Options{MaxTokens: 1, MaxContext: 1, Attention: a}
+		if _, err := o.withDefaults(); err == nil || !strings.Contains(err.Error(), "Options.Attention") {
+			t.Fatalf("Attention %d: %v", int(a), err)
+		}
+	}
+	if o, err := (Options{MaxTokens: 1, MaxContext: 1, Attention: AttentionWGMMA}).withDefaults(); err != nil || o.Attention != AttentionWGMMA {
+		t.Fatalf("AttentionWGMMA: %+v, %v", o, err)
 	}
 }

@@ -46,6 +46,8 @@ type flags struct {
 	machine     string
 	commit      string
 	samples     string
+	attention   string
+	stages      bool
 }
 
 func parseFlags() flags {
@@ -59,6 +61,8 @@ func parseFlags() flags {
 	flag.StringVar(&f.machine, "machine", "h200", "machine name in the results")
 	flag.StringVar(&f.commit, "commit", "", "commit to record (default: the build's)")
 	flag.StringVar(&f.samples, "samples", "", "instead of the cases above, time short passes (64 to 8192 tokens from position 0; 64 to 1024 after 2K to 24K cached) and write their medians to this file as kvtier calc --prefill-samples reads them")
+	flag.StringVar(&f.attention, "attention", "auto", "fused attention kernel: auto (wgmma on Hopper, else mma), mma or wgmma")
+	flag.BoolVar(&f.stages, "stages", false, "after each case's timed runs, one more pass with a CUDA event between stages: add its device seconds per stage (norms, products, rotary, gather, attention, ...) as rows")
 	flag.Parse()
 	return f
 }
@@ -99,19 +103,19 @@ const maxCtx = 32768
 
 // newBench makes model c on dev, with a KV region of maxCtx tokens, and
 // the token ids the cases feed it. The caller MUST close it.
-func newBench(dev cudastream.Device, c model.Config) (*bench, error) {
+func newBench(dev cudastream.Device, c model.Config, att gpu.Attention) (*bench, error) {
 	slots := c.Blocks(maxCtx)
 	region, err := dev.Alloc(int64(slots) * c.BlockBytes())
 	if err != nil {
 		return nil, fmt.Errorf("KV region of %d blocks: %w", slots, err)
 	}
 	t0 := time.Now()
-	m, err := gpu.New(c, 1, region, slots, gpu.Options{MaxTokens: maxCtx, MaxContext: maxCtx})
+	m, err := gpu.New(c, 1, region, slots, gpu.Options{MaxTokens: maxCtx, MaxContext: maxCtx, Attention: att})
 	if err != nil {
 		dev.Free(region)
 		return nil, err
 	}
-	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s", c.Name, c.Params(), time.Since(t0).Round(time.Millisecond), m.Library())
+	log.Printf("%s: %d params made on the GPU in %v; cuBLAS %s; attention %s", c.Name, c.Params(), time.Since(t0).Round(time.Millisecond), m.Library(), m.AttentionKernel())
 	b := &bench{dev: dev, region: region, m: m, c: c, tok: make([]int32, maxCtx)}
 	for i := range b.tok {
 		b.tok[i] = int32((i*7919 + 13) % c.Vocab)
@@ -153,7 +157,7 @@ func (b *bench) time(n, from, runs int) ([]float64, error) {
 }
 
 func run(f flags) error {
-	base, c, err := checkFlags(f)
+	base, c, att, err := checkFlags(f)
 	if err != nil {
 		return err
 	}
@@ -162,7 +166,7 @@ func run(f flags) error {
 		return err
 	}
 	defer dev.Close()
-	b, err := newBench(dev, c)
+	b, err := newBench(dev, c, att)
 	if err != nil {
 		return err
 	}
@@ -171,8 +175,11 @@ func run(f flags) error {
 		return b.writeSamples(f.samples, f.runs)
 	}
 	res := results.New("prefill", f.machine, f.commit)
-	res.Notes = append(res.Notes, notes(c, dev.Info(), b.m.Library(), base)...)
-	if err := b.measure(res, prefillCases(f), base); err != nil {
+	res.Notes = append(res.Notes, notes(c, dev.Info(), b.m.Library(), b.m.AttentionKernel(), base)...)
+	if f.stages {
+		res.Notes = append(res.Notes, "rows named '<case> stage <stage>': device seconds of one more pass of the case with a CUDA event recorded between stages (Options.StageTimes), summed over the layers; 'wait for the layer's KV' is the time from a layer's start to its first kernel")
+	}
+	if err := b.measure(res, prefillCases(f), base, f.stages); err != nil {
 		return err
 	}
 	if f.resultsDir == "" {
@@ -181,33 +188,37 @@ func run(f flags) error {
 	return res.Write(f.resultsDir)
 }
 
-// checkFlags checks the run counts, reads the baseline (which must have
-// measured -model) and looks the model up.
-func checkFlags(f flags) (torchRuns, model.Config, error) {
+// checkFlags checks the run counts and the attention kernel's name, reads
+// the baseline (which must have measured -model) and looks the model up.
+func checkFlags(f flags) (torchRuns, model.Config, gpu.Attention, error) {
 	if f.runs < 1 || f.decodeRuns < 1 {
-		return torchRuns{}, model.Config{}, fmt.Errorf("-runs (%d) and -decode-runs (%d) must be at least 1", f.runs, f.decodeRuns)
+		return torchRuns{}, model.Config{}, 0, fmt.Errorf("-runs (%d) and -decode-runs (%d) must be at least 1", f.runs, f.decodeRuns)
+	}
+	att, err := gpu.ParseAttention(f.attention)
+	if err != nil {
+		return torchRuns{}, model.Config{}, 0, fmt.Errorf("-attention: %w", err)
 	}
 	base, err := readBaseline(f.baseline)
 	if err != nil {
-		return torchRuns{}, model.Config{}, err
+		return torchRuns{}, model.Config{}, 0, err
 	}
 	if base.Model != "" && base.Model != f.model {
-		return torchRuns{}, model.Config{}, fmt.Errorf("-baseline %s measured %s, not -model %s", f.baseline, base.Model, f.model)
+		return torchRuns{}, model.Config{}, 0, fmt.Errorf("-baseline %s measured %s, not -model %s", f.baseline, base.Model, f.model)
 	}
 	c, err := model.Lookup(f.model, f.blockTokens)
 	if err != nil {
-		return torchRuns{}, model.Config{}, fmt.Errorf("-model: %w", err)
+		return torchRuns{}, model.Config{}, 0, fmt.Errorf("-model: %w", err)
 	}
-	return base, c, nil
+	return base, c, att, nil
 }
 
 // notes describe the model, the device and library, how to run the
 // comparison, the baseline and what a row's figures are.
-func notes(c model.Config, info cudastream.Info, library string, base torchRuns) []string {
+func notes(c model.Config, info cudastream.Info, library, attention string, base torchRuns) []string {
 	n := []string{
 		fmt.Sprintf("%s shapes (%d layers, hidden %d, %d query / %d KV heads of %d, MLP %d, vocabulary %d), bf16 weights seeded at random; KV in blocks of %d tokens (%d KiB)",
 			c.Name, c.Layers, c.Hidden, c.QHeads, c.KVHeads, c.HeadDim, c.Intermediate, c.Vocab, c.BlockTokens, c.BlockBytes()>>10),
-		fmt.Sprintf("device: %s; ours: examples/server/internal/gpu from Go: cuBLAS (%s) bf16 products with fp32 accumulation for the linear layers, CUDA C kernels (PTX from clang 14) for the rest; attention reads K/V gathered from the paged blocks, prefills (64+ positions) through the fused tensor-core kernel kvm_flash_d128, the decode step through cuBLAS products + a masked-softmax kernel", info.Name, library),
+		fmt.Sprintf("device: %s; ours: examples/server/internal/gpu from Go: cuBLAS (%s) bf16 products with fp32 accumulation for the linear layers, CUDA C kernels for the rest (kernels/model.cu, PTX from clang 14; kernels/hopper.cu, PTX from nvcc for compute_90a); attention reads K/V gathered from the paged blocks, prefills (64+ positions) through the fused tensor-core kernel %s, the decode step through cuBLAS products + a masked-softmax kernel", info.Name, library, attention),
 		"run on the device as one command: python3 torch_prefill.py --out torch.json, then ./prefill -baseline torch.json -results DIR (the binary of examples/server/internal/prefill built at the commit below)",
 		"baseline: benchmarks/prefill/torch_prefill.py in the same run: PyTorch eager, the same shapes in bf16, F.scaled_dot_product_attention (enable_gqa; lower-right causal mask for the cached-prefix case), a static KV cache",
 		"seconds = wall time of one forward pass to the greedy next token on the host; one warm-up, then the runs; ratio = ours / PyTorch seconds (below 1: ours is faster) — the inverse of results' usual time ratio, as issue 12 asks",
@@ -241,7 +252,7 @@ func prefillCases(f flags) []prefillCase {
 
 // measure times every case and adds its rows; before the first case after
 // the prefix, it prefills the prefix.
-func (b *bench) measure(res *results.File, cases []prefillCase, base torchRuns) error {
+func (b *bench) measure(res *results.File, cases []prefillCase, base torchRuns, stages bool) error {
 	prefixDone := false
 	for _, k := range cases {
 		if k.prefixed && !prefixDone {
@@ -255,7 +266,31 @@ func (b *bench) measure(res *results.File, cases []prefillCase, base torchRuns) 
 			return fmt.Errorf("%s: %w", k.name, err)
 		}
 		addCase(res, k, ours, base)
+		if stages {
+			if err := b.stages(res, k); err != nil {
+				return fmt.Errorf("%s: stages: %w", k.name, err)
+			}
+		}
 	}
+	return nil
+}
+
+// stages runs case k once more with a CUDA event between stages and adds
+// a row per stage: its device seconds in that pass.
+func (b *bench) stages(res *results.File, k prefillCase) error {
+	b.m.SetStageTimes(true)
+	defer b.m.SetStageTimes(false)
+	b.m.Stages() // nothing from before
+	if _, _, err := b.m.Forward(b.tok[:k.n], b.plan(k.n, k.from)); err != nil {
+		return err
+	}
+	total := 0.0
+	for _, s := range b.m.Stages() {
+		res.Add(k.name+" stage "+s.Name, "s", []float64{s.Seconds}, "")
+		total += s.Seconds
+		log.Printf("%s: stage %-30s %.4f s", k.name, s.Name, s.Seconds)
+	}
+	log.Printf("%s: stages sum to %.4f s", k.name, total)
 	return nil
 }
 

@@ -6,19 +6,20 @@ import (
 	"strings"
 	"testing"
 
+	"kvtier.dev/examples/server/internal/gpu"
 	"kvtier.dev/internal/results"
 )
 
-// TestCheckFlags: run counts below 1, a baseline that cannot be read or
-// measured another model, and an unknown model are errors naming the
-// flag, found before any GPU is opened.
+// TestCheckFlags: run counts below 1, an unknown attention kernel, a
+// baseline that cannot be read or measured another model, and an unknown
+// model are errors naming the flag, found before any GPU is opened.
 func TestCheckFlags(t *testing.T) {
 	dir := t.TempDir()
 	other := filepath.Join(dir, "other.json")
 	os.WriteFile(other, []byte(`{"device": "x", "model": "llama-3.2-1b", "cases": {"prefill 2048": [0.1]}}`), 0o600)
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{bad`), 0o600)
-	good := flags{model: "llama-3.2-1b", blockTokens: 16, runs: 3, decodeRuns: 20}
+	good := flags{model: "llama-3.2-1b", blockTokens: 16, runs: 3, decodeRuns: 20, attention: "auto"}
 	for _, c := range []struct {
 		edit func(*flags)
 		want string
@@ -29,18 +30,20 @@ func TestCheckFlags(t *testing.T) {
 		{func(f *flags) { f.baseline = bad }, "-baseline " + bad},
 		{func(f *flags) { f.baseline, f.model = other, "tiny" }, "measured llama-3.2-1b, not -model tiny"},
 		{func(f *flags) { f.model = "gpt-9" }, "-model: "},
+		{func(f *flags) { f.attention = "fa3" }, `-attention: gpu: attention kernel "fa3"`},
 	} {
 		f := good
 		c.edit(&f)
-		if _, _, err := checkFlags(f); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, _, err := checkFlags(f); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error containing %q", f, err, c.want)
 		}
 	}
 	f := good
 	f.baseline = other
-	base, cfg, err := checkFlags(f)
-	if err != nil || base.Device != "x" || cfg.Name != "llama-3.2-1b" {
-		t.Errorf("good flags: %v, baseline %+v, model %q", err, base, cfg.Name)
+	f.attention = "mma"
+	base, cfg, att, err := checkFlags(f)
+	if err != nil || base.Device != "x" || cfg.Name != "llama-3.2-1b" || att != gpu.AttentionMMA {
+		t.Errorf("good flags: %v, baseline %+v, model %q, attention %v", err, base, cfg.Name, att)
 	}
 }
 
