@@ -109,6 +109,9 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 	if p.cal, err = openCalibration(c, s); err != nil {
 		return p, err
 	}
+	if err := p.cal.setRuntime(p.runtimeName()); err != nil {
+		return p, err
+	}
 	if !c.strategy.Caches() {
 		return p, nil
 	}
@@ -266,4 +269,14 @@ func (p *parts) warmUp(c *config, s shape) error {
 		c.log.Info("server: one pass of each row bucket run (-warm-up)", "passes", n, "took_s", time.Since(start).Seconds())
 	}
 	return err
+}
+
+// runtimeName says what computes the passes, for the cost calibration's
+// samples: the GPU model's attention kernel, device and cuBLAS, or the CPU
+// reference backend.
+func (p *parts) runtimeName() string {
+	if p.gpu == nil {
+		return "examples/server cpu (reference backend)"
+	}
+	return fmt.Sprintf("examples/server gpu: attention %s; %s", p.gpu.AttentionKernel(), p.gpu.Library())
 }

@@ -53,6 +53,25 @@ func openCalibration(c *config, s shape) (*calibration, error) {
 	return k, nil
 }
 
+// setRuntime names what computes the passes the calibration learns from
+// (cost.Calibration.SetRuntime): samples another runtime measured, such as
+// a file written before the attention kernel changed, are dropped and their
+// fit becomes the prior, so the planner, and the replay of what this
+// server writes, price passes by this runtime's own.
+func (k *calibration) setRuntime(name string) error {
+	if k == nil {
+		return nil
+	}
+	n, err := k.cal.SetRuntime(name)
+	if err != nil {
+		return fmt.Errorf("cost model: %w", err)
+	}
+	if n > 0 {
+		k.log.Info("server: calibration: samples of another runtime dropped; their fit is the prior", "runtime", name, "dropped", n)
+	}
+	return nil
+}
+
 // observer is what the engine feeds, or nil when the server does not learn.
 func (k *calibration) observer() engine.Observer {
 	if k == nil || !k.learn {

@@ -3,10 +3,14 @@ package main
 import (
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"kvtier.dev/kvtier"
+	"kvtier.dev/kvtier/cost"
 )
 
 // TestCalibrationCountsWireBytes: with -host-codec, a load's time is
@@ -37,5 +41,66 @@ func TestCalibrationCountsWireBytes(t *testing.T) {
 	want := 1052672.0 / 2097152 // an FP8 block of the 8B over its bf16 bytes
 	if got := rate["fp8-e4m3"] / rate["none"]; math.Abs(got-want) > 0.02 {
 		t.Errorf("host link fitted at %.3g bytes/s with FP8 blocks, %.3g without: ratio %.3f, want %.3f", rate["fp8-e4m3"], rate["none"], got, want)
+	}
+}
+
+// TestCalibrationRuntime: a -cost-calibration file whose samples name no
+// runtime (written before samples named theirs, or by another kernel) is
+// a prior to the server: setRuntime drops its samples and keeps its fit,
+// and what the server learns afterwards, and writes with
+// -cost-calibration-out, names the server's runtime.
+func TestCalibrationRuntime(t *testing.T) {
+	dir := t.TempDir()
+	g, err := cost.LookupGPU("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := cost.NewCalibration(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := old.AddPrefillSamples(cost.PrefillSample{Model: "llama-3.1-8b", Tokens: 512 * (i + 1), Seconds: 0.02 * float64(i+1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(dir, "old.json")
+	if err := old.WriteFile(file); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB", "-cost-calibration", file}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.shape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := openCalibration(&c, sh)
+	if err != nil || k == nil {
+		t.Fatalf("openCalibration: %v", err)
+	}
+	before := k.cal.Current().Prefill
+	if err := k.setRuntime("test runtime"); err != nil {
+		t.Fatal(err)
+	}
+	after := k.cal.Current().Prefill
+	if after.Samples != 0 || math.Abs(after.LinearFLOPS/before.LinearFLOPS-1) > 1e-9 || math.Abs(after.FixedSeconds-before.FixedSeconds) > 1e-12 {
+		t.Fatalf("after setRuntime: %+v; want no samples and the file's fit %+v", after, before)
+	}
+	k.Pass(cost.PrefillSample{Tokens: 1000, Seconds: 0.03}, kvtier.GPU)
+	out := filepath.Join(dir, "learned.json")
+	if err := k.close(out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"runtime": "test runtime"`); n != 1 || strings.Count(string(b), `"tokens"`) != 1 {
+		t.Fatalf("the written calibration holds %d samples naming the runtime, want the one learned:\n%s", n, b)
+	}
+	if err := k.setRuntime(strings.Repeat("x", 300)); err == nil {
+		t.Fatal("a 300-byte runtime name accepted")
 	}
 }

@@ -35,6 +35,9 @@ type PrefillSample struct {
 	LoadLink         string  `json:"load_link,omitempty"`
 	LoadStartSeconds float64 `json:"load_start_s,omitempty"`
 	LoadEndSeconds   float64 `json:"load_end_s,omitempty"`
+	// Runtime names what computed the pass (Calibration.SetRuntime); empty
+	// where the caller did not say.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // CopySample is one measured copy: Bytes over Link, submitted to done.
@@ -88,11 +91,13 @@ type Calibration struct {
 	// priorSlowdown is LoadSlowdown's value until enough loaded samples
 	// say otherwise: 0, or a calibration file's without samples.
 	priorSlowdown float64
-	slowdowns     []weighted
-	models        []Model
-	links         []*linkState
-	rows          []fitRow
-	scratch       []float64
+	// runtime is SetRuntime's: the only runtime whose samples are kept.
+	runtime   string
+	slowdowns []weighted
+	models    []Model
+	links     []*linkState
+	rows      []fitRow
+	scratch   []float64
 
 	cur atomic.Pointer[Fit]
 }
@@ -261,6 +266,8 @@ func checkSample(s PrefillSample) error {
 		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
 	case s.PrefixPairs < 0 || s.PrefixPairs > int64(s.Tokens)*int64(s.Prefix):
 		return fieldErr("prefix_pairs", s.PrefixPairs, "must be between 0 and tokens × prefix (%d)", int64(s.Tokens)*int64(s.Prefix))
+	case len(s.Runtime) > maxRuntimeLen:
+		return fieldErr("runtime", s.Runtime, "must be at most %d bytes", maxRuntimeLen)
 	}
 	return checkLoads(s)
 }
@@ -268,6 +275,15 @@ func checkSample(s PrefillSample) error {
 func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 	if err := checkSample(s); err != nil {
 		return err
+	}
+	if c.runtime != "" {
+		switch s.Runtime {
+		case "":
+			s.Runtime = c.runtime
+		case c.runtime:
+		default:
+			return fieldErr("runtime", s.Runtime, "is not this calibration's runtime, %q", c.runtime)
+		}
 	}
 	e := prefillEntry{s: s, layers: m.Layers}
 	e.row = fitRow{x: c.prefillFeatures(m, &s), y: s.Seconds}
