@@ -11,7 +11,9 @@
 // in blocks of 16 tokens laid out as the server's region. Each case prints
 // the largest differences and, for the timed cases, the median of 5 runs
 // of each kernel (alternating, after a warm-up) and the achieved TFLOP/s
-// counting 4·128 FLOP per (query head, row, key ≤ its position).
+// counting 4·128 FLOP per (query head, row, key ≤ its position); out.json
+// gets every run's milliseconds (benchmarks/prefill/attention_results.py
+// writes them as benchmarks/results/attention-MACHINE.{md,json}).
 
 #include <cuda.h>
 
@@ -261,10 +263,16 @@ int main(int argc, char **argv) {
 			       flops / mD / 1e9, mH, flops / mH / 1e9, *std::min_element(tH.begin(), tH.end()),
 			       *std::max_element(tH.begin(), tH.end()));
 			if (js) {
-				fprintf(js, "%s  {\"rows\": %d, \"cached\": %d, \"flops\": %.6g, \"mma_ms\": %.5g, \"wgmma_ms\": %.5g, "
-				            "\"wgmma_min_ms\": %.5g, \"wgmma_max_ms\": %.5g, \"mma_runs\": %zu, \"wgmma_runs\": %zu}",
-				        firstJS ? "" : ",\n", nc, cs.cached, flops, mD, mH, *std::min_element(tH.begin(), tH.end()),
-				        *std::max_element(tH.begin(), tH.end()), tD.size(), tH.size());
+				auto list = [&](const std::vector<float> &v) {
+					for (size_t i = 0; i < v.size(); i++)
+						fprintf(js, "%s%.5g", i ? ", " : "", v[i]);
+				};
+				fprintf(js, "%s  {\"rows\": %d, \"cached\": %d, \"flops\": %.6g, \"mma_ms\": [", firstJS ? "" : ",\n", nc,
+				        cs.cached, flops);
+				list(tD);
+				fprintf(js, "], \"wgmma_ms\": [");
+				list(tH);
+				fprintf(js, "]}");
 				firstJS = false;
 			}
 			cuEventDestroy(e0);

@@ -27,9 +27,10 @@
 // tensor cores so that one's online softmax runs beside the other's
 // products, over K and a transposed V (kvm_gather_t); elsewhere model.cu's
 // kvm_flash_d64/d128, mma.sync products (Options.Attention chooses). On
-// the H200 at llama-3.1-8b's heads the wgmma kernel reaches 561 TFLOP/s
-// at 32K causal rows against the mma kernel's 165
-// (benchmarks/results/attention-h200.md). A pass of few positions (a decode step)
+// the H200 at llama-3.1-8b's heads the wgmma kernel reaches 560 TFLOP/s
+// at 32K causal rows against the mma kernel's 167 and PyTorch SDPA's 688
+// (benchmarks/results/attention-h200.md). Options.StageTimes times each
+// stage of a pass on the device (benchmarks/results/prefill-h200.md). A pass of few positions (a decode step)
 // instead runs, per chunk of queries, one cuBLAS strided-batched product per
 // query head of a group for the scores, a masked-softmax kernel, and a
 // second product by V: a handful of queries cannot fill the GPU through the
