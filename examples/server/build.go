@@ -272,11 +272,12 @@ func (p *parts) warmUp(c *config, s shape) error {
 }
 
 // runtimeName says what computes the passes, for the cost calibration's
-// samples: the GPU model's attention kernel, device and cuBLAS, or the CPU
-// reference backend.
+// samples: the GPU model's attention kernel, compute capability and
+// cuBLAS, or the CPU reference backend.
 func (p *parts) runtimeName() string {
 	if p.gpu == nil {
 		return "examples/server cpu (reference backend)"
 	}
-	return fmt.Sprintf("examples/server gpu: attention %s; %s", p.gpu.AttentionKernel(), p.gpu.Library())
+	major, minor := p.gpu.ComputeCapability()
+	return fmt.Sprintf("examples/server gpu: attention %v, compute capability %d.%d, %s", p.gpu.Attention(), major, minor, p.gpu.Library())
 }

@@ -72,10 +72,11 @@ type Model struct {
 	fnH [numHopper]C.gmFunc
 	// hopper: fused passes run kvm_gather_t and kvm_flash_h128, which
 	// reads V transposed from the vc scratch.
-	hopper bool
-	cc     [2]int // compute capability
-	args   [16]uint64
-	gemm   C.gmGemm
+	hopper    bool
+	hopperErr error  // why AttentionAuto did not load the Hopper kernels
+	cc        [2]int // compute capability
+	args      [16]uint64
+	gemm      C.gmGemm
 
 	region   ptr
 	numSlots int
@@ -278,7 +279,15 @@ func (m *Model) pickAttention() error {
 	ptx := C.CString(hopperPTX)
 	defer C.free(unsafe.Pointer(ptx))
 	if rc := C.gmLoadHopper(m.lib, ptx); rc != 0 {
-		return m.errf("cuModuleLoadData (kernels/hopper.ptx)", rc)
+		err := m.errf("cuModuleLoadData (kernels/hopper.ptx)", rc)
+		if m.o.Attention == AttentionAuto {
+			// A driver older than the PTX (ISA 9.0, CUDA 13) cannot
+			// load it: the mma kernel serves, and AttentionKernel says
+			// why.
+			m.hopperErr = err
+			return nil
+		}
+		return err
 	}
 	for k, name := range hopperNames {
 		cn := C.CString(name)
@@ -295,6 +304,18 @@ func (m *Model) pickAttention() error {
 	return nil
 }
 
+// Attention is the fused attention kernel the passes of
+// Options.FusedMinTokens rows or more run: AttentionWGMMA or AttentionMMA.
+func (m *Model) Attention() Attention {
+	if m.hopper {
+		return AttentionWGMMA
+	}
+	return AttentionMMA
+}
+
+// ComputeCapability is the device's.
+func (m *Model) ComputeCapability() (major, minor int) { return m.cc[0], m.cc[1] }
+
 // AttentionKernel names the fused attention kernel that passes of
 // Options.FusedMinTokens rows or more run, and the device's compute
 // capability.
@@ -307,6 +328,9 @@ func (m *Model) AttentionKernel() string {
 		k = kernelNames[kFlash64] + " (mma.sync)"
 	default:
 		k = kernelNames[kFlash128] + " (mma.sync)"
+	}
+	if m.hopperErr != nil {
+		k += fmt.Sprintf(" (the wgmma kernel did not load: %v)", m.hopperErr)
 	}
 	return fmt.Sprintf("%s on compute capability %d.%d", k, m.cc[0], m.cc[1])
 }

@@ -41,3 +41,9 @@ func (m *Model) Stages() []StageTime { return nil }
 
 // SetStageTimes does nothing without cgo.
 func (m *Model) SetStageTimes(on bool) {}
+
+// Attention is unreachable: New never returns a Model.
+func (m *Model) Attention() Attention { return AttentionMMA }
+
+// ComputeCapability is unreachable: New never returns a Model.
+func (m *Model) ComputeCapability() (major, minor int) { return 0, 0 }

@@ -398,6 +398,9 @@ func TestHopperAttentionOnGPU(t *testing.T) {
 		t.Skipf("compute capability %d.%d: %v", info.CCMajor, info.CCMinor, err)
 	}
 	f := newFixtureOf(t, c, slots, o)
+	if f.m.Attention() != gpu.AttentionWGMMA {
+		t.Fatalf("Options.Attention wgmma: the model runs %v (%s)", f.m.Attention(), f.m.AttentionKernel())
+	}
 	cpu, err := model.NewCPU(c, seed, slots)
 	if err != nil {
 		t.Fatal(err)
@@ -418,6 +421,9 @@ func TestHopperAttentionOnGPU(t *testing.T) {
 	t.Logf("prefill of %d vs the CPU: logits differ by %.3g of the largest", n, worst)
 
 	mma := newFixtureOf(t, c, slots, gpu.Options{MaxTokens: 512, MaxContext: 512, FusedMinTokens: 1, Attention: gpu.AttentionMMA})
+	if mma.m.Attention() != gpu.AttentionMMA {
+		t.Fatalf("Options.Attention mma: the model runs %v", mma.m.Attention())
+	}
 	ml, mnext := fwd(t, mma.m, tok, one)
 	if r := maxDiff(gl, ml) / maxAbs(ml); mnext != gnext || r > cpuTolerance {
 		t.Fatalf("wgmma vs mma kernel: next %d vs %d, logits differ by %.3g of the largest", gnext, mnext, r)

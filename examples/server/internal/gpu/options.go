@@ -56,7 +56,7 @@ type Attention int
 
 const (
 	// AttentionAuto: AttentionWGMMA where it runs (compute capability
-	// 9.x and head dim 128), else AttentionMMA.
+	// 9.x, head dim 128, a driver that loads its PTX), else AttentionMMA.
 	AttentionAuto Attention = iota
 	// AttentionMMA: kernels/model.cu's kvm_flash_d64/d128, mma.sync
 	// (sm_80) tensor-core products; any GPU of compute capability 8.0 or
