@@ -20,18 +20,7 @@ import (
 func TestCalibrationCountsWireBytes(t *testing.T) {
 	rate := map[string]float64{}
 	for _, codec := range []string{"none", "fp8-e4m3"} {
-		c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB", "-host-codec", codec}, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh, err := c.shape()
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := openCalibration(&c, sh)
-		if err != nil || k == nil {
-			t.Fatalf("-host-codec %s: %v", codec, err)
-		}
+		k := testCalibration(t, "-host-codec", codec)
 		for range 16 {
 			k.Load(kvtier.Host, 64<<20, 1300*time.Microsecond)
 		}
@@ -68,18 +57,7 @@ func TestCalibrationRuntime(t *testing.T) {
 	if err := old.WriteFile(file); err != nil {
 		t.Fatal(err)
 	}
-	c, err := parseArgs([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB", "-cost-calibration", file}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := c.shape()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := openCalibration(&c, sh)
-	if err != nil || k == nil {
-		t.Fatalf("openCalibration: %v", err)
-	}
+	k := testCalibration(t, "-cost-calibration", file)
 	before := k.cal.Current().Prefill
 	if err := k.setRuntime("test runtime"); err != nil {
 		t.Fatal(err)
@@ -103,4 +81,23 @@ func TestCalibrationRuntime(t *testing.T) {
 	if err := k.setRuntime(strings.Repeat("x", 300)); err == nil {
 		t.Fatal("a 300-byte runtime name accepted")
 	}
+}
+
+// testCalibration is the calibration of a server of llama-3.1-8b with 2
+// GiB of GPU KV and flags.
+func testCalibration(t *testing.T, flags ...string) *calibration {
+	t.Helper()
+	c, err := parseArgs(append([]string{"-model", "llama-3.1-8b", "-gpu-kv", "2GiB"}, flags...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.shape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := openCalibration(&c, sh)
+	if err != nil || k == nil {
+		t.Fatalf("openCalibration %v: %v", flags, err)
+	}
+	return k
 }

@@ -165,11 +165,8 @@ func (m *Model) alloc(what string, bytes int64) (ptr, error) {
 // the scratch. The OS thread is locked with the context current.
 func (m *Model) build(seed uint64) error {
 	for k, name := range kernelNames {
-		cn := C.CString(name)
-		rc := C.gmFunction(m.lib, cn, &m.fn[k])
-		C.free(unsafe.Pointer(cn))
-		if rc != 0 {
-			return m.errf("cuModuleGetFunction "+name, rc)
+		if err := m.function(name, false, &m.fn[k]); err != nil {
+			return err
 		}
 	}
 	for _, k := range []kernel{kFlash64, kFlash128} {
@@ -255,6 +252,23 @@ func (m *Model) build(seed uint64) error {
 	return nil
 }
 
+// function finds kernel name in kernels/model.ptx's module, or in
+// kernels/hopper.ptx's.
+func (m *Model) function(name string, hopper bool, f *C.gmFunc) error {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	var rc C.gmResult
+	if hopper {
+		rc = C.gmHopperFunction(m.lib, cn, f)
+	} else {
+		rc = C.gmFunction(m.lib, cn, f)
+	}
+	if rc != 0 {
+		return m.errf("cuModuleGetFunction "+name, rc)
+	}
+	return nil
+}
+
 // pickAttention loads the Hopper kernels where Options.Attention and the
 // device call for them.
 func (m *Model) pickAttention() error {
@@ -290,11 +304,8 @@ func (m *Model) pickAttention() error {
 		return err
 	}
 	for k, name := range hopperNames {
-		cn := C.CString(name)
-		rc := C.gmHopperFunction(m.lib, cn, &m.fnH[k])
-		C.free(unsafe.Pointer(cn))
-		if rc != 0 {
-			return m.errf("cuModuleGetFunction "+name, rc)
+		if err := m.function(name, true, &m.fnH[k]); err != nil {
+			return err
 		}
 	}
 	if rc := C.gmSharedBytes(m.lib, m.fnH[hFlash], hopperFlashShared); rc != 0 {
