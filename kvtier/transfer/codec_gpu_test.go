@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"kvtier.dev/cudastream"
 	"kvtier.dev/internal/gputest"
@@ -168,17 +170,41 @@ func TestGPUCodecRoundTrip(t *testing.T) {
 // BenchmarkGPUCodec moves 64 blocks of 2 MiB (block-first) per op, out
 // (offload), in (onboard) or both at once, with and without the codec;
 // the rate is in bf16 bytes (what the GPU holds), so the codec's is
-// comparable with the link's.
+// comparable with the link's. Each op moves 16 or 64 blocks: the time
+// between the two is the path's sustained rate, without the fixed cost of
+// an op (its issue and its completion). The host slots are the size package stack
+// gives them (the stored block rounded up to 4 KiB: 1 MiB + 4 KiB coded),
+// and the blocks' GPU blocks and host slots are consecutive ("seq", so
+// that their copies merge) or shuffled ("shuf", one copy a block, as a
+// cache that has churned). "fp8-2MiB" is the FP8 path with 2 MiB slots,
+// the rig of the earlier results (fp8-codec-path-h200.md).
 func BenchmarkGPUCodec(b *testing.B) {
 	r := newCodecRig(b, "block-first")
-	for _, c := range []codec.Codec{codec.None, codec.FP8E4M3PerHead} {
-		e := r.engine(b, c)
-		for _, way := range []string{"out", "in", "both"} {
-			b.Run(c.String()+"/"+way, func(b *testing.B) {
-				benchCodecWay(b, e, way)
-			})
+	enc := roundUp(mustEncodedBytes(b, gpuCodecShape), 4096)
+	for _, c := range []struct {
+		name string
+		c    codec.Codec
+		slot int64
+	}{{"none", codec.None, gpuCodecShape.BlockBytes()}, {"fp8", codec.FP8E4M3PerHead, enc}, {"fp8-2MiB", codec.FP8E4M3PerHead, gpuCodecShape.BlockBytes()}} {
+		e := r.engine(b, c.c, func(cfg *Config) { cfg.Host.SlotBytes = c.slot })
+		for _, order := range []string{"seq", "shuf"} {
+			for _, way := range []string{"out", "in", "both"} {
+				for _, n := range []int{16, 64} {
+					b.Run(fmt.Sprintf("%s/%s/%s/%d", c.name, order, way, n), func(b *testing.B) {
+						benchCodecWay(b, e, way, order == "shuf", n)
+					})
+				}
+			}
 		}
 	}
+}
+
+func mustEncodedBytes(b testing.TB, s codec.Shape) int64 {
+	n, err := codec.EncodedBytes(codec.FP8E4M3PerHead, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // BenchmarkGPUCodecRing: the FP8 path's ring shapes, chunk blocks ×
@@ -189,25 +215,44 @@ func BenchmarkGPUCodecRing(b *testing.B) {
 		for _, bufs := range []int{2, 4} {
 			e := r.engine(b, codec.FP8E4M3PerHead, func(c *Config) { c.CodecChunkBlocks, c.CodecBuffers = chunk, bufs })
 			for _, way := range []string{"out", "in", "both"} {
-				b.Run(fmt.Sprintf("chunk%d/bufs%d/%s", chunk, bufs, way), func(b *testing.B) { benchCodecWay(b, e, way) })
+				b.Run(fmt.Sprintf("chunk%d/bufs%d/%s", chunk, bufs, way), func(b *testing.B) { benchCodecWay(b, e, way, false, 64) })
 			}
 		}
 	}
 }
 
-func benchCodecWay(b *testing.B, e *Engine, way string) {
-	const n = 64
+// benchCodecWay moves n blocks one way or both per op: out from GPU
+// blocks (and to host slots) 0..n-1, in from 64..64+n-1, or, shuffled, a
+// fixed random permutation of the 128. Beside the mean it reports each
+// op's median ("p50-us", which a stray slow op does not move) and the
+// median time the Onboard or Offload call took to return ("issue-us").
+func benchCodecWay(b *testing.B, e *Engine, way string, shuffled bool, n int) {
+	gpu, host := make([]int, gpuCodecBlocks), make([]int, gpuCodecBlocks)
+	for i := range gpu {
+		gpu[i], host[i] = i, i
+	}
+	if shuffled {
+		rng := rand.New(rand.NewPCG(37, 9))
+		rng.Shuffle(len(gpu), func(i, j int) { gpu[i], gpu[j] = gpu[j], gpu[i] })
+		rng.Shuffle(len(host), func(i, j int) { host[i], host[j] = host[j], host[i] })
+	}
+	const half = gpuCodecBlocks / 2
 	out, in := make([]Pair, n), make([]Pair, n)
 	for i := range n {
-		out[i] = Pair{GPUBlock: int32(i), HostSlot: int32(i)}
-		in[i] = Pair{GPUBlock: int32(n + i), HostSlot: int32(n + i)}
+		out[i] = Pair{GPUBlock: int32(gpu[i]), HostSlot: int32(host[i])}
+		in[i] = Pair{GPUBlock: int32(gpu[half+i]), HostSlot: int32(host[half+i])}
 	}
 	ctx := context.Background()
-	run := func(f func(context.Context, []Pair) (*Transfer, error), pairs []Pair) {
+	var issued []time.Duration
+	run := func(f func(context.Context, []Pair) (*Transfer, error), pairs []Pair, timed bool) {
+		start := time.Now()
 		tr, err := f(ctx, pairs)
 		if err != nil {
 			b.Error(err)
 			return
+		}
+		if timed {
+			issued = append(issued, time.Since(start))
 		}
 		if err := tr.Wait(ctx); err != nil {
 			b.Error(err)
@@ -221,20 +266,34 @@ func benchCodecWay(b *testing.B, e *Engine, way string) {
 	if way == "both" {
 		b.SetBytes(2 * raw)
 	}
-	run(offload, out) // warm: the slots hold encoded blocks for the onboards
-	run(offload, in)
+	run(offload, out, false) // warm: the slots hold encoded blocks for the onboards
+	run(offload, in, false)
+	var ops []time.Duration
 	b.ResetTimer()
 	for b.Loop() {
+		start := time.Now()
 		switch way {
 		case "out":
-			run(offload, out)
+			run(offload, out, true)
 		case "in":
-			run(e.Onboard, in)
+			run(e.Onboard, in, true)
 		default:
 			var wg sync.WaitGroup
-			wg.Go(func() { run(offload, out) })
-			run(e.Onboard, in)
+			wg.Go(func() { run(offload, out, false) })
+			run(e.Onboard, in, true)
 			wg.Wait()
 		}
+		ops = append(ops, time.Since(start))
 	}
+	b.ReportMetric(float64(median(ops).Microseconds()), "p50-us")
+	b.ReportMetric(float64(median(issued).Microseconds()), "issue-us")
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
