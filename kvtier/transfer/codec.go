@@ -1,9 +1,11 @@
 package transfer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"kvtier.dev/cudastream"
@@ -14,19 +16,23 @@ import (
 // The codec path (Config.Codec) keeps the host pool's slots and the
 // staging buffers encoded, and codes blocks on the device, chunk by chunk
 // (CodecChunkBlocks blocks), through a ring of device scratch buffers per
-// direction, each a chunk of bf16 blocks and the same blocks encoded:
+// direction, each a chunk of encoded blocks:
 //
-//	offload: device copies GPU blocks -> scratch (bf16, contiguous) -> quantize -> scratch (encoded) -> DMA to the host slots
-//	onboard: DMA from the host slots -> scratch (encoded) -> dequantize -> scratch (bf16) -> device copies to the GPU blocks
+//	offload: quantize (reading the GPU blocks where they lie) -> scratch -> DMA to the host slots
+//	onboard: DMA from the host slots -> scratch -> dequantize (writing the GPU blocks where they lie)
 //
-// The device copies and the kernels run on a second stream per direction,
-// the DMAs on the direction's own, so that one chunk is coded while the
-// link moves the one before it. As on the gather path, a chunk's DMA waits
-// for the event of the kernel that filled its buffer (or the kernel for
-// the DMA's), and a buffer is refilled only after the event of the step
-// that last read it: nothing waits on the host, and no scratch is
-// overwritten while a copy or kernel still reads it (invariant 3). The
-// scratch is allocated by New (invariant 5).
+// The kernels read and write the KV cache through its layout (a table of
+// its parts' addresses in device memory, written by New), so no copy
+// gathers or scatters blocks around them: on the H200 the scatter copy
+// cost an onboard about 20 us a chunk (benchmarks/results/
+// fp8-codec-path-h200.md). The kernels run on a second stream per
+// direction, the DMAs on the direction's own, so that one chunk is coded
+// while the link moves the one before it. As on the gather path, a
+// chunk's DMA waits for the event of the kernel that filled its buffer
+// (or the kernel for the DMA's), and a buffer is refilled only after the
+// event of the step that last read it: nothing waits on the host, and no
+// scratch is overwritten while a copy or kernel still reads it (invariant
+// 3). The scratch and the table are allocated by New (invariant 5).
 //
 // The kernels are package cudacodec's, loaded by New; on a device that
 // cannot load them and whose streams run Go kernels (the simulator,
@@ -43,15 +49,12 @@ const (
 	DefaultCodecBuffers     = 2
 )
 
-// codecLaunches is how many copy-kernel launches a codec ring's stream
-// queues before a submission waits on the host (one per chunk).
-const codecLaunches = 64
-
-// blockKernels codes whole blocks of one shape on a stream: blocks
-// contiguous bf16 blocks at src into as many encoded blocks at dst, or back.
+// blockKernels code whole blocks of one shape on a stream, between the
+// GPU blocks named by ids, where the engine's GPU layout keeps them, and
+// len(ids) encoded blocks one after another at enc.
 type blockKernels interface {
-	quantize(st cudastream.Stream, dst, src uint64, blocks int) error
-	dequantize(st cudastream.Stream, dst, src uint64, blocks int) error
+	quantize(st cudastream.Stream, enc uint64, ids []int32) error
+	dequantize(st cudastream.Stream, enc uint64, ids []int32) error
 	close() error
 	name() string
 }
@@ -68,21 +71,21 @@ type codecState struct {
 // codecRing is one direction's device scratch ring. It belongs to its
 // direction and is used only under the direction's lock.
 type codecRing struct {
-	kernel cudastream.Stream       // the kernels and the device-side copies
-	kc     cudastream.KernelCopier // nil: device copies by CopyBatch
+	kernel cudastream.Stream // the kernels
 	mem    cudastream.DevicePtr
 	bufs   []codecBuf
 	next   int
 	join   cudastream.Event
-	// dev and link are a chunk's device-side and link copies (scratch).
-	dev, link []cudastream.Copy
+	// ids and link are a chunk's GPU blocks and link copies (scratch).
+	ids  []int32
+	link []cudastream.Copy
 }
 
 type codecBuf struct {
-	raw, enc uint64           // the chunk as bf16 and encoded
-	filled   cudastream.Event // recorded after the step that wrote the buffer
-	freed    cudastream.Event // recorded after the step that read it
-	used     bool
+	enc    uint64           // the chunk, encoded
+	filled cudastream.Event // recorded after the step that wrote the buffer
+	freed  cudastream.Event // recorded after the step that read it
+	used   bool
 }
 
 // checkCodecConfig checks the codec's settings, naming the field, and
@@ -144,7 +147,7 @@ func (e *Engine) setupCodec(cfg *Config) error {
 	cs.enc, _ = codec.EncodedBytes(cfg.Codec, cfg.CodecShape) // checked by checkCodecConfig
 	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}
 	for i, d := range []*direction{&e.on, &e.off} {
-		r, err := newCodecRing(e.dev, cs, cfg.CodecBuffers, prio[i], cfg.KernelCopy)
+		r, err := newCodecRing(e.dev, cs, cfg.CodecBuffers, prio[i])
 		if r != nil {
 			d.cring = r
 		}
@@ -164,15 +167,20 @@ func (e *Engine) setupCodec(cfg *Config) error {
 	return nil
 }
 
-// loadBlockKernels loads cudacodec's kernels on dev, or, where dev cannot
-// run them and st runs Go kernels, returns the Go reference's.
+// loadBlockKernels loads cudacodec's kernels on dev and writes the GPU
+// layout's table for them (on st), or, where dev cannot run them and st
+// runs Go kernels, returns the Go reference's.
 func loadBlockKernels(dev cudastream.Device, st cudastream.Stream, cfg *Config) (blockKernels, error) {
 	k, err := cudacodec.Load(dev)
 	if err == nil {
-		return &gpuKernels{k: k, shape: cfg.CodecShape}, nil
+		g := &gpuKernels{k: k, dev: dev, shape: cfg.CodecShape}
+		if err := g.writeTable(st, &cfg.GPU); err != nil {
+			return nil, errors.Join(err, g.close())
+		}
+		return g, nil
 	}
 	if _, ok := st.(cudastream.GoLauncher); ok && errors.Is(err, cudastream.ErrNotSupported) {
-		g := &goKernels{c: cfg.Codec, shape: cfg.CodecShape, raw: cfg.CodecShape.BlockBytes(),
+		g := &goKernels{c: cfg.Codec, shape: cfg.CodecShape, gpu: cfg.GPU, raw: cfg.CodecShape.BlockBytes(),
 			encRate: cfg.GoCodecEncodeBytesPerS, decRate: cfg.GoCodecDecodeBytesPerS}
 		g.enc, _ = codec.EncodedBytes(cfg.Codec, cfg.CodecShape)
 		return g, nil
@@ -182,14 +190,13 @@ func loadBlockKernels(dev cudastream.Device, st cudastream.Stream, cfg *Config) 
 
 // newCodecRing allocates n scratch buffers of a chunk each, their events
 // and the ring's stream. On error it returns what it built, for Close.
-func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int, ko cudastream.KernelCopyOptions) (*codecRing, error) {
+func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int) (*codecRing, error) {
 	s, err := dev.NewStream(prio)
 	if err != nil {
 		return nil, fmt.Errorf("transfer: codec stream: %w", err)
 	}
 	r := &codecRing{kernel: s}
-	rawBytes := roundUp(int64(cs.chunk)*cs.raw, 256)
-	bufBytes := rawBytes + roundUp(int64(cs.chunk)*cs.enc, 256)
+	bufBytes := roundUp(int64(cs.chunk)*cs.enc, 256)
 	if r.mem, err = dev.Alloc(int64(n) * bufBytes); err != nil {
 		return r, fmt.Errorf("transfer: %d codec scratch buffers of %d bytes (Config.CodecBuffers, Config.CodecChunkBlocks): %w", n, bufBytes, err)
 	}
@@ -197,8 +204,7 @@ func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int, ko cudastr
 		return r, fmt.Errorf("transfer: codec event: %w", err)
 	}
 	for i := range n {
-		base := uint64(r.mem) + uint64(int64(i)*bufBytes)
-		b := codecBuf{raw: base, enc: base + uint64(rawBytes)}
+		b := codecBuf{enc: uint64(r.mem) + uint64(int64(i)*bufBytes)}
 		if b.filled, err = dev.NewEvent(cudastream.EventOptions{}); err != nil {
 			return r, fmt.Errorf("transfer: codec event: %w", err)
 		}
@@ -208,40 +214,9 @@ func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int, ko cudastr
 		}
 		r.bufs = append(r.bufs, b)
 	}
-	pieces := cs.chunk * cs.shape.Layers * cs.shape.Parts
-	r.dev = make([]cudastream.Copy, 0, pieces)
+	r.ids = make([]int32, 0, cs.chunk)
 	r.link = make([]cudastream.Copy, 0, cs.chunk)
-	r.kc = codecCopier(s, ko, pieces, cs.raw/int64(cs.shape.Layers*cs.shape.Parts), r.bufs[0].raw)
 	return r, nil
-}
-
-// codecCopier is s's copy kernel, set up for a chunk's device-side pieces
-// and tried once on the ring's own memory, or nil where it cannot run (the
-// ring then copies by CopyBatch).
-func codecCopier(s cudastream.Stream, ko cudastream.KernelCopyOptions, pieces int, partBytes int64, mem uint64) cudastream.KernelCopier {
-	kc, ok := s.(cudastream.KernelCopier)
-	if !ok {
-		return nil
-	}
-	if ko.Launches == 0 {
-		ko.Launches = codecLaunches
-	}
-	ko.MappedDescriptors = true // as the gather ring's: no descriptor copy behind the DMAs
-	if ko.PiecesPerLaunch == 0 {
-		piece := ko.PieceBytes
-		if piece == 0 {
-			piece = cudastream.DefaultKernelPieceBytes
-		}
-		ko.PiecesPerLaunch = int(min(max(int64(pieces)*((partBytes+piece-1)/piece)+int64(pieces), 64), 1<<16))
-	}
-	if kc.SetKernelCopyOptions(ko) != nil {
-		return nil
-	}
-	probe := []cudastream.Copy{{Dst: mem + 16, Src: mem, Bytes: 16}}
-	if kc.CopyKernel(cudastream.DeviceToDevice, probe) != nil || s.Synchronize() != nil {
-		return nil
-	}
-	return kc
 }
 
 // destroy releases the ring's stream, events and memory, after the
@@ -261,7 +236,7 @@ func (e *Engine) CodecBytes() int64 {
 	}
 	for _, d := range []*direction{&e.on, &e.off} {
 		if r := d.cring; r != nil && len(r.bufs) > 0 {
-			n += int64(len(r.bufs)) * (roundUp(int64(e.codec.chunk)*e.codec.raw, 256) + roundUp(int64(e.codec.chunk)*e.codec.enc, 256))
+			n += int64(len(r.bufs)) * roundUp(int64(e.codec.chunk)*e.codec.enc, 256)
 		}
 	}
 	return n
@@ -279,21 +254,51 @@ func (e *Engine) CodecKernels() string {
 
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
 
-// gpuKernels are cudacodec's kernels.
+// gpuKernels are cudacodec's kernels, with the GPU layout's table.
 type gpuKernels struct {
-	k     *cudacodec.Kernels
-	shape codec.Shape
+	k      *cudacodec.Kernels
+	dev    cudastream.Device
+	shape  codec.Shape
+	layout cudacodec.Layout // Table 0 until writeTable
 }
 
-func (g *gpuKernels) quantize(st cudastream.Stream, dst, src uint64, n int) error {
-	return g.k.Quantize(st, g.shape, cudastream.DevicePtr(dst), cudastream.DevicePtr(src), n)
+// writeTable allocates the layout's table (its parts' base addresses) in
+// device memory and copies it there on st, waiting for the copy.
+func (g *gpuKernels) writeTable(st cudastream.Stream, l *GPULayout) error {
+	table := make([]byte, 8*len(l.Base))
+	for i, p := range l.Base {
+		binary.LittleEndian.PutUint64(table[8*i:], uint64(p))
+	}
+	p, err := g.dev.Alloc(int64(len(table)))
+	if err != nil {
+		return fmt.Errorf("transfer: the codec's layout table (%d bytes): %w", len(table), err)
+	}
+	g.layout = cudacodec.Layout{Table: p, Stride: l.BlockStride}
+	if err := st.CopyHtoD(p, table); err != nil {
+		return fmt.Errorf("transfer: the codec's layout table: %w", err)
+	}
+	if err := st.Synchronize(); err != nil {
+		return fmt.Errorf("transfer: the codec's layout table: %w", err)
+	}
+	return nil
 }
 
-func (g *gpuKernels) dequantize(st cudastream.Stream, dst, src uint64, n int) error {
-	return g.k.Dequantize(st, g.shape, cudastream.DevicePtr(dst), cudastream.DevicePtr(src), n)
+func (g *gpuKernels) quantize(st cudastream.Stream, enc uint64, ids []int32) error {
+	return g.k.QuantizeBlocks(st, g.shape, cudastream.DevicePtr(enc), g.layout, ids)
 }
 
-func (g *gpuKernels) close() error { return g.k.Close() }
+func (g *gpuKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32) error {
+	return g.k.DequantizeBlocks(st, g.shape, g.layout, cudastream.DevicePtr(enc), ids)
+}
+
+func (g *gpuKernels) close() error {
+	var err error
+	if g.layout.Table != 0 {
+		err = g.dev.Free(g.layout.Table)
+	}
+	return errors.Join(err, g.k.Close())
+}
+
 func (g *gpuKernels) name() string { return "cuda" }
 
 // goKernels run package codec's Go reference as Go kernels of a simulated
@@ -301,45 +306,59 @@ func (g *gpuKernels) name() string { return "cuda" }
 type goKernels struct {
 	c                codec.Codec
 	shape            codec.Shape
+	gpu              GPULayout
 	raw, enc         int64
 	encRate, decRate float64
 }
 
-func (g *goKernels) quantize(st cudastream.Stream, dst, src uint64, n int) error {
-	return g.launch("kvtier_fp8_quantize", st, dst, src, n, true)
+func (g *goKernels) quantize(st cudastream.Stream, enc uint64, ids []int32) error {
+	return g.launch("kvtier_fp8_quantize_blocks", st, enc, ids, true)
 }
 
-func (g *goKernels) dequantize(st cudastream.Stream, dst, src uint64, n int) error {
-	return g.launch("kvtier_fp8_dequantize", st, dst, src, n, false)
+func (g *goKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32) error {
+	return g.launch("kvtier_fp8_dequantize_blocks", st, enc, ids, false)
 }
 
 func (g *goKernels) close() error { return nil }
 func (g *goKernels) name() string { return "go" }
 
-func (g *goKernels) launch(name string, st cudastream.Stream, dst, src uint64, n int, enc bool) error {
-	raw, cod := int64(n)*g.raw, int64(n)*g.enc
-	k := cudastream.GoKernel{Name: name}
+// launch codes len(ids) blocks as one Go kernel: its ranges are the
+// encoded blocks, then each block's parts in (layer, part) order.
+func (g *goKernels) launch(name string, st cudastream.Stream, enc uint64, ids []int32, quantize bool) error {
+	ids = slices.Clone(ids) // the caller's are scratch; Run comes later
+	n, lps := int64(len(ids)), g.gpu.Layers*g.gpu.Parts
+	k := cudastream.GoKernel{Name: name, Ranges: make([]cudastream.DeviceRange, 0, 1+len(ids)*lps)}
+	k.Ranges = append(k.Ranges, cudastream.DeviceRange{Ptr: cudastream.DevicePtr(enc), Bytes: n * g.enc})
+	for _, id := range ids {
+		for lp := range lps {
+			k.Ranges = append(k.Ranges, cudastream.DeviceRange{Ptr: cudastream.DevicePtr(g.gpu.addr(id, lp/g.gpu.Parts, lp%g.gpu.Parts)), Bytes: g.gpu.PartBytes})
+		}
+	}
 	rate := g.decRate
-	if enc {
+	if quantize {
 		rate = g.encRate
-		k.Ranges = []cudastream.DeviceRange{{Ptr: cudastream.DevicePtr(src), Bytes: raw}, {Ptr: cudastream.DevicePtr(dst), Bytes: cod}}
-	} else {
-		k.Ranges = []cudastream.DeviceRange{{Ptr: cudastream.DevicePtr(src), Bytes: cod}, {Ptr: cudastream.DevicePtr(dst), Bytes: raw}}
 	}
 	if rate > 0 {
-		k.Cost = time.Duration(math.Round(float64(raw) / rate * 1e9))
+		k.Cost = time.Duration(math.Round(float64(n*g.raw) / rate * 1e9))
 	}
 	k.Run = func(mem [][]byte) error {
-		in, out := mem[0], mem[1]
-		for b := range int64(n) {
+		coded, raw := mem[0], make([]byte, g.raw)
+		for b := range n {
+			parts := mem[1+int(b)*lps : 1+int(b+1)*lps]
+			out := coded[b*g.enc : (b+1)*g.enc]
 			var err error
-			if enc {
-				err = codec.Encode(g.c, g.shape, out[b*g.enc:(b+1)*g.enc], in[b*g.raw:(b+1)*g.raw])
-			} else {
-				err = codec.Decode(g.c, g.shape, out[b*g.raw:(b+1)*g.raw], in[b*g.enc:(b+1)*g.enc])
+			if quantize {
+				for lp, part := range parts {
+					copy(raw[int64(lp)*g.gpu.PartBytes:], part)
+				}
+				err = codec.Encode(g.c, g.shape, out, raw)
+			} else if err = codec.Decode(g.c, g.shape, raw, out); err == nil {
+				for lp, part := range parts {
+					copy(part, raw[int64(lp)*g.gpu.PartBytes:])
+				}
 			}
 			if err != nil {
-				return fmt.Errorf("block %d of %d: %w", b, n, err)
+				return fmt.Errorf("block %d of %d (GPU block %d): %w", b, n, ids[b], err)
 			}
 		}
 		return nil

@@ -61,11 +61,11 @@ func (r *codecRing) joinStreams(from, to cudastream.Stream) error {
 
 // codeChunk issues one chunk (at most CodecChunkBlocks pairs, the first
 // being pair first of the transfer) through the next buffer of d's ring.
-// An offload's: device copies of the GPU blocks into the buffer's bf16
-// half, once the buffer's last DMA has read it; quantize into its encoded
-// half; then DMAs to the host slots. An onboard's: DMAs from the host
-// slots into the encoded half, once the buffer's last scatter has read
-// it; dequantize into the bf16 half; then device copies to the GPU blocks.
+// An offload's: the quantize kernel reads the GPU blocks where they lie
+// and writes the buffer, once the buffer's last DMA has read it; then DMAs
+// to the host slots. An onboard's: DMAs from the host slots into the
+// buffer, once the buffer's last kernel has read it; then the dequantize
+// kernel writes the GPU blocks where they lie.
 func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs []Pair, h *HostLayout, base uint64, first int, offload bool) {
 	if err := ctx.Err(); err != nil {
 		t.err = err
@@ -74,7 +74,7 @@ func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs
 	r, cs := d.cring, e.codec
 	k := r.next
 	b := &r.bufs[k]
-	e.chunkCopies(r, b, pairs, h, base, offload)
+	r.chunkCopies(cs, b, pairs, h, base, offload)
 	what := "onboard (codec)"
 	if offload {
 		what = "offload (codec)"
@@ -85,24 +85,13 @@ func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs
 		}
 		return err == nil
 	}
-	n := len(pairs)
 	// fill writes the buffer on its stream, read reads it on its own.
 	fillOn, readOn := d.stream, r.kernel
 	fill := func() error { return e.linkBatch(d, r.link) }
-	read := func() error {
-		if err := cs.kern.dequantize(r.kernel, b.raw, b.enc, n); err != nil {
-			return err
-		}
-		return r.devCopies(e.maxBatch)
-	}
+	read := func() error { return cs.kern.dequantize(r.kernel, b.enc, r.ids) }
 	if offload {
 		fillOn, readOn = r.kernel, d.stream
-		fill = func() error {
-			if err := r.devCopies(e.maxBatch); err != nil {
-				return err
-			}
-			return cs.kern.quantize(r.kernel, b.enc, b.raw, n)
-		}
+		fill = func() error { return cs.kern.quantize(r.kernel, b.enc, r.ids) }
 		read = func() error { return e.linkBatch(d, r.link) }
 	}
 	if !passChunk(step, b.used && !e.skipCodecWait, b.filled, b.freed, fillOn, readOn, fill, read) {
@@ -118,25 +107,14 @@ func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs
 	e.stats.codecChunks.Add(1)
 }
 
-// chunkCopies builds a chunk's device-side copies (r.dev: each block's
-// pieces between the GPU layout and the buffer's bf16 half, block i at
-// raw + i*BlockBytes in (layer, part) order, as the kernels read them)
-// and its link copies (r.link: block i's encoded bytes between enc +
-// i*EncodedBytes and its host slot), each merged with the one before
-// where both sides continue it.
-func (e *Engine) chunkCopies(r *codecRing, b *codecBuf, pairs []Pair, h *HostLayout, base uint64, offload bool) {
-	g, cs := &e.gpu, e.codec
-	r.dev, r.link = r.dev[:0], r.link[:0]
+// chunkCopies sets a chunk's GPU block numbers (r.ids, in the order the
+// kernels code them) and its link copies (r.link: block i's encoded bytes
+// between enc + i*EncodedBytes and its host slot), each copy merged with
+// the one before where both sides continue it.
+func (r *codecRing) chunkCopies(cs *codecState, b *codecBuf, pairs []Pair, h *HostLayout, base uint64, offload bool) {
+	r.ids, r.link = r.ids[:0], r.link[:0]
 	for i, p := range pairs {
-		for lp := range g.Layers * g.Parts {
-			gpu := g.addr(p.GPUBlock, lp/g.Parts, lp%g.Parts)
-			buf := b.raw + uint64(int64(i)*cs.raw+int64(lp)*g.PartBytes)
-			c := cudastream.Copy{Dst: buf, Src: gpu, Bytes: g.PartBytes}
-			if !offload {
-				c.Dst, c.Src = gpu, buf
-			}
-			r.dev = appendMerged(r.dev, c, false)
-		}
+		r.ids = append(r.ids, p.GPUBlock)
 		host := base + uint64(int64(p.HostSlot)*h.SlotBytes)
 		enc := b.enc + uint64(int64(i)*cs.enc)
 		c := cudastream.Copy{Dst: host, Src: enc, Bytes: cs.enc}
@@ -160,26 +138,6 @@ func appendMerged(ops []cudastream.Copy, c cudastream.Copy, split bool) []cudast
 		}
 	}
 	return append(ops, c)
-}
-
-// devCopies issues the chunk's device-side copies on the ring's stream:
-// by the copy kernel where it runs, else by batches, at most maxBatch
-// descriptors a call.
-func (r *codecRing) devCopies(maxBatch int) error {
-	for ops := r.dev; len(ops) > 0; {
-		n := min(len(ops), maxBatch)
-		var err error
-		if r.kc != nil {
-			err = r.kc.CopyKernel(cudastream.DeviceToDevice, ops[:n])
-		} else {
-			err = r.kernel.CopyBatch(cudastream.DeviceToDevice, ops[:n])
-		}
-		if err != nil {
-			return err
-		}
-		ops = ops[n:]
-	}
-	return nil
 }
 
 // linkBatch issues ops over the link on d's stream, at most MaxBatch

@@ -97,12 +97,12 @@ type Config struct {
 	// each: GPU.PartBytes). For llama-3.1-8b with 16-token blocks,
 	// {32, 2, 16, 8, 128}. Required with a Codec.
 	CodecShape codec.Shape
-	// CodecChunkBlocks is how many blocks one codec kernel launch codes
+	// CodecChunkBlocks is how many blocks the codec's kernels code
 	// while the link moves another chunk (default DefaultCodecChunkBlocks);
 	// CodecBuffers is how many such chunks each direction's device
 	// scratch ring holds (default DefaultCodecBuffers). The scratch takes
-	// CodecBuffers × CodecChunkBlocks × (bf16 + encoded block) of device
-	// memory per direction: 48 MiB for 2 MiB blocks by default.
+	// CodecBuffers × CodecChunkBlocks encoded blocks of device memory per
+	// direction: 16 MiB for 2 MiB blocks by default.
 	CodecChunkBlocks, CodecBuffers int
 	// GoCodecEncodeBytesPerS and GoCodecDecodeBytesPerS price the Go
 	// codec on a simulated device (which cannot run the kernels): a

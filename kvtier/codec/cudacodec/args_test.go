@@ -67,6 +67,52 @@ func TestLaunchArgs(t *testing.T) {
 	}
 }
 
+// TestLaunchBlocksArgs: QuantizeBlocks and DequantizeBlocks refuse every
+// bad argument before anything is enqueued, naming what was wrong.
+func TestLaunchBlocksArgs(t *testing.T) {
+	sim := newSim(t)
+	st, err := sim.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	k := &Kernels{}
+	ok := Layout{Table: 256, Stride: 32768}
+	cases := []struct {
+		s      codec.Shape
+		enc    cudastream.DevicePtr
+		l      Layout
+		blocks []int32
+		want   error
+		says   string
+	}{
+		{shp(32, 2, 16, 8, 100), 16, ok, []int32{0}, codec.ErrShape, "HeadDim"},
+		{llama8B, 16, ok, nil, cudastream.ErrInvalidValue, "blocks = 0"},
+		{llama8B, 16, ok, make([]int32, MaxBlocks+1), cudastream.ErrInvalidValue, "blocks = 65536"},
+		{llama8B, 16, ok, []int32{3, -1}, cudastream.ErrInvalidValue, "blocks[1] = -1"},
+		{llama8B, 0, ok, []int32{0}, cudastream.ErrInvalidValue, "encoded blocks' address 0x0"},
+		{llama8B, 24, ok, []int32{0}, cudastream.ErrInvalidValue, "encoded blocks' address 0x18"},
+		{llama8B, 16, Layout{Table: 0, Stride: 32768}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Table 0x0"},
+		{llama8B, 16, Layout{Table: 8, Stride: 32768}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Table 0x8"},
+		{llama8B, 16, Layout{Table: 256, Stride: 0}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Stride 0"},
+		{llama8B, 16, Layout{Table: 256, Stride: 24}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Stride 24"},
+		{llama8B, 16, ok, []int32{0}, cudastream.ErrNotSupported, "cannot launch"}, // a simulator stream
+	}
+	for _, c := range cases {
+		for _, op := range []string{"QuantizeBlocks", "DequantizeBlocks"} {
+			var err error
+			if op == "QuantizeBlocks" {
+				err = k.QuantizeBlocks(st, c.s, c.enc, c.l, c.blocks)
+			} else {
+				err = k.DequantizeBlocks(st, c.s, c.l, c.enc, c.blocks)
+			}
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), op) {
+				t.Errorf("%s(%+v, enc %#x, %+v, %d blocks) = %v, want %v naming %s and %q", op, c.s, c.enc, c.l, len(c.blocks), err, c.want, op, c.says)
+			}
+		}
+	}
+}
+
 func shp(layers, parts, tokens, heads, headDim int) codec.Shape {
 	return codec.Shape{Layers: layers, Parts: parts, Tokens: tokens, Heads: heads, HeadDim: headDim}
 }

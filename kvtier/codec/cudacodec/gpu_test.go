@@ -195,3 +195,93 @@ func TestCuDequantizeAnyCodes(t *testing.T) {
 		t.Fatalf("byte %d differs: GPU %#02x, Go %#02x", i, got[i], want[i])
 	}
 }
+
+// TestCuBlocksMatchGo: QuantizeBlocks and DequantizeBlocks over a
+// layer-first KV region (each part of a block apart from the others),
+// naming more blocks than one launch carries, in a shuffled order, give
+// codec.Encode's and codec.Decode's bytes; blocks not named keep theirs.
+func TestCuBlocksMatchGo(t *testing.T) {
+	dev := gputest.Device(t)
+	k := loadKernels(t, dev)
+	st, err := dev.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	r := rand.New(rand.NewPCG(37, 8))
+	for _, s := range []codec.Shape{llama8B, shp(3, 2, 5, 3, 48), shp(2, 1, 7, 1, 576)} {
+		t.Run(fmt.Sprintf("%d-%d-%d-%d-%d", s.Layers, s.Parts, s.Tokens, s.Heads, s.HeadDim), func(t *testing.T) {
+			compareBlocksOnGPU(t, dev, k, st, s, r)
+		})
+	}
+}
+
+func compareBlocksOnGPU(t *testing.T, dev cudastream.Device, k *Kernels, st cudastream.Stream, s codec.Shape, r *rand.Rand) {
+	const total, named = 48, 37 // named > launchBlocks: several launches
+	lps, raw, enc := s.Layers*s.Parts, s.BlockBytes(), mustEncoded(t, s)
+	part := raw / int64(lps)
+	region := make([]byte, total*raw) // layer-first: part p of block b at (p*total + b)*part
+	fill(region, func(int) uint16 { return bf16(math.Ldexp(r.NormFloat64(), r.IntN(16)-8)) })
+	dRegion, dEnc := devAlloc(t, dev, int64(len(region))), devAlloc(t, dev, named*enc)
+	table := make([]byte, 8*lps)
+	for p := range lps {
+		binary.LittleEndian.PutUint64(table[8*p:], uint64(dRegion)+uint64(int64(p)*total*part))
+	}
+	dTable := devAlloc(t, dev, int64(len(table)))
+	l := Layout{Table: dTable, Stride: part}
+	blocks := make([]int32, named)
+	for i, b := range r.Perm(total)[:named] {
+		blocks[i] = int32(b)
+	}
+	block := func(mem []byte, b int32) []byte { // GPU block b gathered, in (layer, part) order
+		out := make([]byte, 0, raw)
+		for p := range int64(lps) {
+			out = append(out, mem[(p*total+int64(b))*part:][:part]...)
+		}
+		return out
+	}
+	want, back := make([]byte, named*enc), make([]byte, named*raw)
+	for i, b := range blocks {
+		if err := codec.Encode(codec.FP8E4M3PerHead, s, want[int64(i)*enc:][:enc], block(region, b)); err != nil {
+			t.Fatal(err)
+		}
+		if err := codec.Decode(codec.FP8E4M3PerHead, s, back[int64(i)*raw:][:raw], want[int64(i)*enc:][:enc]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gotEnc := bytes.Repeat([]byte{0xA5}, len(want))
+	poison := bytes.Repeat([]byte{0x5A}, len(region))
+	gotRegion := make([]byte, len(region))
+	for _, err := range []error{
+		st.CopyHtoD(dTable, table),
+		st.CopyHtoD(dEnc, gotEnc), // poison: the kernel must write every byte
+		st.CopyHtoD(dRegion, region),
+		k.QuantizeBlocks(st, s, dEnc, l, blocks),
+		st.CopyDtoH(gotEnc, dEnc),
+		st.CopyHtoD(dEnc, want), // decode the Go encoding, so the two halves are tested apart
+		st.CopyHtoD(dRegion, poison),
+		k.DequantizeBlocks(st, s, l, dEnc, blocks),
+		st.CopyDtoH(gotRegion, dRegion),
+		st.Synchronize(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i := firstDiff(gotEnc, want); i >= 0 {
+		t.Fatalf("QuantizeBlocks: byte %d of %d differs: GPU %#02x, Go %#02x (the %d-th block named, GPU block %d, offset %d)",
+			i, len(want), gotEnc[i], want[i], int64(i)/enc, blocks[int64(i)/enc], int64(i)%enc)
+	}
+	isNamed := make(map[int32]bool)
+	for i, b := range blocks {
+		isNamed[b] = true
+		if j := firstDiff(block(gotRegion, b), back[int64(i)*raw:][:raw]); j >= 0 {
+			t.Fatalf("DequantizeBlocks: GPU block %d (the %d-th named), byte %d of its (layer, part) order differs", b, i, j)
+		}
+	}
+	for b := range int32(total) {
+		if !isNamed[b] && !bytes.Equal(block(gotRegion, b), block(poison, b)) {
+			t.Fatalf("DequantizeBlocks wrote GPU block %d, which it was not given", b)
+		}
+	}
+}

@@ -2,8 +2,10 @@
 // embedded in package cudacodec (kernels/fp8.ptx, loaded with
 // cuModuleLoadData through cudastream.ModuleLoader).
 //
-//   kvtier_fp8_quantize    bf16 blocks -> encoded blocks
-//   kvtier_fp8_dequantize  encoded blocks -> bf16 blocks
+//   kvtier_fp8_quantize          bf16 blocks -> encoded blocks
+//   kvtier_fp8_dequantize        encoded blocks -> bf16 blocks
+//   kvtier_fp8_quantize_blocks   bf16 blocks where a KV layout keeps them -> encoded blocks
+//   kvtier_fp8_dequantize_blocks encoded blocks -> bf16 blocks where a KV layout keeps them
 //
 // The bytes MUST be those of kvtier/codec's Go reference, bit for bit (the
 // GPU tests compare them): scale = amax/448 and inv = 448/amax rounded to
@@ -14,8 +16,14 @@
 // products and quotients are IEEE, subnormals kept.
 //
 // One CTA per (layer, part) of one block: grid (layers*parts, blocks).
-// Block b's source is at src + b*srcStride, its destination at
-// dst + b*dstStride. A unit of work is 16 values of one head (HeadDim is a
+// Encoded block b is always at enc + b*encStride. The first two kernels
+// take bf16 block b whole at raw + b*rawStride, in (layer, part) order.
+// The _blocks kernels read or write each part where the KV cache keeps
+// it: part lp of the launch's block b at table[lp] + id(b)*blockStride,
+// table being layers*parts addresses in device memory and id(b) the b-th
+// of the launch's 16 GPU block numbers, two 32-bit ones to a parameter
+// (ids0 holds blocks 0 and 1, block 0 in its low half). So no copy
+// gathers or scatters the blocks around the coding. A unit of work is 16 values of one head (HeadDim is a
 // multiple of 16): two 16-byte loads of bf16, one 16-byte store of codes.
 // The quantizer reads its part twice, once for the heads' amax and once to
 // convert; the second read comes from L2.
@@ -71,16 +79,15 @@ static __device__ __forceinline__ unsigned kvCodes4(unsigned w0, unsigned w1, fl
 	return (unsigned)c01 | ((unsigned)c23 << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    kvtier_fp8_quantize(u64 src, u64 dst, u64 srcStride, u64 dstStride, u64 tokens, u64 heads, u64 headDim,
-                        u64 scaleBytes) {
+// kvQuantizePart encodes part lp of one block: in is the part's bf16
+// values, out the block's encoded bytes (its scales, then its codes).
+static __device__ __forceinline__ void kvQuantizePart(const uint4 *in, unsigned char *out, unsigned lp, u64 tokens,
+                                                      u64 heads, u64 headDim, u64 scaleBytes) {
 	__shared__ unsigned amax[KV_MAX_HEADS];
 	__shared__ float inv[KV_MAX_HEADS];
-	const unsigned tid = threadIdx.x, nt = blockDim.x, lp = blockIdx.x;
+	const unsigned tid = threadIdx.x, nt = blockDim.x;
 	const u64 n = tokens * heads * headDim; // values in one (layer, part)
 	const u64 units = n / 16, unitsPerHead = headDim / 16;
-	const uint4 *in = (const uint4 *)(src + blockIdx.y * srcStride + (u64)lp * n * 2);
-	unsigned char *out = (unsigned char *)(dst + blockIdx.y * dstStride);
 	uint4 *codes = (uint4 *)(out + scaleBytes + (u64)lp * n);
 	float *scales = (float *)out + (u64)lp * heads;
 
@@ -116,6 +123,34 @@ extern "C" __global__ void __launch_bounds__(256)
 	}
 }
 
+// kvPart is part lp of the launch's block b where the KV layout keeps it
+// (the _blocks kernels' addressing, in this file's header).
+static __device__ __forceinline__ u64 kvPart(u64 table, u64 blockStride, unsigned lp, unsigned b, u64 ids0, u64 ids1,
+                                             u64 ids2, u64 ids3, u64 ids4, u64 ids5, u64 ids6, u64 ids7) {
+	const u64 ids[8] = {ids0, ids1, ids2, ids3, ids4, ids5, ids6, ids7};
+	const u64 id = (ids[b >> 1] >> (32 * (b & 1))) & 0xFFFFFFFFull;
+	return ((const u64 *)table)[lp] + id * blockStride;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    kvtier_fp8_quantize(u64 src, u64 dst, u64 srcStride, u64 dstStride, u64 tokens, u64 heads, u64 headDim,
+                        u64 scaleBytes) {
+	const unsigned lp = blockIdx.x;
+	const u64 n = tokens * heads * headDim;
+	kvQuantizePart((const uint4 *)(src + blockIdx.y * srcStride + (u64)lp * n * 2),
+	               (unsigned char *)(dst + blockIdx.y * dstStride), lp, tokens, heads, headDim, scaleBytes);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    kvtier_fp8_quantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 tokens, u64 heads,
+                               u64 headDim, u64 scaleBytes, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4,
+                               u64 ids5, u64 ids6, u64 ids7) {
+	const unsigned lp = blockIdx.x;
+	const u64 part = kvPart(table, blockStride, lp, blockIdx.y, ids0, ids1, ids2, ids3, ids4, ids5, ids6, ids7);
+	kvQuantizePart((const uint4 *)part, (unsigned char *)(enc + blockIdx.y * encStride), lp, tokens, heads, headDim,
+	               scaleBytes);
+}
+
 // kvBF16 is code c's value times scale, rounded to bf16 to nearest even;
 // NaN codes give 0x7FC0.
 static __device__ __forceinline__ unsigned kvBF16(unsigned c, float scale) {
@@ -134,16 +169,15 @@ static __device__ __forceinline__ unsigned kvPair(unsigned w, int k, float scale
 	return kvBF16((w >> (8 * k)) & 0xFFu, scale) | (kvBF16((w >> (8 * k + 8)) & 0xFFu, scale) << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-    kvtier_fp8_dequantize(u64 src, u64 dst, u64 srcStride, u64 dstStride, u64 tokens, u64 heads, u64 headDim,
-                          u64 scaleBytes) {
+// kvDequantizePart decodes part lp of one block: in is the block's
+// encoded bytes, out the part's bf16 values.
+static __device__ __forceinline__ void kvDequantizePart(const unsigned char *in, uint4 *out, unsigned lp, u64 tokens,
+                                                        u64 heads, u64 headDim, u64 scaleBytes) {
 	__shared__ float scale[KV_MAX_HEADS];
-	const unsigned tid = threadIdx.x, nt = blockDim.x, lp = blockIdx.x;
+	const unsigned tid = threadIdx.x, nt = blockDim.x;
 	const u64 n = tokens * heads * headDim;
 	const u64 units = n / 16, unitsPerHead = headDim / 16;
-	const unsigned char *in = (const unsigned char *)(src + blockIdx.y * srcStride);
 	const uint4 *codes = (const uint4 *)(in + scaleBytes + (u64)lp * n);
-	uint4 *out = (uint4 *)(dst + blockIdx.y * dstStride + (u64)lp * n * 2);
 	for (unsigned h = tid; h < heads; h += nt)
 		scale[h] = ((const float *)in)[(u64)lp * heads + h];
 	__syncthreads();
@@ -154,4 +188,23 @@ extern "C" __global__ void __launch_bounds__(256)
 		out[2 * u] = make_uint4(kvPair(c.x, 0, s), kvPair(c.x, 2, s), kvPair(c.y, 0, s), kvPair(c.y, 2, s));
 		out[2 * u + 1] = make_uint4(kvPair(c.z, 0, s), kvPair(c.z, 2, s), kvPair(c.w, 0, s), kvPair(c.w, 2, s));
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    kvtier_fp8_dequantize(u64 src, u64 dst, u64 srcStride, u64 dstStride, u64 tokens, u64 heads, u64 headDim,
+                          u64 scaleBytes) {
+	const unsigned lp = blockIdx.x;
+	const u64 n = tokens * heads * headDim;
+	kvDequantizePart((const unsigned char *)(src + blockIdx.y * srcStride),
+	                 (uint4 *)(dst + blockIdx.y * dstStride + (u64)lp * n * 2), lp, tokens, heads, headDim, scaleBytes);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    kvtier_fp8_dequantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 tokens, u64 heads,
+                                 u64 headDim, u64 scaleBytes, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4,
+                                 u64 ids5, u64 ids6, u64 ids7) {
+	const unsigned lp = blockIdx.x;
+	const u64 part = kvPart(table, blockStride, lp, blockIdx.y, ids0, ids1, ids2, ids3, ids4, ids5, ids6, ids7);
+	kvDequantizePart((const unsigned char *)(enc + blockIdx.y * encStride), (uint4 *)part, lp, tokens, heads, headDim,
+	                 scaleBytes);
 }
