@@ -11,7 +11,8 @@
 //
 //	go run ./benchmarks/serve/fidelity -run DIR -results benchmarks/results
 //
-// DIR holds drive.json (kvtier probe --nvme of the run's disk) and one
+// DIR holds drive.json (kvtier probe --nvme of the run's disk; a trace's
+// own folder may hold its own, when it was served in a call of its own) and one
 // folder per trace: trace.jsonl, cells.tsv (label, strategy, host bytes,
 // NVMe bytes and, optionally, the lower tiers' codec, tab separated) and
 // run/ (benchmarks/serve/run.sh's output). A cell with a codec is set
@@ -74,7 +75,11 @@ func main() {
 	}
 	var outs []outcome
 	for _, cells := range traces {
-		o, err := traceOutcomes(filepath.Dir(cells), filepath.Join(*runDir, "drive.json"), cfg, *requestsOut)
+		drive := filepath.Join(filepath.Dir(cells), "drive.json") // a trace served in a call of its own probed its own
+		if _, err := os.Stat(drive); err != nil {
+			drive = filepath.Join(*runDir, "drive.json")
+		}
+		o, err := traceOutcomes(filepath.Dir(cells), drive, cfg, *requestsOut)
 		if err != nil {
 			log.Fatal(err)
 		}
