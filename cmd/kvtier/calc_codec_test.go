@@ -77,8 +77,8 @@ func TestCalcCodecSideBySide(t *testing.T) {
 	if r.Decision != "recompute" || c.Decision != "reload" {
 		t.Errorf("decision %s without, %s with compression; want recompute, reload", r.Decision, c.Decision)
 	}
-	// 80 us + 1,050,624 B at 3.5 GB/s + one block's decode at 1.46 TB/s.
-	if want := 80e-6 + 1050624/3.5e9 + 2097152/1.46e12; c.ReloadSeconds < want-1e-9 || c.ReloadSeconds > want+1e-9 {
+	// 80 us + 1,050,624 B at 3.5 GB/s + one block's decode at 1.12 TB/s.
+	if want := 80e-6 + 1050624/3.5e9 + 2097152/1.12e12; c.ReloadSeconds < want-1e-9 || c.ReloadSeconds > want+1e-9 {
 		t.Errorf("compressed reload %g s, want %g", c.ReloadSeconds, want)
 	}
 	if c.BreakEvenTokens == nil || r.BreakEvenTokens == nil || *c.BreakEvenTokens >= *r.BreakEvenTokens {

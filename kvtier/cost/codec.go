@@ -29,7 +29,7 @@ type Codec struct {
 	ScaleBytes, ScaleAlign int
 	// EncodeBytesPerS and DecodeBytesPerS are the kernels' rates on the
 	// GPU in bytes of Input (what the GPU holds), not encoded bytes: the
-	// H200 quantizes 1.69e12 and dequantizes 1.46e12 bf16 bytes a second.
+	// H200 quantizes 1.18e12 and dequantizes 1.12e12 bf16 bytes a second.
 	EncodeBytesPerS, DecodeBytesPerS float64
 	// ChunkBlocks is how many blocks one kernel launch codes while the
 	// link copies the chunk before or after it (8).
@@ -140,11 +140,11 @@ func (c *Codec) DecodeTime(rawBytes int64) time.Duration {
 //
 // the slower of the copies and the decodes, plus the last chunk's decode,
 // which nothing overlaps. When the copies are the slower (every link we
-// have measured: decode at 1.46 TB/s of bf16 outruns any link carrying
-// half the bytes below 730 GB/s) this is exact for a pipeline of equal
+// have measured: decode at 1.12 TB/s of bf16 outruns any link carrying
+// half the bytes below 560 GB/s) this is exact for a pipeline of equal
 // chunks; when the decodes are, it overcounts by a chunk's copy at most.
 // The decode's time on the GPU is not charged to prefill: it is about
-// 1/300 of a block's recompute for llama-3.1-8b on the H200.
+// 1/230 of a block's recompute for llama-3.1-8b on the H200.
 
 // codecLoadSeconds is the time to bring raw bytes (encoded: enc) over p
 // and decode them, chunkRaw being the last chunk's raw bytes; without a
@@ -164,10 +164,10 @@ func (p *Path) codecLoadSeconds(raw, enc, chunkRaw int64) float64 {
 // fp8E4M3 is the FP8 e4m3 codec with a scale per head, as the H200 ran it.
 var fp8E4M3 = Codec{
 	Name: "fp8-e4m3", Input: BF16, ValueBytes: 1, ScaleBytes: 4, ScaleAlign: 16,
-	EncodeBytesPerS: 1.69e12, DecodeBytesPerS: 1.46e12, ChunkBlocks: 8,
+	EncodeBytesPerS: 1.18e12, DecodeBytesPerS: 1.12e12, ChunkBlocks: 8,
 	Source: "kvtier/codec.FP8E4M3PerHead's format; the cudacodec kernels on the project's H200 " +
-		"(benchmarks/results/fp8-codec-h200.md, CuKernels medians): quantize 1.69e12, dequantize 1.46e12 bf16 bytes/s, " +
-		"chunks of 8 blocks per launch",
+		"(benchmarks/results/fp8-codec-h200.md, CuKernels medians of the kernels that code blocks where the KV cache " +
+		"keeps them, 7693b5c): quantize 1.18e12, dequantize 1.12e12 bf16 bytes/s, chunks of 8 blocks",
 }
 
 var codecPresets = map[string]Codec{"fp8-e4m3": fp8E4M3}

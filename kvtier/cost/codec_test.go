@@ -173,7 +173,7 @@ func TestScenarioCodecReload(t *testing.T) {
 	if se.WireBytes(tokens) != encBytes || sr.WireBytes(tokens) != rawBytes {
 		t.Fatalf("wire bytes %d and %d", se.WireBytes(tokens), sr.WireBytes(tokens))
 	}
-	want := 80e-6 + float64(encBytes)/3e9 + float64(8*2097152)/1.46e12
+	want := 80e-6 + float64(encBytes)/3e9 + float64(8*2097152)/1.12e12
 	if got := se.ReloadTime(tokens).Seconds(); math.Abs(got-want) > 1e-9 {
 		t.Errorf("compressed reload %g s, want %g", got, want)
 	}
@@ -182,7 +182,7 @@ func TestScenarioCodecReload(t *testing.T) {
 		t.Errorf("compressed/raw reload %.3f over a 3 GB/s drive, want about a half", ratio)
 	}
 	// A short reload decodes its one chunk: no more than its own tokens.
-	want = 80e-6 + float64(2048+1048576)/3e9 + 2097152/1.46e12
+	want = 80e-6 + float64(2048+1048576)/3e9 + 2097152/1.12e12
 	if got := se.ReloadTime(16).Seconds(); math.Abs(got-want) > 1e-9 {
 		t.Errorf("one block: %g s, want %g", got, want)
 	}
@@ -191,7 +191,7 @@ func TestScenarioCodecReload(t *testing.T) {
 	fast := enc
 	fast.Ingress.BandwidthBytesPerS = 5e12
 	sf := testCodecScenario(t, fast)
-	want = 80e-6 + float64(rawBytes)/1.46e12 + float64(8*2097152)/1.46e12
+	want = 80e-6 + float64(rawBytes)/1.12e12 + float64(8*2097152)/1.12e12
 	if got := sf.ReloadTime(tokens).Seconds(); math.Abs(got-want) > 1e-9 {
 		t.Errorf("decode-bound: %g s, want %g", got, want)
 	}

@@ -39,7 +39,7 @@ func tierBlocks(tier Tier, n int) []BlockSource {
 // its decode; the host tier, without a codec, is unchanged.
 func TestPlanCodecBlockLoadCost(t *testing.T) {
 	raw, enc := codecPlanners(t, Link{Name: "drive", BandwidthBytesPerS: 3.5e9, Latency: 80 * time.Microsecond})
-	want := 82.1e-6 + float64(2048+1048576)/3.5e9 + 8*2097152/1.46e12
+	want := 82.1e-6 + float64(2048+1048576)/3.5e9 + 8*2097152/1.12e12
 	if got := enc.BlockLoadCost(TierNVMe).Seconds(); math.Abs(got-want) > 1e-9 {
 		t.Errorf("compressed NVMe block %g s, want %g", got, want)
 	}

@@ -108,8 +108,8 @@ type Config struct {
 	// codec on a simulated device (which cannot run the kernels): a
 	// chunk's coding takes its bf16 bytes at this rate on the device's
 	// clock, plus a kernel launch. Pass the cost model's figures
-	// (cost.Codec's EncodeBytesPerS and DecodeBytesPerS, 1.69e12 and
-	// 1.46e12 for fp8-e4m3 on the H200); 0 prices the launch alone.
+	// (cost.Codec's EncodeBytesPerS and DecodeBytesPerS, 1.18e12 and
+	// 1.12e12 for fp8-e4m3 on the H200); 0 prices the launch alone.
 	GoCodecEncodeBytesPerS, GoCodecDecodeBytesPerS float64
 }
 

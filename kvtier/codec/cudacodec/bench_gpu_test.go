@@ -1,6 +1,8 @@
 package cudacodec
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"kvtier.dev/cudastream"
@@ -14,6 +16,7 @@ const benchBlocks = 64
 // reads dRaw (quantized through dEnc) into pinned hRaw/hEnc, the in
 // direction writes from hRaw/hEnc into dRaw2 (through dEnc2).
 type rig struct {
+	dev                      cudastream.Device
 	k                        *Kernels
 	ks, cs, ks2, cs2         cudastream.Stream
 	dRaw, dEnc, dRaw2, dEnc2 cudastream.DevicePtr
@@ -24,7 +27,7 @@ type rig struct {
 
 func newRig(b *testing.B) *rig {
 	dev := gputest.Device(b)
-	r := &rig{k: loadKernels(b, dev), raw: llama8B.BlockBytes(), enc: mustEncoded(b, llama8B)}
+	r := &rig{dev: dev, k: loadKernels(b, dev), raw: llama8B.BlockBytes(), enc: mustEncoded(b, llama8B)}
 	for _, p := range []*cudastream.Stream{&r.ks, &r.cs, &r.ks2, &r.cs2} {
 		st, err := dev.NewStream(0)
 		if err != nil {
@@ -152,21 +155,39 @@ func BenchmarkCuCodec(b *testing.B) {
 }
 
 // BenchmarkCuKernels times the kernels alone on 64 blocks in device
-// memory, one launch each way (bytes/s count bf16 bytes).
+// memory, each way: the contiguous kernels in one launch, the _blocks
+// ones over a block-first layout of the same blocks named in a shuffled
+// order, 16 a launch (bytes/s count bf16 bytes).
 func BenchmarkCuKernels(b *testing.B) {
 	r := newRig(b)
-	b.Run("quantize", func(b *testing.B) {
-		b.SetBytes(benchBlocks * r.raw)
-		for b.Loop() {
-			r.check(b, r.k.Quantize(r.ks, llama8B, r.dEnc, r.dRaw, benchBlocks))
-			r.check(b, r.ks.Synchronize())
-		}
-	})
-	b.Run("dequantize", func(b *testing.B) {
-		b.SetBytes(benchBlocks * r.raw)
-		for b.Loop() {
-			r.check(b, r.k.Dequantize(r.ks, llama8B, r.dRaw2, r.dEnc, benchBlocks))
-			r.check(b, r.ks.Synchronize())
-		}
-	})
+	lps := llama8B.Layers * llama8B.Parts
+	table := make([]byte, 8*lps)
+	for p := range lps {
+		binary.LittleEndian.PutUint64(table[8*p:], uint64(r.dRaw2)+uint64(int64(p)*r.raw/int64(lps)))
+	}
+	dTable := devAlloc(b, r.dev, int64(len(table)))
+	r.check(b, r.ks.CopyHtoD(dTable, table))
+	r.check(b, r.ks.Synchronize())
+	l := Layout{Table: dTable, Stride: r.raw}
+	ids := make([]int32, benchBlocks)
+	for i, v := range rand.New(rand.NewPCG(37, 10)).Perm(benchBlocks) {
+		ids[i] = int32(v)
+	}
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"quantize", func() error { return r.k.Quantize(r.ks, llama8B, r.dEnc, r.dRaw, benchBlocks) }},
+		{"dequantize", func() error { return r.k.Dequantize(r.ks, llama8B, r.dRaw2, r.dEnc, benchBlocks) }},
+		{"quantize-blocks", func() error { return r.k.QuantizeBlocks(r.ks, llama8B, r.dEnc2, l, ids) }},
+		{"dequantize-blocks", func() error { return r.k.DequantizeBlocks(r.ks, llama8B, l, r.dEnc, ids) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(benchBlocks * r.raw)
+			for b.Loop() {
+				r.check(b, c.run())
+				r.check(b, r.ks.Synchronize())
+			}
+		})
+	}
 }
