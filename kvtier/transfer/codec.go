@@ -38,23 +38,34 @@ import (
 // cannot load them and whose streams run Go kernels (the simulator,
 // cudastream.GoLauncher) the same steps run package codec's Go reference,
 // priced on the simulator's clock by Config.GoCodecEncodeBytesPerS and
-// GoCodecDecodeBytesPerS. The kernels code whole blocks (every layer of a
-// block in one launch), so an onboard's layer events are all recorded
-// after its last chunk: no layer is ready before the whole transfer is.
+// GoCodecDecodeBytesPerS.
+//
+// An offload codes whole blocks. An onboard moves its blocks once per
+// group of layers (Config.CodecLayerGroups): for each group, every chunk
+// copies its blocks' scales and that group's codes, and the dequantize
+// writes that group's layers; the group's layer events are recorded after
+// its last chunk, so a pass starts on the first layers while the link
+// carries the rest. Each group after the first copies the scales again
+// (ScaleBytes a block: 2 KiB of 1 MiB for llama-3.1-8b).
 
 // Defaults of the codec path's ring: chunks of 8 blocks kept 0.96-0.97 of
 // the link's rate on the H200 (benchmarks/results/fp8-codec-h200.md).
 const (
 	DefaultCodecChunkBlocks = 8
 	DefaultCodecBuffers     = 2
+	// DefaultCodecLayerGroups is how many groups of layers an onboard
+	// dequantizes one after another (fp8-codec-path-fused-h200.md).
+	DefaultCodecLayerGroups = 4
 )
 
-// blockKernels code whole blocks of one shape on a stream, between the
-// GPU blocks named by ids, where the engine's GPU layout keeps them, and
-// len(ids) encoded blocks one after another at enc.
+// blockKernels code blocks of one shape on a stream, between the GPU
+// blocks named by ids, where the engine's GPU layout keeps them, and
+// len(ids) encoded blocks one after another at enc: quantize whole
+// blocks, dequantize the layers in r (reading those layers' codes and
+// the blocks' scales only).
 type blockKernels interface {
 	quantize(st cudastream.Stream, enc uint64, ids []int32) error
-	dequantize(st cudastream.Stream, enc uint64, ids []int32) error
+	dequantize(st cudastream.Stream, enc uint64, ids []int32, r cudacodec.Layers) error
 	close() error
 	name() string
 }
@@ -63,9 +74,20 @@ type blockKernels interface {
 type codecState struct {
 	c        codec.Codec
 	shape    codec.Shape
-	raw, enc int64 // one block's bytes as bf16 and encoded
-	chunk    int   // blocks per chunk
+	raw, enc int64              // one block's bytes as bf16 and encoded
+	chunk    int                // blocks per chunk
+	groups   []cudacodec.Layers // an onboard's groups of layers, in order
 	kern     blockKernels
+}
+
+// layerGroups splits layers into n groups as even as can be, in order.
+func layerGroups(layers, n int) []cudacodec.Layers {
+	g := make([]cudacodec.Layers, 0, n)
+	for i := range n {
+		first, next := i*layers/n, (i+1)*layers/n
+		g = append(g, cudacodec.Layers{First: first, Count: next - first})
+	}
+	return g
 }
 
 // codecRing is one direction's device scratch ring. It belongs to its
@@ -114,6 +136,8 @@ func checkCodecConfig(cfg *Config) (int64, error) {
 		return 0, fmt.Errorf("transfer: Config.CodecChunkBlocks must be in [0, %d] (0: %d), got %d", cudacodec.MaxBlocks, DefaultCodecChunkBlocks, cfg.CodecChunkBlocks)
 	case cfg.CodecBuffers < 0 || cfg.CodecBuffers > 64:
 		return 0, fmt.Errorf("transfer: Config.CodecBuffers must be in [0, 64] (0: %d), got %d", DefaultCodecBuffers, cfg.CodecBuffers)
+	case cfg.CodecLayerGroups < 0 || cfg.CodecLayerGroups > s.Layers:
+		return 0, fmt.Errorf("transfer: Config.CodecLayerGroups must be in [0, %d] (the block's layers; 0: %d), got %d", s.Layers, DefaultCodecLayerGroups, cfg.CodecLayerGroups)
 	case !(cfg.GoCodecEncodeBytesPerS >= 0) || math.IsInf(cfg.GoCodecEncodeBytesPerS, 0):
 		return 0, fmt.Errorf("transfer: Config.GoCodecEncodeBytesPerS must be finite and not negative, got %g", cfg.GoCodecEncodeBytesPerS)
 	case !(cfg.GoCodecDecodeBytesPerS >= 0) || math.IsInf(cfg.GoCodecDecodeBytesPerS, 0):
@@ -129,6 +153,9 @@ func checkCodecConfig(cfg *Config) (int64, error) {
 	if cfg.CodecBuffers == 0 {
 		cfg.CodecBuffers = DefaultCodecBuffers
 	}
+	if cfg.CodecLayerGroups == 0 {
+		cfg.CodecLayerGroups = min(DefaultCodecLayerGroups, s.Layers)
+	}
 	enc, err := codec.EncodedBytes(cfg.Codec, s)
 	if err != nil {
 		return 0, fmt.Errorf("transfer: Config.CodecShape: %w", err)
@@ -143,7 +170,8 @@ func (e *Engine) setupCodec(cfg *Config) error {
 	if cfg.Codec == codec.None {
 		return nil
 	}
-	cs := &codecState{c: cfg.Codec, shape: cfg.CodecShape, raw: cfg.CodecShape.BlockBytes(), chunk: cfg.CodecChunkBlocks}
+	cs := &codecState{c: cfg.Codec, shape: cfg.CodecShape, raw: cfg.CodecShape.BlockBytes(), chunk: cfg.CodecChunkBlocks,
+		groups: layerGroups(cfg.CodecShape.Layers, cfg.CodecLayerGroups)}
 	cs.enc, _ = codec.EncodedBytes(cfg.Codec, cfg.CodecShape) // checked by checkCodecConfig
 	prio := [2]int{cfg.OnboardPriority, cfg.OffloadPriority}
 	for i, d := range []*direction{&e.on, &e.off} {
@@ -287,8 +315,8 @@ func (g *gpuKernels) quantize(st cudastream.Stream, enc uint64, ids []int32) err
 	return g.k.QuantizeBlocks(st, g.shape, cudastream.DevicePtr(enc), g.layout, ids)
 }
 
-func (g *gpuKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32) error {
-	return g.k.DequantizeBlocks(st, g.shape, g.layout, cudastream.DevicePtr(enc), ids)
+func (g *gpuKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32, r cudacodec.Layers) error {
+	return g.k.DequantizeBlocks(st, g.shape, g.layout, cudastream.DevicePtr(enc), ids, r)
 }
 
 func (g *gpuKernels) close() error {
@@ -312,26 +340,30 @@ type goKernels struct {
 }
 
 func (g *goKernels) quantize(st cudastream.Stream, enc uint64, ids []int32) error {
-	return g.launch("kvtier_fp8_quantize_blocks", st, enc, ids, true)
+	return g.launch("kvtier_fp8_quantize_blocks", st, enc, ids, cudacodec.Layers{First: 0, Count: g.gpu.Layers}, true)
 }
 
-func (g *goKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32) error {
-	return g.launch("kvtier_fp8_dequantize_blocks", st, enc, ids, false)
+func (g *goKernels) dequantize(st cudastream.Stream, enc uint64, ids []int32, r cudacodec.Layers) error {
+	return g.launch("kvtier_fp8_dequantize_blocks", st, enc, ids, r, false)
 }
 
 func (g *goKernels) close() error { return nil }
 func (g *goKernels) name() string { return "go" }
 
-// launch codes len(ids) blocks as one Go kernel: its ranges are the
-// encoded blocks, then each block's parts in (layer, part) order.
-func (g *goKernels) launch(name string, st cudastream.Stream, enc uint64, ids []int32, quantize bool) error {
+// launch codes len(ids) blocks as one Go kernel, the layers in r (all of
+// them when quantizing): its ranges are the encoded blocks, then each
+// block's parts of those layers in (layer, part) order. A dequantize
+// decodes whole blocks from the encoded ones (where codes of other layers
+// may be stale: any byte is a code) and writes r's parts only.
+func (g *goKernels) launch(name string, st cudastream.Stream, enc uint64, ids []int32, r cudacodec.Layers, quantize bool) error {
 	ids = slices.Clone(ids) // the caller's are scratch; Run comes later
-	n, lps := int64(len(ids)), g.gpu.Layers*g.gpu.Parts
+	n, parts := int64(len(ids)), g.gpu.Parts
+	first, lps := r.First*parts, r.Count*parts
 	k := cudastream.GoKernel{Name: name, Ranges: make([]cudastream.DeviceRange, 0, 1+len(ids)*lps)}
 	k.Ranges = append(k.Ranges, cudastream.DeviceRange{Ptr: cudastream.DevicePtr(enc), Bytes: n * g.enc})
 	for _, id := range ids {
-		for lp := range lps {
-			k.Ranges = append(k.Ranges, cudastream.DeviceRange{Ptr: cudastream.DevicePtr(g.gpu.addr(id, lp/g.gpu.Parts, lp%g.gpu.Parts)), Bytes: g.gpu.PartBytes})
+		for lp := first; lp < first+lps; lp++ {
+			k.Ranges = append(k.Ranges, cudastream.DeviceRange{Ptr: cudastream.DevicePtr(g.gpu.addr(id, lp/parts, lp%parts)), Bytes: g.gpu.PartBytes})
 		}
 	}
 	rate := g.decRate
@@ -339,22 +371,21 @@ func (g *goKernels) launch(name string, st cudastream.Stream, enc uint64, ids []
 		rate = g.encRate
 	}
 	if rate > 0 {
-		k.Cost = time.Duration(math.Round(float64(n*g.raw) / rate * 1e9))
+		k.Cost = time.Duration(math.Round(float64(n*g.raw) * float64(r.Count) / float64(g.gpu.Layers) / rate * 1e9))
 	}
 	k.Run = func(mem [][]byte) error {
 		coded, raw := mem[0], make([]byte, g.raw)
 		for b := range n {
-			parts := mem[1+int(b)*lps : 1+int(b+1)*lps]
 			out := coded[b*g.enc : (b+1)*g.enc]
 			var err error
 			if quantize {
-				for lp, part := range parts {
-					copy(raw[int64(lp)*g.gpu.PartBytes:], part)
+				for i, part := range mem[1+int(b)*lps : 1+int(b+1)*lps] {
+					copy(raw[int64(first+i)*g.gpu.PartBytes:], part)
 				}
 				err = codec.Encode(g.c, g.shape, out, raw)
 			} else if err = codec.Decode(g.c, g.shape, raw, out); err == nil {
-				for lp, part := range parts {
-					copy(part, raw[int64(lp)*g.gpu.PartBytes:])
+				for i, part := range mem[1+int(b)*lps : 1+int(b+1)*lps] {
+					copy(part, raw[int64(first+i)*g.gpu.PartBytes:])
 				}
 			}
 			if err != nil {

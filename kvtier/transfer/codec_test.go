@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -137,30 +138,100 @@ func firstDiff(a, b []byte) int {
 // TestCodecRoundTrip: GPU -> host -> GPU through the codec path equals
 // the Go reference byte for byte, for both layouts, chunks that divide
 // the transfer or not, padded slots and slots of exactly the encoded size
-// (whose copies merge).
+// (whose copies merge), and onboards in 1, 2 or 4 groups of layers (each
+// group after the first copying the blocks' scales again).
 func TestCodecRoundTrip(t *testing.T) {
 	for _, layout := range []string{"layer-first", "block-first"} {
 		for _, chunk := range []int{1, 3, 8} {
 			for _, exact := range []bool{false, true} {
-				name := layout + "/chunk" + string(rune('0'+chunk))
-				if exact {
-					name += "/exact-slots"
-				}
-				t.Run(name, func(t *testing.T) {
-					f := newFixture(t, layout, cudastream.H200Link())
+				for _, groups := range []int{1, 2, fxLayers} {
+					name := fmt.Sprintf("%s/chunk%d/groups%d", layout, chunk, groups)
 					if exact {
-						f.host.SlotBytes = encodedBytes(t)
+						name += "/exact-slots"
 					}
-					e := f.engine(t, codecConfig(chunk))
-					if e.CodecKernels() != "go" {
-						t.Errorf("CodecKernels() = %q on the simulator, want go", e.CodecKernels())
-					}
-					codecRoundTrip(t, f, e, 10, uint64(chunk))
-					if got, want := e.Stats().CodecChunks, int64(2*((10+chunk-1)/chunk)); got != want {
-						t.Errorf("CodecChunks = %d, want %d", got, want)
-					}
-				})
+					t.Run(name, func(t *testing.T) {
+						f := newFixture(t, layout, cudastream.H200Link())
+						if exact {
+							f.host.SlotBytes = encodedBytes(t)
+						}
+						cfg := codecConfig(chunk)
+						cfg.CodecLayerGroups = groups
+						e := f.engine(t, cfg)
+						if e.CodecKernels() != "go" {
+							t.Errorf("CodecKernels() = %q on the simulator, want go", e.CodecKernels())
+						}
+						before := e.Stats().OnboardBytes
+						codecRoundTrip(t, f, e, 10, uint64(chunk))
+						chunks := int64((10 + chunk - 1) / chunk)
+						if got, want := e.Stats().CodecChunks, chunks*int64(1+groups); got != want {
+							t.Errorf("CodecChunks = %d, want %d (%d chunks out, %d in each of %d groups)", got, want, chunks, chunks, groups)
+						}
+						want := 10 * (encodedBytes(t) + int64(groups-1)*fxShape.ScaleBytes())
+						if got := e.Stats().OnboardBytes - before; got != want {
+							t.Errorf("the onboard moved %d bytes, want %d (encoded blocks, the scales again for each group after the first)", got, want)
+						}
+					})
+				}
 			}
+		}
+	}
+}
+
+// TestCodecLayersLandInGroups: on the virtual clock, an onboard in groups
+// of layers makes each group's layers ready together, group after group,
+// the first well before the transfer ends; in one group every layer is
+// ready only at the end.
+func TestCodecLayersLandInGroups(t *testing.T) {
+	for _, groups := range []int{1, 2, fxLayers} {
+		f := newFixture(t, "block-first", cudastream.H200Link())
+		cfg := codecConfig(4)
+		cfg.Polled, cfg.CodecLayerGroups = true, groups
+		e := f.engine(t, cfg)
+		rng := rand.New(rand.NewPCG(7, uint64(groups)))
+		var in []Pair
+		for i := range 12 {
+			b := newCodedBlock(t, rng)
+			copy(f.host.Slot(int32(i)), b.enc)
+			in = append(in, Pair{GPUBlock: int32(20 + i), HostSlot: int32(i)})
+		}
+		start := f.sim.Clock().Now()
+		tr, err := e.Onboard(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for more := true; more; {
+			_, more = f.step(t, e)
+		}
+		if err := tr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		ready := make([]time.Duration, fxLayers)
+		for l := range ready {
+			at, ok := f.sim.EventTime(tr.LayerEvent(l))
+			if !ok {
+				t.Fatalf("%d groups: layer %d's event has no time once the device is idle", groups, l)
+			}
+			ready[l] = at - start
+		}
+		tr.Release()
+		// A group's layer events are recorded one after another, each
+		// taking the link model's event cost: together, not at once.
+		end, together := ready[fxLayers-1], 4*cudastream.H200Link().EventCost
+		for g, lr := range layerGroups(fxLayers, groups) {
+			for l := lr.First; l < lr.First+lr.Count; l++ {
+				if d := ready[l] - ready[lr.First]; d < 0 || d > together {
+					t.Errorf("%d groups: layer %d ready at %v, layer %d of its group at %v", groups, l, ready[l], lr.First, ready[lr.First])
+				}
+			}
+			if g > 0 && !(ready[lr.First]-ready[lr.First-1] > together) {
+				t.Errorf("%d groups: group %d ready at %v, not after the one before (%v)", groups, g, ready[lr.First], ready[lr.First-1])
+			}
+		}
+		if share := float64(ready[0]) / float64(end); groups > 1 && !(share < 1/float64(groups)+0.25) {
+			t.Errorf("%d groups: layer 0 ready at %v of the transfer's %v (%.2f), want before %.2f", groups, ready[0], end, share, 1/float64(groups)+0.25)
+		}
+		if groups == 1 && end-ready[0] > together {
+			t.Errorf("one group: layer 0 ready at %v, want with the last at %v", ready[0], end)
 		}
 	}
 }

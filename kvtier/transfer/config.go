@@ -104,6 +104,13 @@ type Config struct {
 	// CodecBuffers × CodecChunkBlocks encoded blocks of device memory per
 	// direction: 16 MiB for 2 MiB blocks by default.
 	CodecChunkBlocks, CodecBuffers int
+	// CodecLayerGroups is how many groups of layers an onboard dequantizes
+	// one after another (default DefaultCodecLayerGroups, at most the
+	// block's layers): each group's layer events are recorded once every
+	// block's layers of that group are on the GPU, so a pass computes the
+	// first layers while the link carries the last. 1 codes whole blocks,
+	// every layer ready at the end.
+	CodecLayerGroups int
 	// GoCodecEncodeBytesPerS and GoCodecDecodeBytesPerS price the Go
 	// codec on a simulated device (which cannot run the kernels): a
 	// chunk's coding takes its bf16 bytes at this rate on the device's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"kvtier.dev/cudastream"
+	"kvtier.dev/kvtier/codec/cudacodec"
 )
 
 // Source reads blocks for a staged onboard, for example from the NVMe tier.
@@ -85,7 +86,7 @@ func (e *Engine) OnboardStaged(ctx context.Context, src Source, gpuBlocks []int3
 		d := &e.on
 		d.mu.Lock()
 		if e.codec != nil {
-			e.endCoded(d, t, false) // the layers' events, on the ring's stream
+			e.endCoded(d, t, false, 0) // the layers' events, on the ring's stream
 		} else {
 			for l, ev := range t.layerEv { // the last one is t.final
 				if err := ev.Record(d.stream); err != nil && t.err == nil {
@@ -130,8 +131,10 @@ func (e *Engine) runStaged(ctx context.Context, src Source, gpuBlocks []int32, t
 		d := &e.on
 		d.mu.Lock()
 		if e.codec != nil {
-			// The staging buffer is read by the chunks' DMAs, on d's stream.
-			e.codeChunks(ctx, d, t, buf.pairs, &buf.layout, buf.base, false)
+			// The staging buffer is read by the chunks' DMAs, on d's stream;
+			// whole blocks, a staging buffer at a time as the source reads
+			// them: every layer is ready at the end.
+			e.codeChunks(ctx, d, t, buf.pairs, &buf.layout, buf.base, false, cudacodec.Layers{First: 0, Count: e.gpu.Layers})
 		} else {
 			d.begin(ctx, t, "staged onboard, staging buffer", k%len(e.staging))
 			d.co.addBlocks(&e.gpu, &buf.layout, buf.base, buf.pairs, true)

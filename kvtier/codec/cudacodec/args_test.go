@@ -83,28 +83,35 @@ func TestLaunchBlocksArgs(t *testing.T) {
 		enc    cudastream.DevicePtr
 		l      Layout
 		blocks []int32
+		r      Layers
 		want   error
 		says   string
 	}{
-		{shp(32, 2, 16, 8, 100), 16, ok, []int32{0}, codec.ErrShape, "HeadDim"},
-		{llama8B, 16, ok, nil, cudastream.ErrInvalidValue, "blocks = 0"},
-		{llama8B, 16, ok, make([]int32, MaxBlocks+1), cudastream.ErrInvalidValue, "blocks = 65536"},
-		{llama8B, 16, ok, []int32{3, -1}, cudastream.ErrInvalidValue, "blocks[1] = -1"},
-		{llama8B, 0, ok, []int32{0}, cudastream.ErrInvalidValue, "encoded blocks' address 0x0"},
-		{llama8B, 24, ok, []int32{0}, cudastream.ErrInvalidValue, "encoded blocks' address 0x18"},
-		{llama8B, 16, Layout{Table: 0, Stride: 32768}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Table 0x0"},
-		{llama8B, 16, Layout{Table: 8, Stride: 32768}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Table 0x8"},
-		{llama8B, 16, Layout{Table: 256, Stride: 0}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Stride 0"},
-		{llama8B, 16, Layout{Table: 256, Stride: 24}, []int32{0}, cudastream.ErrInvalidValue, "Layout.Stride 24"},
-		{llama8B, 16, ok, []int32{0}, cudastream.ErrNotSupported, "cannot launch"}, // a simulator stream
+		{shp(32, 2, 16, 8, 100), 16, ok, []int32{0}, Layers{0, 32}, codec.ErrShape, "HeadDim"},
+		{llama8B, 16, ok, nil, Layers{0, 32}, cudastream.ErrInvalidValue, "blocks = 0"},
+		{llama8B, 16, ok, make([]int32, MaxBlocks+1), Layers{0, 32}, cudastream.ErrInvalidValue, "blocks = 65536"},
+		{llama8B, 16, ok, []int32{3, -1}, Layers{0, 32}, cudastream.ErrInvalidValue, "blocks[1] = -1"},
+		{llama8B, 0, ok, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "encoded blocks' address 0x0"},
+		{llama8B, 24, ok, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "encoded blocks' address 0x18"},
+		{llama8B, 16, Layout{Table: 0, Stride: 32768}, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "Layout.Table 0x0"},
+		{llama8B, 16, Layout{Table: 8, Stride: 32768}, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "Layout.Table 0x8"},
+		{llama8B, 16, Layout{Table: 256, Stride: 0}, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "Layout.Stride 0"},
+		{llama8B, 16, Layout{Table: 256, Stride: 24}, []int32{0}, Layers{0, 32}, cudastream.ErrInvalidValue, "Layout.Stride 24"},
+		{llama8B, 16, ok, []int32{0}, Layers{32, 1}, cudastream.ErrInvalidValue, "layers 32..32 of a block of 32"},
+		{llama8B, 16, ok, []int32{0}, Layers{0, 0}, cudastream.ErrInvalidValue, "layers 0..-1"},
+		{llama8B, 16, ok, []int32{0}, Layers{-1, 2}, cudastream.ErrInvalidValue, "layers -1..0"},
+		{llama8B, 16, ok, []int32{0}, Layers{0, 32}, cudastream.ErrNotSupported, "cannot launch"}, // a simulator stream
 	}
 	for _, c := range cases {
 		for _, op := range []string{"QuantizeBlocks", "DequantizeBlocks"} {
+			if op == "QuantizeBlocks" && c.r != (Layers{0, 32}) {
+				continue // QuantizeBlocks codes whole blocks
+			}
 			var err error
 			if op == "QuantizeBlocks" {
 				err = k.QuantizeBlocks(st, c.s, c.enc, c.l, c.blocks)
 			} else {
-				err = k.DequantizeBlocks(st, c.s, c.l, c.enc, c.blocks)
+				err = k.DequantizeBlocks(st, c.s, c.l, c.enc, c.blocks, c.r)
 			}
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), op) {
 				t.Errorf("%s(%+v, enc %#x, %+v, %d blocks) = %v, want %v naming %s and %q", op, c.s, c.enc, c.l, len(c.blocks), err, c.want, op, c.says)

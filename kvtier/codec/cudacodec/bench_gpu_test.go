@@ -180,7 +180,7 @@ func BenchmarkCuKernels(b *testing.B) {
 		{"quantize", func() error { return r.k.Quantize(r.ks, llama8B, r.dEnc, r.dRaw, benchBlocks) }},
 		{"dequantize", func() error { return r.k.Dequantize(r.ks, llama8B, r.dRaw2, r.dEnc, benchBlocks) }},
 		{"quantize-blocks", func() error { return r.k.QuantizeBlocks(r.ks, llama8B, r.dEnc2, l, ids) }},
-		{"dequantize-blocks", func() error { return r.k.DequantizeBlocks(r.ks, llama8B, l, r.dEnc, ids) }},
+		{"dequantize-blocks", func() error { return r.k.DequantizeBlocks(r.ks, llama8B, l, r.dEnc, ids, Layers{0, llama8B.Layers}) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(benchBlocks * r.raw)

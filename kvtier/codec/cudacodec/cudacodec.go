@@ -139,20 +139,25 @@ type Layout struct {
 // argument enqueues nothing, but a launch the driver refuses after
 // others were enqueued leaves those enqueued (the error says how many).
 func (k *Kernels) QuantizeBlocks(st cudastream.Stream, s codec.Shape, dst cudastream.DevicePtr, l Layout, blocks []int32) error {
-	return k.launchLaid("QuantizeBlocks", k.quantLaid, st, s, dst, l, blocks)
+	return k.launchLaid("QuantizeBlocks", k.quantLaid, st, s, dst, l, blocks, Layers{0, s.Layers})
 }
 
-// DequantizeBlocks enqueues on st the decoding of encoded blocks at src,
-// the i-th at src + i*EncodedBytes, into the GPU blocks named by blocks,
-// each where l keeps it. The rules are QuantizeBlocks'. blocks MUST NOT
-// name a block twice.
-func (k *Kernels) DequantizeBlocks(st cudastream.Stream, s codec.Shape, l Layout, src cudastream.DevicePtr, blocks []int32) error {
-	return k.launchLaid("DequantizeBlocks", k.deqLaid, st, s, src, l, blocks)
+// Layers is a range of a block's layers: Count layers from First.
+type Layers struct{ First, Count int }
+
+// DequantizeBlocks enqueues on st the decoding of layers of encoded blocks
+// at src, the i-th at src + i*EncodedBytes, into the GPU blocks named by
+// blocks, each where l keeps it: the layers in r only (Layers{0,
+// s.Layers} for whole blocks), whose codes and the block's scales are
+// all it reads of an encoded block. The rules are QuantizeBlocks'.
+// blocks MUST NOT name a block twice.
+func (k *Kernels) DequantizeBlocks(st cudastream.Stream, s codec.Shape, l Layout, src cudastream.DevicePtr, blocks []int32, r Layers) error {
+	return k.launchLaid("DequantizeBlocks", k.deqLaid, st, s, src, l, blocks, r)
 }
 
-// launchLaid launches fn over blocks, launchBlocks at a time; enc is the
-// encoded side's address.
-func (k *Kernels) launchLaid(op string, fn cudastream.Function, st cudastream.Stream, s codec.Shape, enc cudastream.DevicePtr, l Layout, blocks []int32) error {
+// launchLaid launches fn over blocks, launchBlocks at a time, for the
+// layers in r; enc is the encoded side's address.
+func (k *Kernels) launchLaid(op string, fn cudastream.Function, st cudastream.Stream, s codec.Shape, enc cudastream.DevicePtr, l Layout, blocks []int32, r Layers) error {
 	if l.Stride <= 0 || l.Stride%16 != 0 {
 		return fmt.Errorf("cudacodec: %s: %w: Layout.Stride %d is not a positive multiple of 16", op, cudastream.ErrInvalidValue, l.Stride)
 	}
@@ -161,12 +166,20 @@ func (k *Kernels) launchLaid(op string, fn cudastream.Function, st cudastream.St
 			return fmt.Errorf("cudacodec: %s: %w: blocks[%d] = %d is negative", op, cudastream.ErrInvalidValue, i, b)
 		}
 	}
+	if r.First < 0 || r.Count < 1 || r.First+r.Count > s.Layers {
+		return fmt.Errorf("cudacodec: %s: %w: layers %d..%d of a block of %d", op, cudastream.ErrInvalidValue, r.First, r.First+r.Count-1, s.Layers)
+	}
 	encBytes, lr, err := checkLaunch(op, st, s, len(blocks), addr{enc, "the encoded blocks' address"}, addr{l.Table, "Layout.Table"})
 	if err != nil {
 		return err
 	}
+	lps := s.Layers * s.Parts
+	// codec.Shape's bounds keep every field inside its bits (fp8.cu's
+	// KV_TOKENS and the rest): tokens < 2^20, heads < 2^12, head dim and
+	// parts < 2^16.
+	shape := uint64(s.Tokens) | uint64(s.Heads)<<20 | uint64(s.HeadDim)<<32 | uint64(lps)<<48
 	args := [cudastream.MaxLaunchArgs]uint64{0, uint64(encBytes), uint64(l.Table), uint64(l.Stride),
-		uint64(s.Tokens), uint64(s.Heads), uint64(s.HeadDim), uint64(s.ScaleBytes())}
+		shape, uint64(s.ScaleBytes()), uint64(r.First * s.Parts), 0}
 	for done := 0; done < len(blocks); done += launchBlocks {
 		part := blocks[done:min(len(blocks), done+launchBlocks)]
 		args[0] = uint64(enc) + uint64(int64(done)*encBytes)
@@ -175,7 +188,7 @@ func (k *Kernels) launchLaid(op string, fn cudastream.Function, st cudastream.St
 			args[8+i/2] |= uint64(uint32(b)) << (32 * (i % 2))
 		}
 		cfg := cudastream.LaunchConfig{
-			Grid:  [3]uint32{uint32(s.Layers * s.Parts), uint32(len(part)), 1},
+			Grid:  [3]uint32{uint32(r.Count * s.Parts), uint32(len(part)), 1},
 			Block: [3]uint32{threads, 1, 1},
 		}
 		if err := lr.Launch(fn, cfg, args[:]); err != nil {

@@ -199,7 +199,8 @@ func TestCuDequantizeAnyCodes(t *testing.T) {
 // TestCuBlocksMatchGo: QuantizeBlocks and DequantizeBlocks over a
 // layer-first KV region (each part of a block apart from the others),
 // naming more blocks than one launch carries, in a shuffled order, give
-// codec.Encode's and codec.Decode's bytes; blocks not named keep theirs.
+// codec.Encode's and codec.Decode's bytes; blocks not named keep theirs,
+// and a dequantize of some layers writes those layers only.
 func TestCuBlocksMatchGo(t *testing.T) {
 	dev := gputest.Device(t)
 	k := loadKernels(t, dev)
@@ -260,7 +261,8 @@ func compareBlocksOnGPU(t *testing.T, dev cudastream.Device, k *Kernels, st cuda
 		st.CopyDtoH(gotEnc, dEnc),
 		st.CopyHtoD(dEnc, want), // decode the Go encoding, so the two halves are tested apart
 		st.CopyHtoD(dRegion, poison),
-		k.DequantizeBlocks(st, s, l, dEnc, blocks),
+		// Layers 1.. first, as an onboard's later group: layer 0 stays.
+		k.DequantizeBlocks(st, s, l, dEnc, blocks, Layers{1, s.Layers - 1}),
 		st.CopyDtoH(gotRegion, dRegion),
 		st.Synchronize(),
 	} {
@@ -271,6 +273,25 @@ func compareBlocksOnGPU(t *testing.T, dev cudastream.Device, k *Kernels, st cuda
 	if i := firstDiff(gotEnc, want); i >= 0 {
 		t.Fatalf("QuantizeBlocks: byte %d of %d differs: GPU %#02x, Go %#02x (the %d-th block named, GPU block %d, offset %d)",
 			i, len(want), gotEnc[i], want[i], int64(i)/enc, blocks[int64(i)/enc], int64(i)%enc)
+	}
+	layer0 := int64(s.Parts) * part // a block's layer 0, in (layer, part) order
+	for i, b := range blocks {
+		got, w := block(gotRegion, b), back[int64(i)*raw:][:raw]
+		if !bytes.Equal(got[:layer0], block(poison, b)[:layer0]) {
+			t.Fatalf("DequantizeBlocks of layers 1..%d wrote layer 0 of GPU block %d", s.Layers-1, b)
+		}
+		if j := firstDiff(got[layer0:], w[layer0:]); j >= 0 {
+			t.Fatalf("DequantizeBlocks of layers 1..%d: GPU block %d (the %d-th named), byte %d past layer 0 differs", s.Layers-1, b, i, j)
+		}
+	}
+	for _, err := range []error{
+		k.DequantizeBlocks(st, s, l, dEnc, blocks, Layers{0, 1}),
+		st.CopyDtoH(gotRegion, dRegion),
+		st.Synchronize(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	isNamed := make(map[int32]bool)
 	for i, b := range blocks {

@@ -23,7 +23,11 @@
 // table being layers*parts addresses in device memory and id(b) the b-th
 // of the launch's 16 GPU block numbers, two 32-bit ones to a parameter
 // (ids0 holds blocks 0 and 1, block 0 in its low half). So no copy
-// gathers or scatters the blocks around the coding. A unit of work is 16 values of one head (HeadDim is a
+// gathers or scatters the blocks around the coding. Their grid's x runs
+// over the launch's parts, from lpBase: a launch may code some layers of
+// its blocks (an onboard dequantizes a group of layers at a time, so that
+// the first layers are ready before the last have crossed the link); the
+// shape comes packed in one parameter (KV_TOKENS and the rest). A unit of work is 16 values of one head (HeadDim is a
 // multiple of 16): two 16-byte loads of bf16, one 16-byte store of codes.
 // The quantizer reads its part twice, once for the heads' amax and once to
 // convert; the second read comes from L2.
@@ -35,6 +39,13 @@
 // cvt.rn.satfinite.e4m3x2.f32 needs sm_89 or later.
 
 #define KV_MAX_HEADS 1024
+
+// The _blocks kernels' shape parameter: tokens in bits 0-19, heads in
+// 20-31, head dim in 32-47, the block's (layer, part) count in 48-63.
+#define KV_TOKENS(s) ((s) & 0xFFFFFull)
+#define KV_HEADS(s) (((s) >> 20) & 0xFFFull)
+#define KV_HEADDIM(s) (((s) >> 32) & 0xFFFFull)
+#define KV_LPS(s) ((unsigned)((s) >> 48))
 #define KV_MIN_AMAX 0x1p-100f
 
 typedef unsigned long long u64;
@@ -81,8 +92,8 @@ static __device__ __forceinline__ unsigned kvCodes4(unsigned w0, unsigned w1, fl
 
 // kvQuantizePart encodes part lp of one block: in is the part's bf16
 // values, out the block's encoded bytes (its scales, then its codes).
-static __device__ __forceinline__ void kvQuantizePart(const uint4 *in, unsigned char *out, unsigned lp, u64 tokens,
-                                                      u64 heads, u64 headDim, u64 scaleBytes) {
+static __device__ __forceinline__ void kvQuantizePart(const uint4 *in, unsigned char *out, unsigned lp, unsigned lps,
+                                                      u64 tokens, u64 heads, u64 headDim, u64 scaleBytes) {
 	__shared__ unsigned amax[KV_MAX_HEADS];
 	__shared__ float inv[KV_MAX_HEADS];
 	const unsigned tid = threadIdx.x, nt = blockDim.x;
@@ -94,7 +105,7 @@ static __device__ __forceinline__ void kvQuantizePart(const uint4 *in, unsigned 
 	for (unsigned h = tid; h < heads; h += nt)
 		amax[h] = 0;
 	if (lp == 0) // the scale section's padding
-		for (u64 i = (u64)gridDim.x * heads * 4 + tid; i < scaleBytes; i += nt)
+		for (u64 i = (u64)lps * heads * 4 + tid; i < scaleBytes; i += nt)
 			out[i] = 0;
 	__syncthreads();
 #pragma unroll 4
@@ -138,17 +149,17 @@ extern "C" __global__ void __launch_bounds__(256)
 	const unsigned lp = blockIdx.x;
 	const u64 n = tokens * heads * headDim;
 	kvQuantizePart((const uint4 *)(src + blockIdx.y * srcStride + (u64)lp * n * 2),
-	               (unsigned char *)(dst + blockIdx.y * dstStride), lp, tokens, heads, headDim, scaleBytes);
+	               (unsigned char *)(dst + blockIdx.y * dstStride), lp, gridDim.x, tokens, heads, headDim, scaleBytes);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-    kvtier_fp8_quantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 tokens, u64 heads,
-                               u64 headDim, u64 scaleBytes, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4,
-                               u64 ids5, u64 ids6, u64 ids7) {
-	const unsigned lp = blockIdx.x;
+    kvtier_fp8_quantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 shape, u64 scaleBytes,
+                               u64 lpBase, u64 unused, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4, u64 ids5,
+                               u64 ids6, u64 ids7) {
+	const unsigned lp = (unsigned)lpBase + blockIdx.x;
 	const u64 part = kvPart(table, blockStride, lp, blockIdx.y, ids0, ids1, ids2, ids3, ids4, ids5, ids6, ids7);
-	kvQuantizePart((const uint4 *)part, (unsigned char *)(enc + blockIdx.y * encStride), lp, tokens, heads, headDim,
-	               scaleBytes);
+	kvQuantizePart((const uint4 *)part, (unsigned char *)(enc + blockIdx.y * encStride), lp, KV_LPS(shape),
+	               KV_TOKENS(shape), KV_HEADS(shape), KV_HEADDIM(shape), scaleBytes);
 }
 
 // kvBF16 is code c's value times scale, rounded to bf16 to nearest even;
@@ -200,11 +211,11 @@ extern "C" __global__ void __launch_bounds__(256)
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-    kvtier_fp8_dequantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 tokens, u64 heads,
-                                 u64 headDim, u64 scaleBytes, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4,
-                                 u64 ids5, u64 ids6, u64 ids7) {
-	const unsigned lp = blockIdx.x;
+    kvtier_fp8_dequantize_blocks(u64 enc, u64 encStride, u64 table, u64 blockStride, u64 shape, u64 scaleBytes,
+                                 u64 lpBase, u64 unused, u64 ids0, u64 ids1, u64 ids2, u64 ids3, u64 ids4, u64 ids5,
+                                 u64 ids6, u64 ids7) {
+	const unsigned lp = (unsigned)lpBase + blockIdx.x;
 	const u64 part = kvPart(table, blockStride, lp, blockIdx.y, ids0, ids1, ids2, ids3, ids4, ids5, ids6, ids7);
-	kvDequantizePart((const unsigned char *)(enc + blockIdx.y * encStride), (uint4 *)part, lp, tokens, heads, headDim,
-	                 scaleBytes);
+	kvDequantizePart((const unsigned char *)(enc + blockIdx.y * encStride), (uint4 *)part, lp, KV_TOKENS(shape),
+	                 KV_HEADS(shape), KV_HEADDIM(shape), scaleBytes);
 }
