@@ -50,7 +50,7 @@ def main():
     print('| build | codec | slots | way | p50 of 64 blocks (us, min-max) | issue (us) | sustained wire rate (GB/s) | of bf16 | per-op ratio |')
     print('|---|---|---|---|---|---|---|---|---|')
     for v in versions:
-        for c in ['none', 'fp8', 'fp8-2MiB']:
+        for c in ['none', 'fp8', 'fp8-1group', 'fp8-4groups', 'fp8-2MiB']:
             for o in ['seq', 'shuf']:
                 for w in ['out', 'in', 'both']:
                     k64, k16 = f'{c}/{o}/{w}/64', f'{c}/{o}/{w}/16'

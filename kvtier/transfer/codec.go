@@ -40,8 +40,9 @@ import (
 // priced on the simulator's clock by Config.GoCodecEncodeBytesPerS and
 // GoCodecDecodeBytesPerS.
 //
-// An offload codes whole blocks. An onboard moves its blocks once per
-// group of layers (Config.CodecLayerGroups): for each group, every chunk
+// An offload codes whole blocks. An onboard moves its blocks whole, or,
+// with Config.CodecLayerGroups above 1, once per group of layers: for
+// each group, every chunk
 // copies its blocks' scales and that group's codes, and the dequantize
 // writes that group's layers; the group's layer events are recorded after
 // its last chunk, so a pass starts on the first layers while the link
@@ -54,8 +55,13 @@ const (
 	DefaultCodecChunkBlocks = 8
 	DefaultCodecBuffers     = 2
 	// DefaultCodecLayerGroups is how many groups of layers an onboard
-	// dequantizes one after another (fp8-codec-path-fused-h200.md).
-	DefaultCodecLayerGroups = 4
+	// dequantizes one after another: 1, whole blocks. In 4 groups, served
+	// on the H200, a group's steps cost the caller 4x the issue time (700
+	// us for 64 blocks, against 200) and the learned host link fell from
+	// 50 to 34-40 GB/s; agentic TTFT p50 rose from 33.5 to 43.0 ms
+	// (benchmarks/results/serve-codec-h200-groups). Groups pay once a
+	// group's chunks issue as cheaply as a whole block's.
+	DefaultCodecLayerGroups = 1
 )
 
 // blockKernels code blocks of one shape on a stream, between the GPU

@@ -177,9 +177,9 @@ func TestGPUCodecRoundTrip(t *testing.T) {
 // and the blocks' GPU blocks and host slots are consecutive ("seq", so
 // that their copies merge) or shuffled ("shuf", one copy a block, as a
 // cache that has churned). "fp8-2MiB" is the FP8 path with 2 MiB slots,
-// the rig of the earlier results (fp8-codec-path-h200.md); "fp8-1group"
-// onboards whole blocks (Config.CodecLayerGroups 1) instead of the
-// default's groups of layers.
+// the rig of the earlier results (fp8-codec-path-h200.md); "fp8-4groups"
+// onboards in 4 groups of layers (Config.CodecLayerGroups) instead of
+// whole blocks.
 func BenchmarkGPUCodec(b *testing.B) {
 	r := newCodecRig(b, "block-first")
 	enc := roundUp(mustEncodedBytes(b, gpuCodecShape), 4096)
@@ -191,7 +191,7 @@ func BenchmarkGPUCodec(b *testing.B) {
 	}{
 		{"none", codec.None, gpuCodecShape.BlockBytes(), 0},
 		{"fp8", codec.FP8E4M3PerHead, enc, 0},
-		{"fp8-1group", codec.FP8E4M3PerHead, enc, 1},
+		{"fp8-4groups", codec.FP8E4M3PerHead, enc, 4},
 		{"fp8-2MiB", codec.FP8E4M3PerHead, gpuCodecShape.BlockBytes(), 0},
 	} {
 		e := r.engine(b, c.c, func(cfg *Config) { cfg.Host.SlotBytes, cfg.CodecLayerGroups = c.slot, c.groups })

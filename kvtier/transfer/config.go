@@ -105,7 +105,7 @@ type Config struct {
 	// direction: 16 MiB for 2 MiB blocks by default.
 	CodecChunkBlocks, CodecBuffers int
 	// CodecLayerGroups is how many groups of layers an onboard dequantizes
-	// one after another (default DefaultCodecLayerGroups, at most the
+	// one after another (default DefaultCodecLayerGroups, 1; at most the
 	// block's layers): each group's layer events are recorded once every
 	// block's layers of that group are on the GPU, so a pass computes the
 	// first layers while the link carries the last. 1 codes whole blocks,
