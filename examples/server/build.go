@@ -112,6 +112,11 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 	if err := p.cal.setRuntime(p.runtimeName()); err != nil {
 		return p, err
 	}
+	if p.gpu != nil {
+		if err := p.cal.setAttentionWave(p.gpu.AttentionRows() * p.dev.Info().SMCount); err != nil {
+			return p, err
+		}
+	}
 	if !c.strategy.Caches() {
 		return p, nil
 	}

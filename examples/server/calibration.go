@@ -72,6 +72,19 @@ func (k *calibration) setRuntime(name string) error {
 	return nil
 }
 
+// setAttentionWave says how many query rows × heads one wave of the GPU's
+// attention kernel holds (cost.Calibration.SetAttentionWave): a pass of
+// fewer rows over a prefix costs about what a wave's rows do.
+func (k *calibration) setAttentionWave(wave int) error {
+	if k == nil {
+		return nil
+	}
+	if err := k.cal.SetAttentionWave(wave); err != nil {
+		return fmt.Errorf("cost model: %w", err)
+	}
+	return nil
+}
+
 // observer is what the engine feeds, or nil when the server does not learn.
 func (k *calibration) observer() engine.Observer {
 	if k == nil || !k.learn {

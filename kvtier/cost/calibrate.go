@@ -82,6 +82,9 @@ const prefixReadScale = 0.1
 // work (docs/cost.md). It is safe for concurrent use.
 type Calibration struct {
 	gpu GPU
+	// wave is the runtime's attention wave (SetAttentionWave), 0 unknown;
+	// under mu.
+	wave int
 
 	mu         sync.Mutex
 	prior      [maxTerms]float64 // θ of the prefill prior
@@ -177,6 +180,8 @@ func (c *Calibration) prefillFeatures(m *Model, s *PrefillSample) [maxTerms]floa
 	if s.PrefixPairs > 0 {
 		pairs = float64(s.PrefixPairs)
 	}
+	// The pairs of the rows past the wave (PrefillCost.PrefixFullRows).
+	pairs *= max(0, n-prefixFullRows(m, tp, c.wave)) / n
 	return [maxTerms]float64{fixedScaleSeconds, m.passBytesPerRank(tp) / c.hbmScale(), lin / f,
 		n * (n + 1) / 2 * perPair, pairs * perPair, p * float64(m.KVBytesPerTokenPerRank(tp)) / (prefixReadScale * c.hbmScale())}
 }
@@ -405,6 +410,7 @@ func (c *Calibration) publishLocked() {
 		theta, width, used = r.theta, widthOr(r, maxTerms, c.priorWidth), r.used
 	}
 	f.Prefill = c.termsOf(theta)
+	f.Prefill.AttentionWave = c.wave
 	f.Prefill.Samples, f.Prefill.Outliers, f.Prefill.ErrorWidth = len(c.rows), len(c.rows)-used, width
 	for _, ls := range c.links {
 		f.Links = append(f.Links, ls.fit)

@@ -155,6 +155,10 @@ func (c *Calibration) loadFile(f *calibrationFile) error {
 		}
 		c.priorSlowdown = f.Prefill.LoadSlowdown // a prior, as the other terms'
 	}
+	if w := f.Prefill.AttentionWave; w < 0 || w > maxAttentionWave {
+		return fmt.Errorf("calibration: prefill: %w", fieldErr("attention_wave", w, "must be between 0 (unknown) and %d", maxAttentionWave))
+	}
+	c.wave = f.Prefill.AttentionWave
 	for i, s := range f.PrefillSamples {
 		m, err := c.modelLocked(s.Model)
 		if err != nil {

@@ -29,6 +29,25 @@ type PrefillFit struct {
 	// loads it was learned from (0: the prior's).
 	LoadSlowdown        float64 `json:"load_slowdown,omitempty"`
 	LoadSlowdownSamples int     `json:"load_slowdown_samples,omitempty"`
+	// AttentionWave is how many query rows × heads one wave of the
+	// runtime's attention kernel holds (its rows a CTA × the GPU's SMs;
+	// Calibration.SetAttentionWave), 0 if unknown. A pass computing fewer
+	// rows than that over its heads still takes a whole wave over its
+	// prefix: its prefix pairs are priced for its rows past
+	// AttentionWave/heads only, the wave's cost being in the read term
+	// (PrefillCost.PrefixFullRows).
+	AttentionWave int `json:"attention_wave,omitempty"`
+}
+
+// prefixFullRows is the rows a pass of m on one of tp ranks computes
+// before its prefix attention fills the GPU: wave / m's query heads on a
+// rank (0 without a wave).
+func prefixFullRows(m *Model, tp, wave int) float64 {
+	if wave <= 0 {
+		return 0
+	}
+	heads := (m.QHeads + max(1, tp) - 1) / max(1, tp)
+	return float64(wave) / float64(heads)
 }
 
 // LinkFit is a link's fit: b bytes take LatencySeconds + b/BandwidthBytesPerS.
@@ -89,6 +108,7 @@ func (f *Fit) PrefillCost(m *Model, g *GPU, tp int) PrefillCost {
 		c.PrefixReadSecondsPerToken = float64(m.KVBytesPerTokenPerRank(tp)) / p.PrefixReadBytesPerS
 	}
 	c.LoadSlowdown = p.LoadSlowdown
+	c.PrefixFullRows = prefixFullRows(m, tp, p.AttentionWave)
 	return c
 }
 

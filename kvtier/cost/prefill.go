@@ -5,7 +5,16 @@ import "time"
 // PrefillCost prices one model's prefills on tp GPUs of one kind; it is a
 // small value, built by (*Fit).PrefillCost or PresetPrefillCost:
 //
-//	prefill(n tokens after p present) = max(Floor, Pass + p·PrefixRead + n·PerToken + n(n+1)/2·PerPair + n·p·PerPrefixPair)
+//	prefill(n tokens after p present) = max(Floor, Pass + p·PrefixRead + n·PerToken + n(n+1)/2·PerPair + p·max(0, n - R)·PerPrefixPair)
+//
+// R (PrefixFullRows) is the rows at which the prefix attention fills the
+// GPU: a flash kernel runs a CTA per tile of query rows and head, so a
+// pass of fewer rows still sweeps the whole prefix once, on fewer SMs, in
+// about the time of R rows; that sweep is in the read term, p·PrefixRead,
+// and the prefix pairs count from row R on. R is 0 under the presets (the
+// pairs count from the first row) and comes from the runtime with a
+// calibration (PrefillFit.AttentionWave): 528 for llama-3.1-8b's 32 heads
+// on the H200's 132 SMs with the server's 128-row tiles.
 type PrefillCost struct {
 	PassSeconds               float64 // once per prefill; 0 under the presets
 	LinearSecondsPerToken     float64 // per token computed
@@ -14,6 +23,7 @@ type PrefillCost struct {
 	PrefixReadSecondsPerToken float64 // per token present; 0 under the presets
 	FloorSeconds              float64 // Scenario.PassFloor
 	LoadSlowdown              float64 // PrefillFit.LoadSlowdown; 0 under the presets
+	PrefixFullRows            float64 // R above; 0 under the presets
 }
 
 // PresetPrefillCost is FLOPs over tp × EffectiveFLOPS, and the HBM floor.
@@ -35,7 +45,11 @@ func floorSeconds(m *Model, g *GPU, tp int) float64 {
 	return float64(m.WeightBytesPerRank(tp)) / g.HBMBytesPerS
 }
 
-// MarginalSeconds is the work n tokens after p present add to a pass.
+// MarginalSeconds is the work n tokens after p present add to a pass that
+// has filled the GPU already: every pair with a present token at the
+// per-pair rate. It is what the Planner weighs a block's recompute by (an
+// upper bound on what it adds to a short pass); Seconds prices whole
+// passes.
 func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
 	if tokens <= 0 {
 		return 0
@@ -45,14 +59,17 @@ func (c *PrefillCost) MarginalSeconds(tokens, prefix int) float64 {
 }
 
 // BlockSeconds is what tokens add to a pass after computedBefore computed
-// and presentBefore present tokens (it sums to MarginalSeconds).
+// and presentBefore present tokens: their pairs with the present tokens
+// count for their rows past PrefixFullRows. Over the blocks of a prefill
+// of n tokens after p present it sums to Seconds' compute.
 func (c *PrefillCost) BlockSeconds(tokens, computedBefore, presentBefore int) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	n := float64(tokens)
-	return n*c.LinearSecondsPerToken + (n*(n+1)/2+n*float64(max(0, computedBefore)))*c.AttentionSecondsPerPair +
-		n*float64(max(0, presentBefore))*c.PrefixSecondsPerPair
+	n, before := float64(tokens), float64(max(0, computedBefore))
+	rows := max(0, before+n-c.PrefixFullRows) - max(0, before-c.PrefixFullRows)
+	return n*c.LinearSecondsPerToken + (n*(n+1)/2+n*before)*c.AttentionSecondsPerPair +
+		rows*float64(max(0, presentBefore))*c.PrefixSecondsPerPair
 }
 
 // PassEndSeconds is the pass cost and the read of present tokens.
@@ -62,7 +79,7 @@ func (c *PrefillCost) PassEndSeconds(present int) float64 {
 
 // Seconds is a whole prefill of n tokens after p present, floor included.
 func (c *PrefillCost) Seconds(tokens, prefix int) float64 {
-	return max(c.FloorSeconds, c.PassEndSeconds(prefix)+c.MarginalSeconds(tokens, prefix))
+	return max(c.FloorSeconds, c.PassEndSeconds(prefix)+c.BlockSeconds(tokens, 0, prefix))
 }
 
 // Time is Seconds as a Duration.

@@ -1,5 +1,7 @@
 package cost
 
+import "fmt"
+
 // maxRuntimeLen bounds PrefillSample.Runtime.
 const maxRuntimeLen = 256
 
@@ -58,4 +60,43 @@ func (r *ring[T]) keep(ok func(*T) bool) int {
 		r.add(v)
 	}
 	return dropped
+}
+
+// maxAttentionWave bounds SetAttentionWave: rows × heads of a wave.
+const maxAttentionWave = 1 << 24
+
+// SetAttentionWave says how many query rows × heads one wave of the
+// runtime's attention kernel holds: its rows a CTA times the GPU's SMs
+// (the server's wgmma kernel on the H200: 128 × 132). From then on a
+// pass's prefix pairs count for its rows past wave/heads only, the sweep
+// of the prefix that fewer rows still take being priced by the read term
+// (PrefillCost.PrefixFullRows), and the samples are refitted so. 0 goes
+// back to counting every row. The fit carries it (PrefillFit.AttentionWave)
+// and so does the file WriteJSON writes.
+func (c *Calibration) SetAttentionWave(wave int) error {
+	if wave < 0 || wave > maxAttentionWave {
+		return fieldErr("attention_wave", wave, "must be between 0 (unknown) and %d", maxAttentionWave)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if wave == c.wave {
+		return nil
+	}
+	c.wave = wave
+	for _, r := range []*ring[prefillEntry]{&c.prefill, &c.loaded} {
+		var err error
+		r.each(func(e *prefillEntry) {
+			m, merr := c.modelLocked(e.s.Model)
+			if merr != nil {
+				err = merr // registered when added: cannot happen
+				return
+			}
+			e.row.x = c.prefillFeatures(&m, &e.s)
+		})
+		if err != nil {
+			return fmt.Errorf("calibration: attention wave: %w", err)
+		}
+	}
+	c.publishLocked()
+	return nil
 }

@@ -60,6 +60,7 @@ func main() {
 	machine := flag.String("machine", "h200", "machine name")
 	commit := flag.String("commit", "", "commit the server was built from")
 	base := flag.String("config", "", "a JSON file of replay.Config fields every cell's replay starts from (the served model's shapes; empty: the server's defaults as fidelity.sh runs it)")
+	wave := flag.Int("attention-wave", 0, "replay a run whose server did not report its attention wave (before cost.Calibration.SetAttentionWave) with this one: each calibration is replayed from a copy whose prefill fit carries it (0: as written)")
 	requestsOut := flag.String("requests-out", "", "write each cell's replayed requests (kvtier replay's --requests-out lines) to DIR/<trace>-<cell>.jsonl, to compare them with bench-<cell>.json request by request")
 	flag.Parse()
 	if *runDir == "" {
@@ -79,7 +80,7 @@ func main() {
 		if _, err := os.Stat(drive); err != nil {
 			drive = filepath.Join(*runDir, "drive.json")
 		}
-		o, err := traceOutcomes(filepath.Dir(cells), drive, cfg, *requestsOut)
+		o, err := traceOutcomes(filepath.Dir(cells), drive, cfg, *requestsOut, *wave)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func baseConfig(path string) (replay.Config, error) {
 // traceOutcomes measures and replays every cell of the trace in dir.
 // With requestsOut set, each cell's replayed requests go to
 // requestsOut/<trace>-<cell>.jsonl.
-func traceOutcomes(dir, drive string, base replay.Config, requestsOut string) ([]outcome, error) {
+func traceOutcomes(dir, drive string, base replay.Config, requestsOut string, wave int) ([]outcome, error) {
 	cells, err := readCells(dir)
 	if err != nil {
 		return nil, err
@@ -171,6 +172,12 @@ func traceOutcomes(dir, drive string, base replay.Config, requestsOut string) ([
 			o.calibration = "" // none written (run.sh writes none for the tiny model)
 		}
 		cfg.Calibration = o.calibration
+		if wave > 0 && o.calibration != "" {
+			if cfg.Calibration, err = withWave(o.calibration, wave); err != nil {
+				return nil, fmt.Errorf("fidelity: %s: %w", dir, err)
+			}
+			defer os.Remove(cfg.Calibration)
+		}
 		cfg.DecodeTokenTime = replay.Duration(o.decodeStep)
 		cfg.HandlingTime, cfg.HandlingTokenTime = replay.Duration(h.PerRequest), replay.Duration(h.PerToken)
 		if c.nvme > 0 {
@@ -327,4 +334,41 @@ func write(f *results.File, outs []outcome, dir string) error {
 		return err
 	}
 	return md.Close()
+}
+
+// withWave writes a copy of the calibration file path whose prefill fit
+// carries the attention wave (PrefillFit.AttentionWave) unless it has one,
+// and returns the copy's path.
+func withWave(path string, wave int) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var file map[string]json.RawMessage
+	if err := json.Unmarshal(data, &file); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	var prefill map[string]json.RawMessage
+	if err := json.Unmarshal(file["prefill"], &prefill); err != nil {
+		return "", fmt.Errorf("%s: prefill: %w", path, err)
+	}
+	if _, ok := prefill["attention_wave"]; !ok {
+		prefill["attention_wave"] = json.RawMessage(strconv.Itoa(wave))
+	}
+	if file["prefill"], err = json.Marshal(prefill); err != nil {
+		return "", err
+	}
+	if data, err = json.Marshal(file); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp("", "fidelity-calibration-*.json")
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), f.Close()
 }

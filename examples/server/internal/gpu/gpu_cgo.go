@@ -327,6 +327,17 @@ func (m *Model) Attention() Attention {
 // ComputeCapability is the device's.
 func (m *Model) ComputeCapability() (major, minor int) { return m.cc[0], m.cc[1] }
 
+// AttentionRows is the query rows one CTA of the fused attention kernel
+// takes (hopper.cu's BM, model.cu's FA_ROWS): a pass runs a CTA per tile
+// of that many rows and per head, so times the SMs it is the rows × heads
+// of one wave (cost.Calibration.SetAttentionWave).
+func (m *Model) AttentionRows() int {
+	if m.hopper {
+		return 128
+	}
+	return 64
+}
+
 // AttentionKernel names the fused attention kernel that passes of
 // Options.FusedMinTokens rows or more run, and the device's compute
 // capability.

@@ -47,3 +47,6 @@ func (m *Model) Attention() Attention { return AttentionMMA }
 
 // ComputeCapability is unreachable: New never returns a Model.
 func (m *Model) ComputeCapability() (major, minor int) { return 0, 0 }
+
+// AttentionRows is unreachable: New never returns a Model.
+func (m *Model) AttentionRows() int { return 64 }
