@@ -289,7 +289,10 @@ func TestCalibrationConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 20 {
 				if w%2 == 0 {
-					_ = c.AddPrefill(m, 1, 0, 256+i*64, time.Duration(10+i)*time.Millisecond)
+					_ = c.AddPrefill(m, 1, 1024*w, 256+i*64, time.Duration(10+i)*time.Millisecond)
+					if w == 2 {
+						_ = c.SetAttentionWave(i % 2 * 16896) // refits the samples held
+					}
 				} else {
 					_ = c.AddCopy(pcie, int64(1+i)<<20, time.Duration(20+i)*time.Microsecond)
 				}
