@@ -103,6 +103,9 @@ func (k *calibration) Pass(s cost.PrefillSample, from kvtier.Tier) {
 			return
 		}
 		s.LoadLink, s.LoadBytes = k.host.Name, k.wire(s.LoadBytes)
+		// A coded host tier's onboards land whole: the copy engine
+		// decodes whole blocks (transfer.Config.CodecLayerGroups 1).
+		s.LoadWhole = k.wireBlock != k.rawBlock
 	}
 	s.TP = 1
 	if err := k.cal.AddPrefillSample(k.model, s); err != nil {

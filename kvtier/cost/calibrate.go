@@ -35,6 +35,10 @@ type PrefillSample struct {
 	LoadLink         string  `json:"load_link,omitempty"`
 	LoadStartSeconds float64 `json:"load_start_s,omitempty"`
 	LoadEndSeconds   float64 `json:"load_end_s,omitempty"`
+	// LoadWhole says the loads' layers all landed at their end, as a
+	// compressed tier's onboards land (the copy engine decodes whole
+	// blocks), not layer after layer.
+	LoadWhole bool `json:"load_whole,omitempty"`
 	// Runtime names what computed the pass (Calibration.SetRuntime); empty
 	// where the caller did not say.
 	Runtime string `json:"runtime,omitempty"`

@@ -21,6 +21,10 @@ type tierPass struct {
 	event           float64 // per layer (Link.EventCost)
 	tail            float64 // a compressed tier's decode of its last chunk
 	pipelined       bool    // the ingress copies what the source has read while it reads on
+	// whole: the onboard's layers all land at its end, as a compressed
+	// tier's do (the copy engine decodes whole blocks; transfer.Config.
+	// CodecLayerGroups 1, its default), not layer after layer.
+	whole bool
 }
 
 // layerLine is when a group of loads' layers land: layer l at
@@ -42,6 +46,17 @@ type passLoads struct {
 func (pl *passLoads) add(a, u float64) {
 	pl.lines[pl.n] = layerLine{a, u}
 	pl.n++
+}
+
+// land adds the line of an onboard that starts at start and copies a
+// layer in u: layer l lands at start + (l+1)·u, or, whole, every layer at
+// start + L·u; a compressed tier's after its last chunk's decode.
+func (tp *tierPass) land(pl *passLoads, start, u, L float64) {
+	if tp.whole {
+		pl.add(start+L*u+tp.tail, 0)
+		return
+	}
+	pl.add(start+tp.tail, u)
 }
 
 // onboardLayer is the ingress's time for one layer of k blocks of tier
@@ -73,7 +88,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		}
 		if src == 0 {
 			uk := tp.onboardLayer(k, in, L)
-			pl.add(free+tp.tail, uk)
+			tp.land(&pl, free, uk, L)
 			free += L * uk
 			pl.busy += L * uk
 			continue
@@ -85,7 +100,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if !tp.pipelined {
 			uk := tp.onboardLayer(k, in, L)
 			start := max(free, d0+float64(k)*src)
-			pl.add(start+tp.tail, uk)
+			tp.land(&pl, start, uk, L)
 			free = start + L*uk
 			pl.busy += L * uk
 			continue
@@ -97,7 +112,11 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if L > 1 {
 			u = (last - first) / (L - 1)
 		}
-		pl.add(first-u+tp.tail, u)
+		if tp.whole {
+			pl.add(last+tp.tail, 0)
+		} else {
+			pl.add(first-u+tp.tail, u)
+		}
 	}
 	pl.ingressEnd = free
 	return pl

@@ -242,6 +242,7 @@ func (p *Planner) setCosts(fit *Fit) {
 			tp := &c.pass[t]
 			tp.in, tp.inCharged = max(tp.in, decode), max(tp.inCharged, decode)
 			tp.tail = c.tailS[t]
+			tp.whole = true
 		}
 		c.latS[t] = path.latencySeconds()
 		c.configured[t] = true

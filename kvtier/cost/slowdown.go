@@ -45,8 +45,8 @@ func checkLoads(s PrefillSample) error {
 	switch {
 	case s.LoadBytes < 0 || s.LoadBytes > 1<<50:
 		return fieldErr("load_bytes", s.LoadBytes, "must be between 0 (no loads) and 2^50")
-	case s.LoadBytes == 0 && (s.LoadBlocks != 0 || s.LoadLink != "" || s.LoadStartSeconds != 0 || s.LoadEndSeconds != 0):
-		return fieldErr("load_bytes", s.LoadBytes, "is 0, but load_blocks, load_link, load_start_s or load_end_s is set")
+	case s.LoadBytes == 0 && (s.LoadBlocks != 0 || s.LoadLink != "" || s.LoadStartSeconds != 0 || s.LoadEndSeconds != 0 || s.LoadWhole):
+		return fieldErr("load_bytes", s.LoadBytes, "is 0, but load_blocks, load_link, load_start_s, load_end_s or load_whole is set")
 	case s.LoadBytes == 0:
 		return nil
 	case s.LoadBlocks < 1 || int64(s.LoadBlocks) > s.LoadBytes:
@@ -80,7 +80,8 @@ func (c *Calibration) loadSlowdownLocked(theta *[maxTerms]float64) (float64, int
 // slowdownOf is e's estimate of the slowdown and its weight (the seconds
 // its loads overlapped it), when it qualifies: its pass priced as the
 // Planner prices it from its start, its loads one onboard over the link's
-// fit submitted at LoadStartSeconds.
+// fit submitted at LoadStartSeconds, its layers landing one after another
+// or, LoadWhole, all at its end.
 func (c *Calibration) slowdownOf(e *prefillEntry, theta *[maxTerms]float64) (g, w float64, ok bool) {
 	s := &e.s
 	ls := c.findLinkLocked(s.LoadLink)
@@ -94,7 +95,11 @@ func (c *Calibration) slowdownOf(e *prefillEntry, theta *[maxTerms]float64) (g, 
 	layers := float64(e.layers)
 	var pl passLoads
 	u := tp.onboardLayer(s.LoadBlocks, tp.in, layers)
-	pl.add(s.LoadStartSeconds, u)
+	if s.LoadWhole {
+		pl.add(s.LoadStartSeconds+layers*u, 0) // every layer at the end
+	} else {
+		pl.add(s.LoadStartSeconds, u)
+	}
 	pl.busy = layers * u
 	if s.LoadEndSeconds-s.LoadStartSeconds > maxLoadStretch*pl.busy {
 		return 0, 0, false

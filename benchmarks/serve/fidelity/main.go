@@ -60,6 +60,7 @@ func main() {
 	machine := flag.String("machine", "h200", "machine name")
 	commit := flag.String("commit", "", "commit the server was built from")
 	base := flag.String("config", "", "a JSON file of replay.Config fields every cell's replay starts from (the served model's shapes; empty: the server's defaults as fidelity.sh runs it)")
+	whole := flag.Bool("load-whole", false, "replay a run whose server did not mark its coded loads as landing whole (PrefillSample.LoadWhole): each coded cell's calibration is replayed from a copy whose loaded passes carry it")
 	wave := flag.Int("attention-wave", 0, "replay a run whose server did not report its attention wave (before cost.Calibration.SetAttentionWave) with this one: each calibration is replayed from a copy whose prefill fit carries it (0: as written)")
 	requestsOut := flag.String("requests-out", "", "write each cell's replayed requests (kvtier replay's --requests-out lines) to DIR/<trace>-<cell>.jsonl, to compare them with bench-<cell>.json request by request")
 	flag.Parse()
@@ -80,7 +81,7 @@ func main() {
 		if _, err := os.Stat(drive); err != nil {
 			drive = filepath.Join(*runDir, "drive.json")
 		}
-		o, err := traceOutcomes(filepath.Dir(cells), drive, cfg, *requestsOut, *wave)
+		o, err := traceOutcomes(filepath.Dir(cells), drive, cfg, *requestsOut, rewrite{wave: *wave, whole: *whole})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func baseConfig(path string) (replay.Config, error) {
 // traceOutcomes measures and replays every cell of the trace in dir.
 // With requestsOut set, each cell's replayed requests go to
 // requestsOut/<trace>-<cell>.jsonl.
-func traceOutcomes(dir, drive string, base replay.Config, requestsOut string, wave int) ([]outcome, error) {
+func traceOutcomes(dir, drive string, base replay.Config, requestsOut string, rw rewrite) ([]outcome, error) {
 	cells, err := readCells(dir)
 	if err != nil {
 		return nil, err
@@ -172,8 +173,8 @@ func traceOutcomes(dir, drive string, base replay.Config, requestsOut string, wa
 			o.calibration = "" // none written (run.sh writes none for the tiny model)
 		}
 		cfg.Calibration = o.calibration
-		if wave > 0 && o.calibration != "" {
-			if cfg.Calibration, err = withWave(o.calibration, wave); err != nil {
+		if r := rw.of(c); r != (rewrite{}) && o.calibration != "" {
+			if cfg.Calibration, err = r.copy(o.calibration); err != nil {
 				return nil, fmt.Errorf("fidelity: %s: %w", dir, err)
 			}
 			defer os.Remove(cfg.Calibration)
@@ -336,10 +337,24 @@ func write(f *results.File, outs []outcome, dir string) error {
 	return md.Close()
 }
 
-// withWave writes a copy of the calibration file path whose prefill fit
-// carries the attention wave (PrefillFit.AttentionWave) unless it has one,
-// and returns the copy's path.
-func withWave(path string, wave int) (string, error) {
+// rewrite is what a calibration file of a run older than the fields it
+// sets is replayed with: the attention wave (PrefillFit.AttentionWave)
+// and, for a coded cell, its loaded passes marked as landing whole
+// (PrefillSample.LoadWhole). Fields a file has are kept.
+type rewrite struct {
+	wave  int
+	whole bool
+}
+
+// of is r for cell c: the loads landing whole only where c is coded.
+func (r rewrite) of(c cell) rewrite {
+	r.whole = r.whole && c.codec != ""
+	return r
+}
+
+// copy writes a copy of the calibration file path with r's fields and
+// returns the copy's path.
+func (r rewrite) copy(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
@@ -348,15 +363,33 @@ func withWave(path string, wave int) (string, error) {
 	if err := json.Unmarshal(data, &file); err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	var prefill map[string]json.RawMessage
-	if err := json.Unmarshal(file["prefill"], &prefill); err != nil {
-		return "", fmt.Errorf("%s: prefill: %w", path, err)
+	if r.wave > 0 {
+		var prefill map[string]json.RawMessage
+		if err := json.Unmarshal(file["prefill"], &prefill); err != nil {
+			return "", fmt.Errorf("%s: prefill: %w", path, err)
+		}
+		if _, ok := prefill["attention_wave"]; !ok {
+			prefill["attention_wave"] = json.RawMessage(strconv.Itoa(r.wave))
+		}
+		if file["prefill"], err = json.Marshal(prefill); err != nil {
+			return "", err
+		}
 	}
-	if _, ok := prefill["attention_wave"]; !ok {
-		prefill["attention_wave"] = json.RawMessage(strconv.Itoa(wave))
-	}
-	if file["prefill"], err = json.Marshal(prefill); err != nil {
-		return "", err
+	if r.whole {
+		var samples []map[string]json.RawMessage
+		if err := json.Unmarshal(file["prefill_samples"], &samples); err != nil {
+			return "", fmt.Errorf("%s: prefill_samples: %w", path, err)
+		}
+		for _, s := range samples {
+			if _, loaded := s["load_bytes"]; loaded {
+				if _, ok := s["load_whole"]; !ok {
+					s["load_whole"] = json.RawMessage("true")
+				}
+			}
+		}
+		if file["prefill_samples"], err = json.Marshal(samples); err != nil {
+			return "", err
+		}
 	}
 	if data, err = json.Marshal(file); err != nil {
 		return "", err
