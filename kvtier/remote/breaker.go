@@ -10,16 +10,22 @@ import (
 // failures open it. Open, calls are refused (reads miss at once, writes are
 // dropped) for Cooldown; then one call goes through as a probe (half open):
 // its success closes the breaker, its failure opens it for another Cooldown.
+// A probe that has not reported after probeLimit is taken as lost and the
+// next call probes in its place: a call that hangs (a write has no
+// deadline of its own, only the store's connection timeouts) must not keep
+// the tier off for good. A lost probe that reports later still counts.
 type breaker struct {
-	failures int
-	cooldown time.Duration
-	now      func() time.Time
+	failures   int
+	cooldown   time.Duration
+	probeLimit time.Duration
+	now        func() time.Time
 
 	mu       sync.Mutex
 	state    breakerState
 	fails    int
 	openedAt time.Time
 	probing  bool
+	probedAt time.Time
 	opens    uint64
 	closes   uint64
 }
@@ -42,8 +48,8 @@ func (s breakerState) String() string {
 	return "half-open"
 }
 
-func newBreaker(failures int, cooldown time.Duration, now func() time.Time) *breaker {
-	return &breaker{failures: failures, cooldown: cooldown, now: now}
+func newBreaker(failures int, cooldown, probeLimit time.Duration, now func() time.Time) *breaker {
+	return &breaker{failures: failures, cooldown: cooldown, probeLimit: probeLimit, now: now}
 }
 
 // allow reports whether a call may go to the store now. A true answer in
@@ -59,13 +65,13 @@ func (b *breaker) allow() bool {
 		if b.now().Sub(b.openedAt) < b.cooldown {
 			return false
 		}
-		b.state, b.probing = halfOpen, true
-		return true
+		b.state = halfOpen
+	default: // half open
+		if b.probing && b.now().Sub(b.probedAt) < b.probeLimit {
+			return false
+		}
 	}
-	if b.probing {
-		return false
-	}
-	b.probing = true
+	b.probing, b.probedAt = true, b.now()
 	return true
 }
 

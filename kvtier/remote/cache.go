@@ -49,7 +49,7 @@ func New(cfg Config) (*Cache, error) {
 		cfg:     d,
 		parts:   (d.BlockBytes + d.PartBytes - 1) / d.PartBytes,
 		sum:     checksum.New(d.ChecksumKey),
-		br:      newBreaker(d.BreakerFailures, d.BreakerCooldown, d.Now),
+		br:      newBreaker(d.BreakerFailures, d.BreakerCooldown, probeLimit(d), d.Now),
 		q:       make(chan *job, d.QueueBlocks),
 		slots:   make(chan struct{}, d.QueueBlocks),
 		free:    make(chan *[]byte, d.QueueBlocks),

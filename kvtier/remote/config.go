@@ -122,3 +122,9 @@ func (c *Config) withDefaults() (Config, error) {
 // TTL is how long after its write the store expires a value (Config.TTL);
 // 0: never.
 func (c *Cache) TTL() time.Duration { return c.cfg.TTL }
+
+// probeLimit is how long the breaker waits for a probe's outcome before it
+// lets another call probe: four times an op's deadline, which a read or an
+// existence check never outlives, and time for a write the store's
+// connection timeouts bound.
+func probeLimit(d Config) time.Duration { return 4 * d.OpTimeout }

@@ -30,7 +30,9 @@
 //     or store that does not answer is a miss. After BreakerFailures
 //     failed calls in a row a circuit breaker turns the tier off (reads
 //     miss at once, writes are dropped) and probes the store again every
-//     BreakerCooldown; its first success turns it back on.
+//     BreakerCooldown; its first success turns it back on. A probe that
+//     has not answered within 4 × OpTimeout is taken as lost, and the next
+//     call probes: one hung call does not keep the tier off.
 //   - A write never slows a request: Put copies the block into a bounded
 //     queue and returns; writers send it behind the request. A block queued
 //     already, or that the store holds already (one EXISTS), is not sent

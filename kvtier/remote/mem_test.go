@@ -185,3 +185,40 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 		t.Fatalf("a failed write: %+v", s)
 	}
 }
+
+// TestBreakerLostProbe: a probe that never reports (a call that hangs)
+// keeps the breaker half open for its limit only; then the next call
+// probes, and its success closes the breaker. The lost probe's late
+// failure reopens it, as any failed probe does.
+func TestBreakerLostProbe(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newBreaker(1, time.Second, 4*time.Second, func() time.Time { return now })
+	b.failure()
+	if b.allow() {
+		t.Fatal("open, before the cooldown: a call goes through")
+	}
+	now = now.Add(time.Second)
+	if !b.allow() {
+		t.Fatal("after the cooldown: no probe")
+	}
+	// The probe hangs: nothing reports.
+	now = now.Add(3 * time.Second)
+	if b.allow() {
+		t.Fatal("a second probe before the first's limit")
+	}
+	now = now.Add(time.Second)
+	if !b.allow() {
+		t.Fatal("the first probe's limit past: no new probe, the tier stays off")
+	}
+	if b.allow() {
+		t.Fatal("two probes at once")
+	}
+	b.success()
+	if s, opens, closes := b.snapshot(); s != closed || opens != 1 || closes != 1 {
+		t.Fatalf("after the new probe's success: %v, %d opens, %d closes; want closed, 1, 1", s, opens, closes)
+	}
+	b.failure() // the lost probe fails at last: one failure of Failures 1
+	if s, opens, _ := b.snapshot(); s != open || opens != 2 {
+		t.Fatalf("after the lost probe's late failure: %v, %d opens; want open, 2", s, opens)
+	}
+}
