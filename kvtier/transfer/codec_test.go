@@ -381,6 +381,8 @@ func TestCodecConfigErrors(t *testing.T) {
 		{"other part size", bad(func(c *Config) { c.CodecShape.Tokens = 8 }), "Config.GPU.PartBytes"},
 		{"chunk", bad(func(c *Config) { c.CodecChunkBlocks = -1 }), "Config.CodecChunkBlocks"},
 		{"buffers", bad(func(c *Config) { c.CodecBuffers = 65 }), "Config.CodecBuffers"},
+		{"layer groups below 0", bad(func(c *Config) { c.CodecLayerGroups = -1 }), "Config.CodecLayerGroups"},
+		{"layer groups past the layers", bad(func(c *Config) { c.CodecLayerGroups = fxLayers + 1 }), "Config.CodecLayerGroups"},
 		{"rate", bad(func(c *Config) { c.GoCodecDecodeBytesPerS = -1 }), "Config.GoCodecDecodeBytesPerS"},
 		{"sums", bad(func(c *Config) { c.Sums = true }), "Config.Sums with Config.Codec"},
 	} {
