@@ -24,15 +24,12 @@ func (e *Engine) onboardCoded(ctx context.Context, d *direction, t *Transfer, pa
 	recorded := 0
 	for _, g := range e.codec.groups {
 		e.codeChunks(ctx, d, t, pairs, &e.host, e.hostBase, false, g)
-		if t.err != nil {
-			break
-		}
-		for l := g.First; l < g.First+g.Count; l++ {
+		for l := g.First; l < g.First+g.Count && t.err == nil; l++ {
 			if err := t.layerEv[l].Record(d.cring.kernel); err != nil {
 				t.err = fmt.Errorf("transfer: onboard (codec) layer %d: record event: %w", l, err)
-				break
+			} else {
+				recorded = l + 1
 			}
-			recorded = l + 1
 		}
 		if t.err != nil {
 			break

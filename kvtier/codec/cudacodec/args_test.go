@@ -31,12 +31,7 @@ func TestLoadOnSim(t *testing.T) {
 // TestLaunchArgs: every bad argument is refused before anything is
 // enqueued, naming what was wrong.
 func TestLaunchArgs(t *testing.T) {
-	sim := newSim(t)
-	st, err := sim.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	st := simStream(t)
 	k := &Kernels{}
 	cases := []struct {
 		s        codec.Shape
@@ -70,12 +65,7 @@ func TestLaunchArgs(t *testing.T) {
 // TestLaunchBlocksArgs: QuantizeBlocks and DequantizeBlocks refuse every
 // bad argument before anything is enqueued, naming what was wrong.
 func TestLaunchBlocksArgs(t *testing.T) {
-	sim := newSim(t)
-	st, err := sim.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	st := simStream(t)
 	k := &Kernels{}
 	ok := Layout{Table: 256, Stride: 32768}
 	cases := []struct {
@@ -118,6 +108,17 @@ func TestLaunchBlocksArgs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// simStream is a simulator's stream: it cannot launch kernels, so a call
+// that passes every check ends in ErrNotSupported.
+func simStream(t *testing.T) cudastream.Stream {
+	st, err := newSim(t).NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Destroy() })
+	return st
 }
 
 func shp(layers, parts, tokens, heads, headDim int) codec.Shape {

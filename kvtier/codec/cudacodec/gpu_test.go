@@ -46,6 +46,19 @@ func loadKernels(t testing.TB, dev cudastream.Device) *Kernels {
 	return k
 }
 
+// cuRig is the GPU, the kernels loaded on it and a stream, for a test.
+func cuRig(t *testing.T) (cudastream.Device, *Kernels, cudastream.Stream) {
+	t.Helper()
+	dev := gputest.Device(t)
+	k := loadKernels(t, dev)
+	st, err := dev.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Destroy() })
+	return dev, k, st
+}
+
 func devAlloc(t testing.TB, dev cudastream.Device, n int64) cudastream.DevicePtr {
 	t.Helper()
 	p, err := dev.Alloc(n)
@@ -83,13 +96,7 @@ func inputs(r *rand.Rand) map[string]func(i int) uint16 {
 // and codec.Decode's, for several shapes, several blocks per launch, and
 // inputs from plain to adversarial.
 func TestCuQuantizeMatchesGo(t *testing.T) {
-	dev := gputest.Device(t)
-	k := loadKernels(t, dev)
-	st, err := dev.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	dev, k, st := cuRig(t)
 	r := rand.New(rand.NewPCG(37, 6))
 	shapes := []codec.Shape{llama8B, shp(1, 1, 1, 1, 16), shp(3, 2, 5, 3, 48), shp(2, 1, 7, 1, 576), shp(2, 2, 16, 40, 64)}
 	for _, s := range shapes {
@@ -163,13 +170,7 @@ func firstDiff(a, b []byte) int {
 // TestCuDequantizeAnyCodes decodes random codes (NaN codes included)
 // under random valid scales and compares with codec.Decode.
 func TestCuDequantizeAnyCodes(t *testing.T) {
-	dev := gputest.Device(t)
-	k := loadKernels(t, dev)
-	st, err := dev.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	dev, k, st := cuRig(t)
 	r := rand.New(rand.NewPCG(37, 7))
 	s := shp(4, 2, 16, 8, 128)
 	enc := make([]byte, mustEncoded(t, s))
@@ -202,13 +203,7 @@ func TestCuDequantizeAnyCodes(t *testing.T) {
 // codec.Encode's and codec.Decode's bytes; blocks not named keep theirs,
 // and a dequantize of some layers writes those layers only.
 func TestCuBlocksMatchGo(t *testing.T) {
-	dev := gputest.Device(t)
-	k := loadKernels(t, dev)
-	st, err := dev.NewStream(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Destroy()
+	dev, k, st := cuRig(t)
 	r := rand.New(rand.NewPCG(37, 8))
 	for _, s := range []codec.Shape{llama8B, shp(3, 2, 5, 3, 48), shp(2, 1, 7, 1, 576)} {
 		t.Run(fmt.Sprintf("%d-%d-%d-%d-%d", s.Layers, s.Parts, s.Tokens, s.Heads, s.HeadDim), func(t *testing.T) {
