@@ -147,8 +147,15 @@ func TestSlowConsumerSeesCountedGap(t *testing.T) {
 	before := int64(published(t, p, m)) // the messages before it subscribed (the clear)
 	rng := rand.New(rand.NewPCG(3, 4))
 	churn(t, m, rng, 8000) // 64,000 events of about 100 bytes: past the socket buffers
-	last := published(t, p, m)
+	published(t, p, m)
 	c.Resume()
+	// The last messages may have been dropped, and the consumer would
+	// learn so only from its silence limit, a wall-clock wait. Once the
+	// consumer has drained its queue, one more batch goes out that nothing
+	// drops: the consumer reads up to it.
+	waitDrained(t, p)
+	churn(t, m, rng, 1)
+	last := published(t, p, m)
 	r := c.Until(last)
 	st := p.Stats()
 	missing := int64(0)
@@ -159,6 +166,28 @@ func TestSlowConsumerSeesCountedGap(t *testing.T) {
 		t.Fatalf("the publisher dropped %d messages for the slow consumer (lost %d); it found gaps %v", st.Dropped, st.Lost, r.Gaps)
 	}
 	t.Logf("%d messages, %d dropped for the slow consumer, in %d gaps", st.Messages, st.Dropped, len(r.Gaps))
+}
+
+// waitDrained waits until every subscriber's writer has taken all its
+// queued messages, so that the next QueueMessages are not dropped.
+func waitDrained(t *testing.T, p *Publisher) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // an outcome's limit, not a speed
+	for {
+		p.mu.Lock()
+		queued := 0
+		for s := range p.subs {
+			queued += len(s.out)
+		}
+		p.mu.Unlock()
+		if queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the consumer resumed, %d messages still wait for it", queued)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestPublisherLosesBehindTheRing: events the publisher could not read in

@@ -170,8 +170,10 @@ def main():
             if idx.last < until:
                 idx.gaps.append([idx.last + 1, until])
                 idx.last = until
-        elif until is not None and time.monotonic() - heard > 5:
-            # Message until was lost too: nothing has come for 5 s.
+        elif until is not None and time.monotonic() - heard > 30:
+            # Message until was lost too: nothing has come for 30 s (a
+            # loaded machine may starve this process for seconds; tests
+            # that drop messages end on one that is not dropped).
             idx.gaps.append([idx.last + 1, until])
             idx.last = until
         for sock, _ in poller.poll(100):
