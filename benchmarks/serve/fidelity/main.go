@@ -67,6 +67,9 @@ func main() {
 	if *runDir == "" {
 		log.Fatal("fidelity: -run is required")
 	}
+	if err := (rewrite{wave: *wave}).check(); err != nil {
+		log.Fatal(err)
+	}
 	cfg, err := baseConfig(*base)
 	if err != nil {
 		log.Fatal(err)
@@ -344,6 +347,14 @@ func write(f *results.File, outs []outcome, dir string) error {
 type rewrite struct {
 	wave  int
 	whole bool
+}
+
+// check refuses a wave no runtime has.
+func (r rewrite) check() error {
+	if r.wave < 0 {
+		return fmt.Errorf("fidelity: -attention-wave %d is negative (0: as the files say)", r.wave)
+	}
+	return nil
 }
 
 // of is r for cell c: the loads landing whole only where c is coded.

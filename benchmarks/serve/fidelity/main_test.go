@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,5 +111,53 @@ func TestCodecRatios(t *testing.T) {
 	want := "| agentic | cost-host4-fp8 / cost-host4 | 0.500 / 0.800 | 0.600 / 0.600 | 1.200 / 0.750 |"
 	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "cost-host8-fp8") {
 		t.Errorf("codec ratios:\n%s\nwant the row %s and none for cost-host8-fp8", b.String(), want)
+	}
+}
+
+// TestRewriteCopy: a copy of a calibration file carries the wave unless
+// the file has one, marks the loaded passes whole (only those), and keeps
+// the rest; a file that is not JSON and a negative wave are refused.
+func TestRewriteCopy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "calibration.json")
+	in := `{"version":1,"gpu":"h200","prefill":{"fixed_seconds":0.001},"links":[],` +
+		`"prefill_samples":[{"model":"m","prefix":0,"tokens":16,"seconds":0.01},` +
+		`{"model":"m","prefix":16,"tokens":16,"seconds":0.02,"load_bytes":100,"load_blocks":1,"load_link":"l"}],"copy_samples":[]}`
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := rewrite{wave: 16896, whole: true}.copy(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(out)
+	var f struct {
+		Prefill struct {
+			Fixed float64 `json:"fixed_seconds"`
+			Wave  int     `json:"attention_wave"`
+		} `json:"prefill"`
+		Samples []struct {
+			Whole bool `json:"load_whole"`
+		} `json:"prefill_samples"`
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Prefill.Wave != 16896 || f.Prefill.Fixed != 0.001 || len(f.Samples) != 2 || f.Samples[0].Whole || !f.Samples[1].Whole {
+		t.Errorf("the copy: %+v; want the wave, the fit kept, and only the loaded pass whole", f)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (rewrite{wave: 1}).copy(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a file that is not JSON: %v, want an error naming it", err)
+	}
+	if err := (rewrite{wave: -1}).check(); err == nil || !strings.Contains(err.Error(), "-attention-wave") {
+		t.Errorf("a negative wave: %v, want an error naming -attention-wave", err)
 	}
 }
