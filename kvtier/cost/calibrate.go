@@ -36,8 +36,8 @@ type PrefillSample struct {
 	LoadStartSeconds float64 `json:"load_start_s,omitempty"`
 	LoadEndSeconds   float64 `json:"load_end_s,omitempty"`
 	// LoadWhole says the loads' layers all landed at their end, as a
-	// compressed tier's onboards land (the copy engine decodes whole
-	// blocks), not layer after layer.
+	// compressed tier's onboards land (the copy engine copies and decodes
+	// whole blocks, a chunk at a time), not layer after layer.
 	LoadWhole bool `json:"load_whole,omitempty"`
 	// Runtime names what computed the pass (Calibration.SetRuntime); empty
 	// where the caller did not say.
@@ -62,6 +62,7 @@ const (
 	MaxPrefillSamples = 256
 	MaxCopySamples    = 128
 	MaxLinks          = 16
+	MaxCodecKernels   = 8
 	MaxModels         = 16
 )
 
@@ -102,7 +103,8 @@ type Calibration struct {
 	runtime   string
 	slowdowns []weighted
 	models    []Model
-	links     []*linkState
+	links     linkSet
+	kernels   linkSet // the codecs' kernels (AddCodecKernel)
 	rows      []fitRow
 	scratch   []float64
 
@@ -149,7 +151,9 @@ func NewCalibration(g GPU) (*Calibration, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("calibration: %w", err)
 	}
-	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1, 0}, priorWidth: PriorPrefillWidth}
+	c := &Calibration{gpu: g, prior: [maxTerms]float64{0, 0, 1, 1, 1, 0}, priorWidth: PriorPrefillWidth,
+		links:   linkSet{limit: MaxLinks, what: "link", bound: "MaxLinks"},
+		kernels: linkSet{limit: MaxCodecKernels, what: "codec kernel", bound: "MaxCodecKernels"}}
 	c.prefill.buf = make([]prefillEntry, MaxPrefillSamples)
 	c.loaded.buf = make([]prefillEntry, MaxLoadedSamples)
 	c.rows = make([]fitRow, 0, max(MaxPrefillSamples, MaxCopySamples))
@@ -297,11 +301,11 @@ func (c *Calibration) addPrefillLocked(s PrefillSample, m *Model) error {
 	e := prefillEntry{s: s, layers: m.Layers}
 	e.row = fitRow{x: c.prefillFeatures(m, &s), y: s.Seconds}
 	if s.LoadBytes > 0 {
-		if c.findLinkLocked(s.LoadLink) == nil {
+		if c.links.find(s.LoadLink) == nil {
 			// A preset's name starts the link at the preset; another
 			// waits for the link's first copy (AddCopy) to count.
 			if l, err := LookupLink(s.LoadLink); err == nil {
-				if _, err := c.linkLocked(l, PriorLinkWidth); err != nil {
+				if _, err := c.links.get(l, PriorLinkWidth); err != nil {
 					return err
 				}
 			}
@@ -323,29 +327,106 @@ func (c *Calibration) AddCopy(l Link, bytes int64, d time.Duration) error {
 	return nil
 }
 
-// linkLocked finds or starts the state of the link named l.Name.
-func (c *Calibration) linkLocked(l Link, width float64) (*linkState, error) {
-	for _, ls := range c.links {
-		if ls.prior.Name == l.Name {
-			return ls, nil
+// linkSet is a Calibration's fitted links, or its codec kernels, which
+// are fitted alike: a fixed cost a call and bytes at a rate.
+type linkSet struct {
+	states []*linkState // sorted by name
+	limit  int
+	what   string // "link", "codec kernel": what errors call one
+	bound  string // the limit's name, for errors
+}
+
+// find is the state named name, or nil.
+func (s *linkSet) find(name string) *linkState {
+	for _, ls := range s.states {
+		if ls.prior.Name == name {
+			return ls
 		}
 	}
+	return nil
+}
+
+// get finds or starts the state named l.Name, l its prior.
+func (s *linkSet) get(l Link, width float64) (*linkState, error) {
+	if ls := s.find(l.Name); ls != nil {
+		return ls, nil
+	}
 	if l.Name == "" {
-		return nil, errors.New("a link needs a name")
+		return nil, fmt.Errorf("a %s needs a name", s.what)
 	}
 	if err := l.Validate(); err != nil {
-		return nil, fmt.Errorf("link %s: %w", l.Name, err)
+		return nil, fmt.Errorf("%s %s: %w", s.what, l.Name, err)
 	}
-	if len(c.links) == MaxLinks {
-		return nil, fmt.Errorf("link %q: already %d links (MaxLinks)", l.Name, MaxLinks)
+	if len(s.states) == s.limit {
+		return nil, fmt.Errorf("%s %q: already %d (%s)", s.what, l.Name, s.limit, s.bound)
 	}
 	ls := &linkState{prior: l, priorWidth: width}
 	ls.priorTheta = [maxTerms]float64{l.Latency.Seconds() / linkLatencyScale(l), 1}
 	ls.samples.buf = make([]CopySample, MaxCopySamples)
-	c.links = append(c.links, ls)
-	sort.Slice(c.links, func(i, j int) bool { return c.links[i].prior.Name < c.links[j].prior.Name })
+	s.states = append(s.states, ls)
+	sort.Slice(s.states, func(i, j int) bool { return s.states[i].prior.Name < s.states[j].prior.Name })
 	ls.fit = LinkFit{Name: l.Name, BandwidthBytesPerS: l.BandwidthBytesPerS, LatencySeconds: l.Latency.Seconds(), ErrorWidth: width}
 	return ls, nil
+}
+
+// fits are the states' fits, sorted by name.
+func (s *linkSet) fits() []LinkFit {
+	var f []LinkFit
+	for _, ls := range s.states {
+		f = append(f, ls.fit)
+	}
+	return f
+}
+
+// CodecSample is one timed launch of a codec's kernel: Bytes of the
+// codec's input (KV as the GPU holds it) encoded or decoded in Seconds of
+// GPU time, between CUDA events recorded around the launch
+// (transfer.Config.OnCodecKernel).
+type CodecSample struct {
+	Kernel  string  `json:"kernel"` // CodecKernelName's
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+}
+
+// CodecKernelName names codec's encode or decode kernel in a Fit's
+// CodecKernels: "fp8-e4m3 encode", "fp8-e4m3 decode".
+func CodecKernelName(codec string, encode bool) string {
+	if encode {
+		return codec + " encode"
+	}
+	return codec + " decode"
+}
+
+// codecKernelPrior is cd's kernel as a link to fit: its preset rate, no
+// fixed cost.
+func codecKernelPrior(cd *Codec, encode bool) Link {
+	l := Link{Name: CodecKernelName(cd.Name, encode), BandwidthBytesPerS: cd.DecodeBytesPerS}
+	if encode {
+		l.BandwidthBytesPerS = cd.EncodeBytesPerS
+	}
+	l.BandwidthBytesPerS = min(l.BandwidthBytesPerS, maxBandwidthBytesS)
+	return l
+}
+
+// AddCodecKernel records one launch of cd's encode kernel (or its decode)
+// that coded rawBytes of cd's input in d of GPU time. The kernels are
+// fitted as the links are, a fixed cost a launch and bytes at a rate, the
+// first launch of each starting from cd's rates; Fit.Codec prices loads by
+// the fit.
+func (c *Calibration) AddCodecKernel(cd Codec, encode bool, rawBytes int64, d time.Duration) error {
+	name := CodecKernelName(cd.Name, encode)
+	if err := cd.Validate(); err != nil || !cd.Enabled() {
+		if err == nil {
+			err = errors.New("the zero codec has no kernels")
+		}
+		return fmt.Errorf("calibration: codec kernel %s: %w", name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.addTimedLocked(&c.kernels, codecKernelPrior(&cd, encode), CopySample{Link: name, Bytes: rawBytes, Seconds: d.Seconds()}); err != nil {
+		return fmt.Errorf("calibration: codec kernel %s: %w", name, err)
+	}
+	return nil
 }
 
 // linkLatencyScale is the latency term's scale: the prior's latency, or a
@@ -353,13 +434,19 @@ func (c *Calibration) linkLocked(l Link, width float64) (*linkState, error) {
 func linkLatencyScale(l Link) float64 { return max(l.Latency.Seconds(), 1e-6) }
 
 func (c *Calibration) addCopyLocked(l Link, s CopySample) error {
+	return c.addTimedLocked(&c.links, l, s)
+}
+
+// addTimedLocked records s, a copy or a kernel launch, in set under l
+// (the prior of the first), refits it and publishes.
+func (c *Calibration) addTimedLocked(set *linkSet, l Link, s CopySample) error {
 	if s.Bytes < 1 || s.Bytes > 1<<50 {
 		return fieldErr("bytes", s.Bytes, "must be between 1 and 2^50")
 	}
 	if !(s.Seconds > 0) || s.Seconds > 1e6 {
 		return fieldErr("seconds", s.Seconds, "must be positive and at most 1e6")
 	}
-	ls, err := c.linkLocked(l, PriorLinkWidth)
+	ls, err := set.get(l, PriorLinkWidth)
 	if err != nil {
 		return err
 	}
@@ -380,7 +467,7 @@ func (c *Calibration) fitLinkLocked(ls *linkState) {
 	f := LinkFit{Name: ls.prior.Name, LatencySeconds: r.theta[0] * scale, Samples: len(c.rows),
 		Outliers: len(c.rows) - r.used, ErrorWidth: widthOr(r, 2, ls.priorWidth)}
 	if r.theta[1] > 0 {
-		f.BandwidthBytesPerS = ls.prior.BandwidthBytesPerS / r.theta[1]
+		f.BandwidthBytesPerS = min(ls.prior.BandwidthBytesPerS/r.theta[1], maxBandwidthBytesS)
 	} else {
 		f.BandwidthBytesPerS = maxBandwidthBytesS // no byte term: as fast as the bounds allow
 	}
@@ -416,9 +503,7 @@ func (c *Calibration) publishLocked() {
 	f.Prefill = c.termsOf(theta)
 	f.Prefill.AttentionWave = c.wave
 	f.Prefill.Samples, f.Prefill.Outliers, f.Prefill.ErrorWidth = len(c.rows), len(c.rows)-used, width
-	for _, ls := range c.links {
-		f.Links = append(f.Links, ls.fit)
-	}
+	f.Links, f.CodecKernels = c.links.fits(), c.kernels.fits()
 	f.Prefill.LoadSlowdown, f.Prefill.LoadSlowdownSamples = c.loadSlowdownLocked(&theta)
 	c.cur.Store(f)
 }

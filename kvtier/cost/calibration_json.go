@@ -21,6 +21,7 @@ type calibrationFile struct {
 	Fit
 	PrefillSamples []PrefillSample `json:"prefill_samples"`
 	CopySamples    []CopySample    `json:"copy_samples"`
+	CodecSamples   []CodecSample   `json:"codec_samples,omitempty"`
 }
 
 const calibrationVersion = 1
@@ -36,8 +37,13 @@ func (c *Calibration) WriteJSON(w io.Writer) error {
 		PrefillSamples: []PrefillSample{}, CopySamples: []CopySample{}}
 	c.prefill.each(func(e *prefillEntry) { file.PrefillSamples = append(file.PrefillSamples, e.s) })
 	c.loaded.each(func(e *prefillEntry) { file.PrefillSamples = append(file.PrefillSamples, e.s) })
-	for _, ls := range c.links {
+	for _, ls := range c.links.states {
 		ls.samples.each(func(s *CopySample) { file.CopySamples = append(file.CopySamples, *s) })
+	}
+	for _, ls := range c.kernels.states {
+		ls.samples.each(func(s *CopySample) {
+			file.CodecSamples = append(file.CodecSamples, CodecSample{Kernel: s.Link, Bytes: s.Bytes, Seconds: s.Seconds})
+		})
 	}
 	c.mu.Unlock()
 	enc := json.NewEncoder(w)
@@ -127,17 +133,34 @@ func (c *Calibration) loadFile(f *calibrationFile) error {
 			// keeps the fitted figures only.
 			link.DescriptorCost, link.EventCost = preset.DescriptorCost, preset.EventCost
 		}
-		if _, err := c.linkLocked(link, l.ErrorWidth); err != nil {
+		if _, err := c.links.get(link, l.ErrorWidth); err != nil {
 			return fmt.Errorf("calibration: links[%d]: %w", i, err)
 		}
 	}
 	for i, s := range f.CopySamples {
-		ls := c.findLinkLocked(s.Link)
+		ls := c.links.find(s.Link)
 		if ls == nil {
 			return fmt.Errorf("calibration: copy_samples[%d]: %w", i, fieldErr("link", s.Link, "no link of that name in links"))
 		}
 		if err := c.addCopyLocked(ls.prior, s); err != nil {
 			return fmt.Errorf("calibration: copy_samples[%d]: %w", i, err)
+		}
+	}
+	for i, k := range f.CodecKernels {
+		if err := checkLinkFit(k); err != nil {
+			return fmt.Errorf("calibration: codec_kernels[%d]: %w", i, err)
+		}
+		if _, err := c.kernels.get(Link{Name: k.Name, BandwidthBytesPerS: k.BandwidthBytesPerS, Latency: seconds(k.LatencySeconds)}, k.ErrorWidth); err != nil {
+			return fmt.Errorf("calibration: codec_kernels[%d]: %w", i, err)
+		}
+	}
+	for i, s := range f.CodecSamples {
+		ls := c.kernels.find(s.Kernel)
+		if ls == nil {
+			return fmt.Errorf("calibration: codec_samples[%d]: %w", i, fieldErr("kernel", s.Kernel, "no kernel of that name in codec_kernels"))
+		}
+		if err := c.addTimedLocked(&c.kernels, ls.prior, CopySample{Link: s.Kernel, Bytes: s.Bytes, Seconds: s.Seconds}); err != nil {
+			return fmt.Errorf("calibration: codec_samples[%d]: %w", i, err)
 		}
 	}
 	if len(f.PrefillSamples) == 0 && f.Prefill != (PrefillFit{}) {
@@ -169,15 +192,6 @@ func (c *Calibration) loadFile(f *calibrationFile) error {
 		}
 	}
 	c.publishLocked()
-	return nil
-}
-
-func (c *Calibration) findLinkLocked(name string) *linkState {
-	for _, ls := range c.links {
-		if ls.prior.Name == name {
-			return ls
-		}
-	}
 	return nil
 }
 
@@ -244,7 +258,7 @@ func (c *Calibration) loadProbe(data []byte) error {
 		}
 		l.Name = prefix + "-" + pl.kind
 		// A probe is a measurement of many copies, closer than a preset.
-		if _, err := c.linkLocked(l, probeLinkWidth); err != nil {
+		if _, err := c.links.get(l, probeLinkWidth); err != nil {
 			return fmt.Errorf("calibration: %w", err)
 		}
 	}

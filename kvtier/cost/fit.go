@@ -65,6 +65,10 @@ type Fit struct {
 	GPU     string     `json:"gpu"`
 	Prefill PrefillFit `json:"prefill"`
 	Links   []LinkFit  `json:"links"` // sorted by name
+	// CodecKernels are the codecs' kernels, fitted as links are (a fixed
+	// cost a launch, bytes of the codec's input at a rate), named by
+	// CodecKernelName; sorted by name. Fit.Codec prices loads by them.
+	CodecKernels []LinkFit `json:"codec_kernels,omitempty"`
 }
 
 // RampWidth is the width at which PrefillFit.WeightBytesPerS is stated: a
@@ -131,6 +135,36 @@ func (f *Fit) Link(l Link) (Link, float64) {
 	return l, lf.ErrorWidth
 }
 
+// Codec returns cd with the rates its kernels were fitted at, where the fit
+// has them: each kernel's rate at a launch of chunkRawBytes (a chunk of
+// cd.ChunkBlocks blocks, as the GPU holds them), its fixed cost included,
+// so that the cost model's pipeline of chunks (Codec) prices what a launch
+// took. Kernels the fit lacks keep cd's rates.
+func (f *Fit) Codec(cd Codec, chunkRawBytes int64) Codec {
+	if f == nil || !cd.Enabled() {
+		return cd
+	}
+	rate := func(encode bool, preset float64) float64 {
+		name := CodecKernelName(cd.Name, encode)
+		i := sort.Search(len(f.CodecKernels), func(i int) bool { return f.CodecKernels[i].Name >= name })
+		if i == len(f.CodecKernels) || f.CodecKernels[i].Name != name {
+			return preset
+		}
+		k := &f.CodecKernels[i]
+		if chunkRawBytes <= 0 {
+			return k.BandwidthBytesPerS
+		}
+		b := float64(chunkRawBytes)
+		return b / (k.LatencySeconds + b/k.BandwidthBytesPerS)
+	}
+	enc, dec := rate(true, cd.EncodeBytesPerS), rate(false, cd.DecodeBytesPerS)
+	if enc != cd.EncodeBytesPerS || dec != cd.DecodeBytesPerS {
+		cd.EncodeBytesPerS, cd.DecodeBytesPerS = enc, dec
+		cd.Source = fmt.Sprintf("%s's kernels as calibrated, at launches of %d bytes", cd.Name, chunkRawBytes)
+	}
+	return cd
+}
+
 // Describe writes the fit for a person, m on tp GPUs as the example.
 func (f *Fit) Describe(m *Model, tp int) string {
 	var b strings.Builder
@@ -160,6 +194,10 @@ func (f *Fit) Describe(m *Model, tp int) string {
 	for _, l := range f.Links {
 		fmt.Fprintf(&b, "link %s, from %d copies (%d outliers), typical error %.1f%%: %.2f GB/s, latency %.2f us\n",
 			l.Name, l.Samples, l.Outliers, 100*l.ErrorWidth, l.BandwidthBytesPerS/1e9, l.LatencySeconds*1e6)
+	}
+	for _, k := range f.CodecKernels {
+		fmt.Fprintf(&b, "codec kernel %s, from %d launches (%d outliers), typical error %.1f%%: %.0f GB/s of input, %.2f us a launch\n",
+			k.Name, k.Samples, k.Outliers, 100*k.ErrorWidth, k.BandwidthBytesPerS/1e9, k.LatencySeconds*1e6)
 	}
 	return b.String()
 }

@@ -19,7 +19,11 @@ type tierPass struct {
 	call            float64 // the ingress's copy call, once per layer (Link.Latency)
 	desc            float64 // per block and layer (Link.DescriptorCost)
 	event           float64 // per layer (Link.EventCost)
-	tail            float64 // a compressed tier's decode of its last chunk
+	// A compressed tier's decode of a block, and the blocks of a chunk:
+	// an onboard of k blocks lands the decode of its last chunk,
+	// min(k, chunk) blocks, after its copies (tail).
+	decode float64
+	chunk  int
 	pipelined       bool    // the ingress copies what the source has read while it reads on
 	// whole: the onboard's layers all land at its end, as a compressed
 	// tier's do (the copy engine decodes whole blocks; transfer.Config.
@@ -48,21 +52,31 @@ func (pl *passLoads) add(a, u float64) {
 	pl.n++
 }
 
-// land adds the line of an onboard that starts at start and copies a
-// layer in u: layer l lands at start + (l+1)·u, or, whole, every layer at
-// start + L·u; a compressed tier's after its last chunk's decode.
-func (tp *tierPass) land(pl *passLoads, start, u, L float64) {
+// tail is the decode of the last chunk of an onboard of k blocks, after
+// its copies (0 without a codec).
+func (tp *tierPass) tail(k int) float64 { return float64(min(k, tp.chunk)) * tp.decode }
+
+// land adds the line of an onboard of k blocks that starts at start and
+// copies a layer in u: layer l lands at start + (l+1)·u, or, whole, every
+// layer at start + L·u; a compressed tier's after its last chunk's decode.
+func (tp *tierPass) land(pl *passLoads, k int, start, u, L float64) {
 	if tp.whole {
-		pl.add(start+L*u+tp.tail, 0)
+		pl.add(start+L*u+tp.tail(k), 0)
 		return
 	}
-	pl.add(start+tp.tail, u)
+	pl.add(start+tp.tail(k), u)
 }
 
 // onboardLayer is the ingress's time for one layer of k blocks of tier
 // tp: a copy call, a descriptor and the layer's bytes per block, and an
-// event.
+// event. A compressed tier's onboard is not issued layer by layer but a
+// chunk at a time (transfer's codec path: a copy call and an event a
+// chunk, a descriptor a block): its time is spread over the layers.
 func (tp *tierPass) onboardLayer(k int, perBlock float64, layers float64) float64 {
+	if tp.chunk > 0 {
+		chunks := float64((k + tp.chunk - 1) / tp.chunk)
+		return (chunks*(tp.call+tp.event) + float64(k)*(tp.desc+perBlock)) / layers
+	}
 	return tp.call + float64(k)*(tp.desc+perBlock/layers) + tp.event
 }
 
@@ -88,7 +102,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		}
 		if src == 0 {
 			uk := tp.onboardLayer(k, in, L)
-			tp.land(&pl, free, uk, L)
+			tp.land(&pl, k, free, uk, L)
 			free += L * uk
 			pl.busy += L * uk
 			continue
@@ -100,7 +114,7 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if !tp.pipelined {
 			uk := tp.onboardLayer(k, in, L)
 			start := max(free, d0+float64(k)*src)
-			tp.land(&pl, start, uk, L)
+			tp.land(&pl, k, start, uk, L)
 			free = start + L*uk
 			pl.busy += L * uk
 			continue
@@ -112,10 +126,12 @@ func (c *plannerCosts) loads(n *[NumTiers]int, link, drive float64, charged bool
 		if L > 1 {
 			u = (last - first) / (L - 1)
 		}
+		// The staged onboards' sizes are not kept: the tail is of a
+		// chunk's, or of k blocks', whichever is fewer.
 		if tp.whole {
-			pl.add(last+tp.tail, 0)
+			pl.add(last+tp.tail(k), 0)
 		} else {
-			pl.add(first-u+tp.tail, u)
+			pl.add(first-u+tp.tail(k), u)
 		}
 	}
 	pl.ingressEnd = free

@@ -224,6 +224,7 @@ func (p *Planner) setCosts(fit *Fit) {
 			path.Source, ws = fit.Link(path.Source)
 			w = max(w, ws)
 		}
+		path.Codec = fit.Codec(path.Codec, int64(path.Codec.ChunkBlocks)*int64(bytes))
 		c.loadS[t] = bytes * path.secondsPerByte()
 		c.chargedS[t] = c.loadS[t] * (1 + w)
 		wire := bytes
@@ -241,7 +242,7 @@ func (p *Planner) setCosts(fit *Fit) {
 			c.tailS[t] = decode * float64(codec.ChunkBlocks)
 			tp := &c.pass[t]
 			tp.in, tp.inCharged = max(tp.in, decode), max(tp.inCharged, decode)
-			tp.tail = c.tailS[t]
+			tp.decode, tp.chunk = decode, codec.ChunkBlocks
 			tp.whole = true
 		}
 		c.latS[t] = path.latencySeconds()

@@ -77,6 +77,11 @@ func (c *Calibration) loadSlowdownLocked(theta *[maxTerms]float64) (float64, int
 	return min(maxLoadSlowdown, max(0, weightedMedian(est))), len(est)
 }
 
+// wholeLoadChunkBlocks is the blocks a LoadWhole sample's onboard issued
+// at a time: the codec path's chunk (transfer.DefaultCodecChunkBlocks,
+// the fp8-e4m3 preset's ChunkBlocks).
+const wholeLoadChunkBlocks = 8
+
 // slowdownOf is e's estimate of the slowdown and its weight (the seconds
 // its loads overlapped it), when it qualifies: its pass priced as the
 // Planner prices it from its start, its loads one onboard over the link's
@@ -84,7 +89,7 @@ func (c *Calibration) loadSlowdownLocked(theta *[maxTerms]float64) (float64, int
 // or, LoadWhole, all at its end.
 func (c *Calibration) slowdownOf(e *prefillEntry, theta *[maxTerms]float64) (g, w float64, ok bool) {
 	s := &e.s
-	ls := c.findLinkLocked(s.LoadLink)
+	ls := c.links.find(s.LoadLink)
 	if ls == nil || e.layers < 1 {
 		return 0, 0, false
 	}
@@ -92,6 +97,9 @@ func (c *Calibration) slowdownOf(e *prefillEntry, theta *[maxTerms]float64) (g, 
 	link.BandwidthBytesPerS, link.Latency = ls.fit.BandwidthBytesPerS, seconds(ls.fit.LatencySeconds)
 	path := DirectPath(link)
 	tp := passCosts(&path, float64(s.LoadBytes)/float64(s.LoadBlocks), 0)
+	if s.LoadWhole { // issued as whole blocks, a chunk at a time
+		tp.chunk = wholeLoadChunkBlocks
+	}
 	layers := float64(e.layers)
 	var pl passLoads
 	u := tp.onboardLayer(s.LoadBlocks, tp.in, layers)

@@ -53,9 +53,12 @@ func TestLoadSlowdownLearnedWhole(t *testing.T) {
 			// The same pass, its compute waiting for the whole load.
 			pc := PresetPrefillCost(&m, &g, 1)
 			work := pc.PassEndSeconds(s.Prefix) + pc.MarginalSeconds(s.Tokens, s.Prefix)
-			L := float64(m.Layers)
-			u := (s.LoadEndSeconds - s.LoadStartSeconds) / 1.1 / L
-			s.Seconds = max(work, s.LoadStartSeconds+L*u+work) + gamma*min(work, L*u, s.LoadStartSeconds+L*u)
+			// Its blocks issued whole, a chunk at a time.
+			k := s.LoadBlocks
+			busy := float64((k+wholeLoadChunkBlocks-1)/wholeLoadChunkBlocks)*(l.Latency+l.EventCost).Seconds() +
+				float64(k)*(l.DescriptorCost.Seconds()+float64(s.LoadBytes)/float64(k)/l.BandwidthBytesPerS)
+			s.LoadEndSeconds = s.LoadStartSeconds + 1.1*busy
+			s.Seconds = max(work, s.LoadStartSeconds+busy+work) + gamma*min(work, busy, s.LoadStartSeconds+busy)
 			s.LoadWhole = whole
 			if err := c.AddPrefillSample(m, s); err != nil {
 				t.Fatal(err)

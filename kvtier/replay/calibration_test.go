@@ -89,15 +89,54 @@ func writeCalibrationFrom(t *testing.T, samplesPath string) string {
 // a pass cost, error widths), a request alone still takes what the
 // planner predicted for it, within 1%, on either mover, and the rates are
 // the fit's.
+//
+// With an fp8-e4m3 host tier whose calibration timed the decode kernel at
+// a third of the preset's rate, the plan and the replay both price loads
+// by the fitted kernel.
 func TestReplayExecutesTheCalibratedPlan(t *testing.T) {
 	for _, mover := range []string{MoverModel, MoverDevice} {
-		t.Run(mover, func(t *testing.T) { replayTheCalibratedPlan(t, mover) })
+		t.Run(mover, func(t *testing.T) { replayTheCalibratedPlan(t, mover, "") })
+		t.Run(mover+"-fp8", func(t *testing.T) { replayTheCalibratedPlan(t, mover, "fp8-e4m3") })
 	}
 }
 
-func replayTheCalibratedPlan(t *testing.T, mover string) {
+// writeCalibrationWithDecode is writeCalibration's file with 40 launches
+// of codec's decode kernel timed at rate bytes of KV a second.
+func writeCalibrationWithDecode(t *testing.T, codec string, rate float64) string {
+	t.Helper()
+	path := writeCalibration(t)
+	g, _ := cost.LookupGPU("h200")
+	cal, err := cost.LoadCalibrationFile(path, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd, err := cost.LookupCodec(codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		b := int64(1+i%16) << 24
+		if err := cal.AddCodecKernel(cd, false, b, time.Duration(float64(b)/rate*1e9)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cal.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func replayTheCalibratedPlan(t *testing.T, mover, codec string) {
 	cfg := DefaultConfig()
 	cfg.Baselines, cfg.Calibration, cfg.Mover = false, writeCalibration(t), mover
+	if codec != "" {
+		cd, _ := cost.LookupCodec(codec)
+		cfg.HostCodec, cfg.NVMeCodec, cfg.Calibration = codec, codec, writeCalibrationWithDecode(t, codec, cd.DecodeBytesPerS/1)
+		e := startedEngine(t, cfg)
+		if got := e.codec.DecodeBytesPerS; !(got > cd.DecodeBytesPerS/1*0.97 && got < cd.DecodeBytesPerS/1*1.03) {
+			t.Fatalf("the replay decodes at %.4g B/s, want the fitted %.4g", got, cd.DecodeBytesPerS/3)
+		}
+	}
 	for _, blocks := range []int{1, 4, 32} {
 		e := seedEngine(t, cfg, 1, blocks)
 		if e.prefill.PassSeconds <= 0 {

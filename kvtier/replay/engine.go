@@ -174,6 +174,9 @@ func (e *engine) start(blockTokens int) error {
 	}
 	e.bt = blockTokens
 	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
+	if e.cal != nil { // the codec's kernels as the calibration learned them
+		e.codec = e.cal.Current().Codec(e.codec, int64(e.codec.ChunkBlocks)*e.blockBytes)
+	}
 	e.stored = e.codec.EncodedBlockBytes(&e.model, blockTokens, cfg.TP)
 	if err := e.checkCodecShape(); err != nil {
 		return err
