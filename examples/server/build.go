@@ -190,6 +190,7 @@ func openCache(ctx context.Context, c *config, s shape, p *parts) (*stack.Cache,
 	if o.Codecs, err = c.codecs.options(m, o.NVMeBytes > 0, o.Remote != nil); err != nil {
 		return nil, err
 	}
+	o.OnCodecKernel = p.cal.codecKernels()
 	return stack.Open(ctx, o)
 }
 

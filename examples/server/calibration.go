@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"kvtier.dev/examples/server/internal/engine"
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/transfer"
 )
 
 // calibration is the server's cost-model calibration (kvtier/cost): what
@@ -24,8 +26,11 @@ type calibration struct {
 	// as it crosses the host link (-host-codec's encoding; equal without
 	// one): a load's bytes are the link's samples as wire bytes.
 	rawBlock, wireBlock int64
-	learn               bool
-	log                 *slog.Logger
+	// codec is the host tier's codec as the planner prices it (zero
+	// without -host-codec): its kernels' launches are learned.
+	codec cost.Codec
+	learn bool
+	log   *slog.Logger
 }
 
 // openCalibration loads -cost-calibration, or starts from the presets
@@ -42,7 +47,8 @@ func openCalibration(c *config, s shape) (*calibration, error) {
 	}
 	k := &calibration{model: pc.Model, host: pc.Paths[cost.TierHost].Ingress, learn: c.costLearn, log: c.log,
 		rawBlock: pc.Model.KVBytesPerTokenPerRank(1) * int64(pc.BlockTokens)}
-	k.wireBlock = pc.Paths[cost.TierHost].Codec.EncodedBlockBytes(&pc.Model, pc.BlockTokens, 1)
+	k.codec = pc.Paths[cost.TierHost].Codec
+	k.wireBlock = k.codec.EncodedBlockBytes(&pc.Model, pc.BlockTokens, 1)
 	if c.costCalibration != "" {
 		if k.cal, err = cost.LoadCalibrationFile(c.costCalibration, pc.GPU, pc.Model); err != nil {
 			return nil, fmt.Errorf("-cost-calibration: %w", err)
@@ -125,6 +131,20 @@ func (k *calibration) Load(tier kvtier.Tier, bytes int64, d time.Duration) {
 	}
 }
 
+// codecKernels is what the copy engines tell of their timed codec
+// launches (stack.Options.OnCodecKernel), or nil when the server does not
+// learn or the host tier is not coded.
+func (k *calibration) codecKernels() func(transfer.CodecKernel) {
+	if k == nil || !k.learn || !k.codec.Enabled() {
+		return nil
+	}
+	return func(l transfer.CodecKernel) {
+		if err := k.cal.AddCodecKernel(k.codec, l.Encode, l.RawBytes, l.Elapsed); err != nil {
+			k.log.Debug("server: calibration: codec launch refused", "err", err)
+		}
+	}
+}
+
 // wire is what bytes of KV as the GPU holds it took on the host link: the
 // host tier's encoded blocks. A compressed load's time is its wire bytes'
 // (the codec's decode overlaps the copy, fp8-codec-path-h200.md): counted
@@ -154,6 +174,11 @@ func (k *calibration) close(path string) error {
 	attrs := []any{"prefill_samples", f.Prefill.Samples, "outliers", f.Prefill.Outliers, "error_width", f.Prefill.ErrorWidth}
 	for _, l := range f.Links {
 		attrs = append(attrs, "link_"+l.Name+"_GBps", l.BandwidthBytesPerS/1e9, "link_"+l.Name+"_samples", l.Samples)
+	}
+	for _, l := range f.CodecKernels {
+		name := strings.ReplaceAll(l.Name, " ", "_")
+		attrs = append(attrs, "codec_"+name+"_GBps", l.BandwidthBytesPerS/1e9, "codec_"+name+"_us", l.LatencySeconds*1e6,
+			"codec_"+name+"_samples", l.Samples)
 	}
 	k.log.Info("server: calibration", attrs...)
 	if path == "" {

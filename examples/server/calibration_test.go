@@ -11,6 +11,7 @@ import (
 
 	"kvtier.dev/kvtier"
 	"kvtier.dev/kvtier/cost"
+	"kvtier.dev/kvtier/transfer"
 )
 
 // TestCalibrationCountsWireBytes: with -host-codec, a load's time is
@@ -31,6 +32,48 @@ func TestCalibrationCountsWireBytes(t *testing.T) {
 	if got := rate["fp8-e4m3"] / rate["none"]; math.Abs(got-want) > 0.02 {
 		t.Errorf("host link fitted at %.3g bytes/s with FP8 blocks, %.3g without: ratio %.3f, want %.3f", rate["fp8-e4m3"], rate["none"], got, want)
 	}
+}
+
+// TestCalibrationLearnsCodecKernels: a learning server with -host-codec
+// takes the copy engines' timed launches as its codec's kernels, and the
+// planner's fit prices the codec by them; without a codec, or without
+// -cost-learn, the engines are given nothing to report to.
+func TestCalibrationLearnsCodecKernels(t *testing.T) {
+	k := testCalibration(t, "-host-codec", "fp8-e4m3", "-cost-learn")
+	report := k.codecKernels()
+	if report == nil {
+		t.Fatal("no report function for a learning server with a coded host tier")
+	}
+	for range 20 {
+		report(transfer.CodecKernel{Blocks: 8, RawBytes: 16 << 20, Elapsed: 40 * time.Microsecond})
+	}
+	f := k.cal.Current()
+	if len(f.CodecKernels) != 1 || f.CodecKernels[0].Name != "fp8-e4m3 decode" || f.CodecKernels[0].Samples != 20 {
+		t.Fatalf("kernels learned %+v, want the decode's 20 launches", f.CodecKernels)
+	}
+	if got, want := f.Codec(k.codec, 16<<20).DecodeBytesPerS, float64(16<<20)/40e-6; math.Abs(got/want-1) > 0.02 {
+		t.Errorf("a chunk decodes at %.4g bytes/s, want the launches' %.4g", got, want)
+	}
+	for _, flags := range [][]string{{"-cost-learn"}, {"-host-codec", "fp8-e4m3", "-cost-learn=false", "-cost-calibration", writeCalibrationFile(t)}} {
+		if testCalibration(t, flags...).codecKernels() != nil {
+			t.Errorf("%v: a report function, want none", flags)
+		}
+	}
+}
+
+// writeCalibrationFile is a calibration file of the presets.
+func writeCalibrationFile(t *testing.T) string {
+	t.Helper()
+	g, _ := cost.LookupGPU("h200")
+	c, err := cost.NewCalibration(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "presets.json")
+	if err := c.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestCalibrationRuntime: a -cost-calibration file whose samples name no

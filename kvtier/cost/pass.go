@@ -19,12 +19,13 @@ type tierPass struct {
 	call            float64 // the ingress's copy call, once per layer (Link.Latency)
 	desc            float64 // per block and layer (Link.DescriptorCost)
 	event           float64 // per layer (Link.EventCost)
+	pipelined       bool    // the ingress copies what the source has read while it reads on
 	// A compressed tier's decode of a block, and the blocks of a chunk:
-	// an onboard of k blocks lands the decode of its last chunk,
-	// min(k, chunk) blocks, after its copies (tail).
+	// an onboard of k blocks is issued a chunk at a time (onboardLayer)
+	// and lands the decode of its last chunk, min(k, chunk) blocks, after
+	// its copies (tail). chunk 0: no codec.
 	decode float64
 	chunk  int
-	pipelined       bool    // the ingress copies what the source has read while it reads on
 	// whole: the onboard's layers all land at its end, as a compressed
 	// tier's do (the copy engine decodes whole blocks; transfer.Config.
 	// CodecLayerGroups 1, its default), not layer after layer.

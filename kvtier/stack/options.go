@@ -58,6 +58,10 @@ type Options struct {
 	NVMeGate func(drive *devmover.Mover) (kvtier.WriteGate, error)
 	// OnDriveIO: see devmover.Config.OnDriveIO (every rank's drive).
 	OnDriveIO func(write bool, bytes int64, d time.Duration)
+	// OnCodecKernel: see transfer.Config.OnCodecKernel (every rank's copy
+	// engines, with a Codecs.Host): a coded transfer's launch, timed on
+	// the GPU, for a calibration to learn the kernels from.
+	OnCodecKernel func(transfer.CodecKernel)
 	// NVMeReformat empties and formats afresh an NVMe slab file Open
 	// cannot use as it is, instead of failing: a superblock that does not
 	// decode, a file written with another geometry (another NVMeBytes or

@@ -120,6 +120,9 @@ func (p *GPUParts) build(ctx context.Context, sh Shard, o *Options, s *sizes, di
 	if bc.Codec != codec.None { // offloads of a few blocks to NVMe: one small buffer
 		bc.CodecBuffers, bc.CodecChunkBlocks = 1, bounceSlots
 	}
+	if ec.Codec != codec.None {
+		ec.OnCodecKernel, bc.OnCodecKernel = o.OnCodecKernel, o.OnCodecKernel
+	}
 	if p.Engine, err = newEngine(sh.Device, ec); err != nil {
 		if o.GatherStaging > 0 {
 			return fmt.Errorf("Options.GatherStaging %d: %w", o.GatherStaging, err)

@@ -49,6 +49,12 @@ import (
 // its last chunk, so a pass starts on the first layers while the link
 // carries the rest. Each group after the first copies the scales again
 // (ScaleBytes a block: 2 KiB of 1 MiB for llama-3.1-8b).
+//
+// With Config.OnCodecKernel, the first launch of each coded transfer is
+// timed between timing events on the kernels' stream, while one of a few
+// pairs per direction is free, and reported once the transfer is done
+// (codectime.go): the server's calibration learns the kernels' rates from
+// them as it learns the links'.
 
 // Defaults of the codec path's ring: chunks of 8 blocks kept 0.96-0.97 of
 // the link's rate on the H200 (benchmarks/results/fp8-codec-h200.md).
@@ -108,6 +114,11 @@ type codecRing struct {
 	// ids and link are a chunk's GPU blocks and link copies (scratch).
 	ids  []int32
 	link []cudastream.Copy
+	// timers time a launch of each coded transfer, with
+	// Config.OnCodecKernel (codectime.go); free holds those not in use,
+	// nil without it.
+	timers []*kernelTimer
+	free   chan *kernelTimer
 }
 
 type codecBuf struct {
@@ -186,6 +197,9 @@ func (e *Engine) setupCodec(cfg *Config) error {
 		if r != nil {
 			d.cring = r
 		}
+		if err == nil && cfg.OnCodecKernel != nil {
+			err = r.newKernelTimers(e.dev)
+		}
 		if err != nil {
 			e.codec = cs // so that Close releases the kernels, if loaded
 			return err
@@ -257,9 +271,10 @@ func newCodecRing(dev cudastream.Device, cs *codecState, n, prio int) (*codecRin
 // destroy releases the ring's stream, events and memory, after the
 // stream's work completes.
 func (r *codecRing) destroy(dev cudastream.Device) error {
-	return destroyRing(dev, r.kernel, r.join, r.mem, len(r.bufs), func(i int) (cudastream.Event, cudastream.Event) {
+	err := destroyRing(dev, r.kernel, r.join, r.mem, len(r.bufs), func(i int) (cudastream.Event, cudastream.Event) {
 		return r.bufs[i].filled, r.bufs[i].freed
 	})
+	return errors.Join(append(r.destroyTimers(), err)...)
 }
 
 // CodecBytes is the device memory the engine's codec scratch takes (0

@@ -95,12 +95,36 @@ func (r *codecRig) copyBlock(t testing.TB, st cudastream.Stream, b int32, buf []
 // TestGPUCodecRoundTrip: GPU -> host -> GPU through the codec path with
 // the CUDA kernels equals the Go reference byte for byte: each host slot
 // holds codec.Encode of its block, and each block onboarded back holds
-// codec.Decode of that. Both layouts; 40 blocks, 5 chunks of 8.
+// codec.Decode of that. Both layouts; 40 blocks, 5 chunks of 8. Each
+// transfer reports its first chunk's launch, timed on the device
+// (Config.OnCodecKernel).
 func TestGPUCodecRoundTrip(t *testing.T) {
 	for _, layout := range []string{"layer-first", "block-first"} {
 		t.Run(layout, func(t *testing.T) {
 			r := newCodecRig(t, layout)
-			e := r.engine(t, codec.FP8E4M3PerHead)
+			var mu sync.Mutex
+			var launches []CodecKernel
+			e := r.engine(t, codec.FP8E4M3PerHead, func(c *Config) {
+				c.OnCodecKernel = func(k CodecKernel) {
+					mu.Lock()
+					launches = append(launches, k)
+					mu.Unlock()
+				}
+			})
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				chunk := int64(DefaultCodecChunkBlocks) * gpuCodecShape.BlockBytes()
+				if len(launches) != 2 || !launches[0].Encode || launches[1].Encode {
+					t.Fatalf("launches reported %+v, want a quantize then a dequantize", launches)
+				}
+				for _, k := range launches {
+					if k.Blocks != DefaultCodecChunkBlocks || k.RawBytes != chunk || k.Elapsed <= 0 {
+						t.Errorf("launch %+v, want %d blocks, %d bytes, timed", k, DefaultCodecChunkBlocks, chunk)
+					}
+					t.Logf("encode %v: %d bytes in %v (%.0f GB/s of bf16)", k.Encode, k.RawBytes, k.Elapsed, float64(k.RawBytes)/k.Elapsed.Seconds()/1e9)
+				}
+			}()
 			if e.CodecKernels() != "cuda" {
 				t.Fatalf("CodecKernels() = %q on the GPU, want cuda", e.CodecKernels())
 			}

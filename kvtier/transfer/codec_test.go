@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,6 +494,136 @@ func TestCodecOnboardScratchReuseWaits(t *testing.T) {
 		}
 		if same == skip {
 			t.Errorf("skip wait %v: GPU blocks hold their slots' decodings: %v", skip, same)
+		}
+	}
+}
+
+// TestCodecKernelsTimed: with OnCodecKernel, each coded transfer reports
+// one launch, its first chunk's, timed between events on the device: a
+// quantize of whole blocks, and a dequantize of the first group's layers,
+// each as long as the Go codec's price on the virtual clock, plus the
+// simulator's kernel launch and the events' cost at most.
+func TestCodecKernelsTimed(t *testing.T) {
+	const encRate, decRate = 1e9, 2e9
+	link := cudastream.H200Link()
+	for _, groups := range []int{1, 2} {
+		f := newFixture(t, "block-first", link)
+		cfg := codecConfig(4)
+		cfg.Polled, cfg.CodecLayerGroups = true, groups
+		cfg.GoCodecEncodeBytesPerS, cfg.GoCodecDecodeBytesPerS = encRate, decRate
+		var got []CodecKernel
+		cfg.OnCodecKernel = func(k CodecKernel) { got = append(got, k) }
+		e := f.engine(t, cfg)
+		var pairs []Pair
+		for i := range 6 {
+			pairs = append(pairs, Pair{GPUBlock: int32(i), HostSlot: int32(i)})
+		}
+		offload := func(ctx context.Context, p []Pair) (*Transfer, error) { return e.Offload(ctx, p) }
+		for _, submit := range []func(context.Context, []Pair) (*Transfer, error){offload, e.Onboard} {
+			tr, err := submit(context.Background(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for more := true; more; {
+				_, more = f.step(t, e)
+			}
+			if err := tr.Err(); err != nil {
+				t.Fatal(err)
+			}
+			tr.Release()
+		}
+		if len(got) != 2 {
+			t.Fatalf("%d groups: %d launches reported for an offload and an onboard, want 2: %+v", groups, len(got), got)
+		}
+		block := fxShape.BlockBytes()
+		for i, want := range []CodecKernel{
+			{Encode: true, Blocks: 4, RawBytes: 4 * block},
+			{Encode: false, Blocks: 4, RawBytes: 4 * block / int64(groups)},
+		} {
+			k := got[i]
+			rate := map[bool]float64{true: encRate, false: decRate}[want.Encode]
+			price := time.Duration(float64(want.RawBytes) / rate * 1e9)
+			if k.Encode != want.Encode || k.Blocks != want.Blocks || k.RawBytes != want.RawBytes ||
+				k.Elapsed < price || k.Elapsed > price+link.KernelLaunch+2*link.EventCost {
+				t.Errorf("%d groups: launch %d is %+v, want %+v taking %v (+ %v at most)", groups, i, k, want, price, link.KernelLaunch+2*link.EventCost)
+			}
+		}
+	}
+}
+
+// TestCodecKernelsUntimed: with OnCodecKernel unset, no transfer holds a
+// timer.
+func TestCodecKernelsUntimed(t *testing.T) {
+	f := newFixture(t, "block-first", cudastream.H200Link())
+	cfg := codecConfig(4)
+	e := f.engine(t, cfg)
+	tr, err := e.Offload(context.Background(), []Pair{{GPUBlock: 1, HostSlot: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.timer != nil {
+		t.Error("a transfer holds a timer without Config.OnCodecKernel")
+	}
+	wait(t, tr)
+}
+
+// TestCodecKernelsTimedConcurrently: transfers submitted from several
+// goroutines at once share each direction's few timers; every launch
+// reported is whole, and once all are done every timer is free again.
+func TestCodecKernelsTimedConcurrently(t *testing.T) {
+	f := newFixture(t, "block-first", cudastream.H200Link())
+	cfg := codecConfig(2)
+	cfg.GoCodecEncodeBytesPerS, cfg.GoCodecDecodeBytesPerS = 1e10, 1e10
+	var mu sync.Mutex
+	var got []CodecKernel
+	cfg.OnCodecKernel = func(k CodecKernel) {
+		mu.Lock()
+		got = append(got, k)
+		mu.Unlock()
+	}
+	e := f.engine(t, cfg)
+	const workers, each = 4, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				p := []Pair{{GPUBlock: int32(w), HostSlot: int32(w)}, {GPUBlock: int32(workers + w), HostSlot: int32(workers + w)}}
+				var tr *Transfer
+				var err error
+				if i%2 == 0 {
+					tr, err = e.Offload(context.Background(), p)
+				} else {
+					tr, err = e.Onboard(context.Background(), p)
+				}
+				if err == nil {
+					err = tr.Wait(context.Background())
+					tr.Release()
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 || len(got) > workers*each {
+		t.Errorf("%d launches reported for %d transfers", len(got), workers*each)
+	}
+	for _, k := range got {
+		if k.Blocks != 2 || k.RawBytes != 2*fxShape.BlockBytes() || k.Elapsed <= 0 {
+			t.Errorf("launch %+v, want 2 whole blocks timed", k)
+		}
+	}
+	for _, d := range []*direction{&e.on, &e.off} {
+		if n := len(d.cring.free); n != codecTimers {
+			t.Errorf("%d of %d timers free once every transfer is done", n, codecTimers)
 		}
 	}
 }

@@ -110,8 +110,10 @@ func (e *Engine) codeChunk(ctx context.Context, d *direction, t *Transfer, pairs
 	read := func() error { return cs.kern.dequantize(r.kernel, b.enc, r.ids, lr) }
 	if offload {
 		fillOn, readOn = r.kernel, d.stream
-		fill = func() error { return cs.kern.quantize(r.kernel, b.enc, r.ids) }
+		fill = r.timed(t, cs, true, len(r.ids), lr, func() error { return cs.kern.quantize(r.kernel, b.enc, r.ids) })
 		read = func() error { return e.linkBatch(d, r.link) }
+	} else {
+		read = r.timed(t, cs, false, len(r.ids), lr, read)
 	}
 	if !passChunk(step, b.used && !e.skipCodecWait, b.filled, b.freed, fillOn, readOn, fill, read) {
 		return

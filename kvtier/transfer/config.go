@@ -118,6 +118,13 @@ type Config struct {
 	// (cost.Codec's EncodeBytesPerS and DecodeBytesPerS, 1.18e12 and
 	// 1.12e12 for fp8-e4m3 on the H200); 0 prices the launch alone.
 	GoCodecEncodeBytesPerS, GoCodecDecodeBytesPerS float64
+	// OnCodecKernel, with a Codec, is told of one launch of the codec's
+	// kernels in each coded transfer, timed on the device between events
+	// recorded around it (codectime.go): what a calibration learns the
+	// kernels' rates from (cost.Calibration.AddCodecKernel). It runs where
+	// the transfer completes (a completer goroutine, or the Poll that
+	// completes it) and MUST NOT block. Nil: no launch is timed.
+	OnCodecKernel func(CodecKernel)
 }
 
 // validate checks cfg, naming the field at fault, and fills in its

@@ -18,7 +18,8 @@ type Engine struct {
 	host     HostLayout
 	hostBase uint64
 	now      func() time.Duration
-	polled   bool // Config.Polled
+	polled   bool              // Config.Polled
+	onKernel func(CodecKernel) // Config.OnCodecKernel
 
 	method   Method
 	auto     autoTable
@@ -131,6 +132,7 @@ func newEngine(dev cudastream.Device, cfg *Config, auto autoTable) *Engine {
 		hostBase: cudastream.HostAddr(cfg.Host.Pool),
 		now:      cfg.Now,
 		polled:   cfg.Polled,
+		onKernel: cfg.OnCodecKernel,
 
 		method:   cfg.Method,
 		auto:     auto,

@@ -29,9 +29,13 @@ type Transfer struct {
 
 	bytes        int64
 	copies       int
-	kernelCopies int        // of copies, those the copy kernel moved
-	gathered     bool       // the transfer took the gather/scatter path
-	coded        bool       // the transfer took the codec path (codec.go)
+	kernelCopies int  // of copies, those the copy kernel moved
+	gathered     bool // the transfer took the gather/scatter path
+	coded        bool // the transfer took the codec path (codec.go)
+	// timer times one of its codec launches, from timerRing's timers,
+	// until finish reports it (codectime.go).
+	timer        *kernelTimer
+	timerRing    *codecRing
 	gatherChunks int        // device staging chunks it moved
 	inflight     *direction // counts t in its inflight until done
 	start        time.Duration
@@ -105,6 +109,7 @@ func (t *Transfer) finish(err error) {
 		t.err = fmt.Errorf("transfer: %s of %d bytes: %w", t.kind, t.bytes, err)
 	}
 	t.end = t.eng.now()
+	t.reportKernel(t.eng.onKernel)
 	if t.inflight != nil {
 		t.inflight.inflight.Add(-1)
 	}
