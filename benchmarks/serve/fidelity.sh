@@ -35,7 +35,9 @@ export BENCH_FLAGS="${BENCH_FLAGS:---vocab 128256 --max-tokens 2 --per-request}"
 export VERIFY=0 NVME_PARENT=$nvme
 big=${HOST_BIG:-32GiB} small=${HOST_SMALL:-4GiB} nvme_bytes=${NVME_BYTES:-40GiB}
 codec=${CODEC:-fp8-e4m3}
-export FLAGS_cost_host32="-host $big -nvme 0" FLAGS_cost_host4="-host $small -nvme $nvme_bytes" FLAGS_gpu_only="-host $big -nvme 0"
+# The bf16 cells say -host-codec none: the server's default, auto, would
+# choose FP8 for them.
+export FLAGS_cost_host32="-host $big -nvme 0 -host-codec none" FLAGS_cost_host4="-host $small -nvme $nvme_bytes -host-codec none" FLAGS_gpu_only="-host $big -nvme 0 -host-codec none"
 export FLAGS_cost_host32_fp8="$FLAGS_cost_host32 -host-codec $codec" FLAGS_cost_host4_fp8="$FLAGS_cost_host4 -host-codec $codec"
 # cells.tsv's line of each cell (label, strategy, host, NVMe, codec) and
 # run.sh's argument.

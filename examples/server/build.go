@@ -106,6 +106,9 @@ func build(ctx context.Context, c *config, s shape) (p *parts, err error) {
 		p.runner = r
 		c.log.Info("server: model on the CPU (reference backend); KV copies on the simulated device with the H200's link model", "model", s.model.Name, "params", s.model.Params())
 	}
+	if err := c.codecs.resolve(c, s); err != nil {
+		return p, err
+	}
 	if p.cal, err = openCalibration(c, s); err != nil {
 		return p, err
 	}

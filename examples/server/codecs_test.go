@@ -103,3 +103,48 @@ func TestCodecFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestHostCodecAuto: -host-codec auto (the default) takes the codec the
+// cost model chooses for the host link within -codec-error-budget, and
+// says so in the log with its reason: FP8 for llama-3.1-8b over PCIe 5
+// within the default budget; none under a budget below FP8's error, with
+// no lower tier, or for a model the cost model has no preset of; a codec
+// given by name is kept.
+func TestHostCodecAuto(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want codec.Codec
+		log  string
+	}{
+		{[]string{"-model", "llama-3.1-8b"}, codec.FP8E4M3PerHead, "within the budget 0.05"},
+		{[]string{"-model", "llama-3.1-8b", "-host-codec", "auto", "-codec-error-budget", "0.01"}, codec.None, "over the budget 0.01"},
+		{[]string{"-model", "llama-3.1-8b", "-strategy", "gpu-only"}, codec.None, "no lower tier"},
+		{[]string{"-model", "tiny"}, codec.None, "no preset of tiny"},
+		{[]string{"-model", "llama-3.1-8b", "-host-codec", "none"}, codec.None, ""},
+		{[]string{"-model", "llama-3.1-8b", "-host-codec", "fp8-e4m3", "-codec-error-budget", "0"}, codec.FP8E4M3PerHead, ""},
+	} {
+		var log strings.Builder
+		c, err := parseArgs(tc.args, &log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := c.shape()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.codecs.resolve(&c, sh); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if c.codecs.host != tc.want {
+			t.Errorf("%v: host codec %s, want %s", tc.args, c.codecs.host, tc.want)
+		}
+		if said := strings.Contains(log.String(), "-host-codec auto"); said != (tc.log != "") || !strings.Contains(log.String(), tc.log) {
+			t.Errorf("%v: the log says %q, want the choice and %q", tc.args, log.String(), tc.log)
+		}
+	}
+	for _, b := range []string{"-0.1", "1", "NaN"} {
+		if _, err := parseArgs([]string{"-codec-error-budget", b}, io.Discard); err == nil || !strings.Contains(err.Error(), "-codec-error-budget") {
+			t.Errorf("-codec-error-budget %s: %v, want an error naming the flag", b, err)
+		}
+	}
+}

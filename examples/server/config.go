@@ -207,6 +207,9 @@ func (c *config) validate() error {
 	default:
 		return fmt.Errorf("-device %q: want auto, gpu or cpu", c.device)
 	}
+	if err := c.codecs.check(); err != nil {
+		return err
+	}
 	if !slices.Contains(policy.Names, c.policy) {
 		return fmt.Errorf("-policy %q: want one of %s", c.policy, strings.Join(policy.Names, ", "))
 	}

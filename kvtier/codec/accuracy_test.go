@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"kvtier.dev/kvtier/cost"
 )
 
 // block builds a bf16 block of shape s whose value i is f(i, head).
@@ -194,3 +196,64 @@ func TestPerHeadScales(t *testing.T) {
 // float64 quotient of float32s rounds to float32 without double-rounding
 // error, as 53 >= 2·24+2).
 func refFloat32Div(a, b float32) float32 { return float32(float64(a) / float64(b)) }
+
+// TestFP8ErrorRMSIsTheFormats: the cost model's ErrorRMS for fp8-e4m3,
+// what an error budget is set against, is what this format does to KV
+// values of any spread: Gaussian, Laplace, heavy-tailed (Student t, 3
+// degrees), and a head whose few channels are 20 times the rest. e4m3
+// rounds each value relative to itself (3 mantissa bits), so the error
+// barely moves with the distribution; the preset is its ceiling, within
+// 10%.
+func TestFP8ErrorRMSIsTheFormats(t *testing.T) {
+	cc, err := cost.LookupCodec("fp8-e4m3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Shape{Layers: 4, Parts: 2, Tokens: 16, Heads: 8, HeadDim: 128}
+	rng := rand.New(rand.NewPCG(11, 12))
+	dists := []struct {
+		name string
+		f    func(i int) float64
+	}{
+		{"gaussian", func(int) float64 { return rng.NormFloat64() }},
+		{"laplace", func(int) float64 { return rng.ExpFloat64() * float64(1-2*rng.IntN(2)) }},
+		{"student-t3", func(int) float64 {
+			c := 0.0
+			for range 3 {
+				z := rng.NormFloat64()
+				c += z * z
+			}
+			return rng.NormFloat64() / math.Sqrt(c/3)
+		}},
+		{"outlier-channels", func(i int) float64 {
+			if i%s.HeadDim < 4 {
+				return 20 * rng.NormFloat64()
+			}
+			return rng.NormFloat64()
+		}},
+	}
+	enc := make([]byte, encodedBytes(FP8E4M3PerHead, s))
+	dec := make([]byte, s.BlockBytes())
+	for _, d := range dists {
+		name, f := d.name, d.f
+		var num, den float64
+		for range 8 {
+			src := block(s, func(i, _ int) float32 { return float32(f(i)) })
+			if err := Encode(FP8E4M3PerHead, s, enc, src); err != nil {
+				t.Fatal(err)
+			}
+			if err := Decode(FP8E4M3PerHead, s, dec, enc); err != nil {
+				t.Fatal(err)
+			}
+			for i := range int(s.values()) {
+				x, y := float64(value(src, i)), float64(value(dec, i))
+				num, den = num+(x-y)*(x-y), den+x*x
+			}
+		}
+		got := math.Sqrt(num / den)
+		t.Logf("%s: relative RMS error %.4f", name, got)
+		if got > cc.ErrorRMS || got < 0.9*cc.ErrorRMS {
+			t.Errorf("%s: relative RMS error %.4f, the cost model says %.4f", name, got, cc.ErrorRMS)
+		}
+	}
+}

@@ -34,7 +34,14 @@ type Codec struct {
 	// ChunkBlocks is how many blocks one kernel launch codes while the
 	// link copies the chunk before or after it (8).
 	ChunkBlocks int
-	Source      string
+	// ErrorRMS is what a round trip does to the KV: the relative RMS
+	// error ||decoded − x|| / ||x|| over a block's values, what an error
+	// budget (ChooseCodec) is set against. FP8 e4m3 with a scale per
+	// head: 0.027 (e4m3's 3 mantissa bits; the same for Gaussian,
+	// Laplace, heavy-tailed and outlier-channel values,
+	// TestFP8ErrorRMSIsTheFormats).
+	ErrorRMS float64
+	Source   string
 }
 
 // Enabled reports whether c compresses (false for the zero Codec).
@@ -66,6 +73,8 @@ func (c *Codec) Validate() error {
 		return bad("decode_bytes_per_s", c.DecodeBytesPerS, "must be positive and at most %g", float64(maxHBMBytesS))
 	case c.ChunkBlocks < 1 || c.ChunkBlocks > 1<<16:
 		return bad("chunk_blocks", c.ChunkBlocks, "must be between 1 and %d", 1<<16)
+	case !(c.ErrorRMS >= 0 && c.ErrorRMS < 1):
+		return bad("error_rms", c.ErrorRMS, "must be at least 0 and below 1")
 	}
 	return nil
 }
@@ -164,7 +173,7 @@ func (p *Path) codecLoadSeconds(raw, enc, chunkRaw int64) float64 {
 // fp8E4M3 is the FP8 e4m3 codec with a scale per head, as the H200 ran it.
 var fp8E4M3 = Codec{
 	Name: "fp8-e4m3", Input: BF16, ValueBytes: 1, ScaleBytes: 4, ScaleAlign: 16,
-	EncodeBytesPerS: 1.18e12, DecodeBytesPerS: 1.12e12, ChunkBlocks: 8,
+	EncodeBytesPerS: 1.18e12, DecodeBytesPerS: 1.12e12, ChunkBlocks: 8, ErrorRMS: 0.027,
 	Source: "kvtier/codec.FP8E4M3PerHead's format; the cudacodec kernels on the project's H200 " +
 		"(benchmarks/results/fp8-codec-h200.md, CuKernels medians of the kernels that code blocks where the KV cache " +
 		"keeps them, 7693b5c): quantize 1.18e12, dequantize 1.12e12 bf16 bytes/s, chunks of 8 blocks",
