@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -227,7 +228,15 @@ func replayFlagSet(c *replay.Config, f *replayFlags, stderr io.Writer) *flag.Fla
 	fs.StringVar(&c.Policy, "policy", def.Policy, "eviction policy: lru, s3fifo, 2q or cost-aware")
 	fs.BoolVar(&c.WriteThrough, "write-through", def.WriteThrough, "copy blocks down as soon as they are ready (false: demote on eviction, write-back)")
 	fs.StringVar(&c.NVMeAdmission, "nvme-admission", def.NVMeAdmission, "NVMe admission: all or seen-twice")
-	fs.StringVar(&c.HostCodec, "host-codec", "", "how the host tier holds blocks: empty (as the GPU) or a codec preset, "+strings.Join(cost.CodecNames(), ", ")+" (about half the bytes, coded on the GPU), as the server's -host-codec")
+	fs.StringVar(&c.HostCodec, "host-codec", "", "how the host tier holds blocks: empty (as the GPU), a codec preset, "+strings.Join(cost.CodecNames(), ", ")+" (about half the bytes, coded on the GPU), or auto (the server's default: the codec the cost model says pays over --host-link within --codec-error-budget), as the server's -host-codec")
+	fs.Func("codec-error-budget", fmt.Sprintf("with --host-codec auto: the largest relative RMS error of the KV a codec may add, as the server's -codec-error-budget (default %g)", cost.DefaultErrorBudget), func(v string) error {
+		b, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return err
+		}
+		c.CodecErrorBudget = &b
+		return nil
+	})
 	fs.StringVar(&c.NVMeCodec, "nvme-codec", "", "how the NVMe tier holds blocks, as --host-codec (the tiers that exist share one codec)")
 	fs.StringVar(&c.RemoteCodec, "remote-codec", "", "how the remote tier holds blocks (default: the host tier's)")
 	fs.StringVar(&c.NVMeWrites, "nvme-writes", "gated", "NVMe writes: gated (only blocks a load would be worth, within the drive's write budget, as a server writes them) or all (every admitted block)")
@@ -431,6 +440,7 @@ var replayOverrides = []struct {
 	{"host-codec", func(d, s *replay.Config) { d.HostCodec = s.HostCodec }},
 	{"nvme-codec", func(d, s *replay.Config) { d.NVMeCodec = s.NVMeCodec }},
 	{"remote-codec", func(d, s *replay.Config) { d.RemoteCodec = s.RemoteCodec }},
+	{"codec-error-budget", func(d, s *replay.Config) { d.CodecErrorBudget = s.CodecErrorBudget }},
 	{"nvme-writes", func(d, s *replay.Config) { d.NVMeWrites = s.NVMeWrites }},
 	{"nvme-write-share", func(d, s *replay.Config) { d.NVMeWriteShare = s.NVMeWriteShare }},
 	{"nvme-dwpd", func(d, s *replay.Config) { d.NVMeDWPD = s.NVMeDWPD }},

@@ -25,8 +25,27 @@ func (c *Config) checkCodecs() error {
 	return nil
 }
 
-// lowerCodec is the codec the lower tiers share (zero: none).
+// autoCodec is HostCodec's value that has the engine choose the codec
+// (chooseCodec), as the server's -host-codec auto.
+const autoCodec = "auto"
+
+// lowerCodec is the codec the lower tiers share (zero: none; with
+// HostCodec auto, none until the engine starts and chooses).
 func (c *Config) lowerCodec() (cost.Codec, error) {
+	if b := c.CodecErrorBudget; b != nil && !(*b >= 0 && *b < 1) {
+		return cost.Codec{}, cfgErr("codec_error_budget", "%v: must be at least 0 and below 1", *b)
+	}
+	if c.HostCodec == autoCodec {
+		for _, f := range []struct{ field, v string }{{"nvme_codec", c.NVMeCodec}, {"remote_codec", c.RemoteCodec}} {
+			if f.v != "" {
+				return cost.Codec{}, cfgErr(f.field, "%q with host_codec auto: the lower tiers follow the host tier's choice", f.v)
+			}
+		}
+		return cost.Codec{}, nil
+	}
+	if c.CodecErrorBudget != nil {
+		return cost.Codec{}, cfgErr("codec_error_budget", "without host_codec auto: only the choice weighs it")
+	}
 	tiers := []struct {
 		field, name string
 		exists      bool
@@ -129,4 +148,27 @@ func (e *engine) codecScratchBytes() int64 {
 	chunk := int64(e.codec.ChunkBlocks)
 	buf := (chunk*e.blockBytes+255)&^255 + (chunk*e.stored+255)&^255
 	return 2 * (int64(transfer.DefaultCodecBuffers)*buf + 256)
+}
+
+// chooseCodec is host_codec auto's choice for the host link, blocks of bt
+// tokens: cost.ChooseCodec's within the budget, none without a host tier.
+// It returns the reason, for the report.
+func (e *engine) chooseCodec(bt int) (string, error) {
+	cfg := &e.cfg
+	if cfg.HostCodec != autoCodec {
+		return "", nil
+	}
+	if cfg.HostBytes == 0 || !e.strategy.LowerTiers() {
+		return "none: no lower tier", nil
+	}
+	budget := cost.DefaultErrorBudget
+	if cfg.CodecErrorBudget != nil {
+		budget = *cfg.CodecErrorBudget
+	}
+	choice, err := cost.ChooseCodec(cost.DirectPath(e.hostLink), e.model, bt, cfg.TP, budget)
+	if err != nil {
+		return "", cfgErr("host_codec", "auto: %v", err)
+	}
+	e.codec = choice.Codec
+	return choice.Reason, nil
 }

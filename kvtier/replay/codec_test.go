@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,11 @@ func TestCodecConfigErrors(t *testing.T) {
 		{func(c *Config) { c.NVMeBytes, c.NVMeCodec = 0, "fp8-e4m3" }, "nvme_codec: \"fp8-e4m3\" without that tier"},
 		{func(c *Config) { c.HostCodec, c.NVMeCodec, c.RemoteCodec = "fp8-e4m3", "fp8-e4m3", "" }, ""},
 		{func(c *Config) { c.RemoteCodec = "fp8-e4m3" }, "remote_codec"},
+		{func(c *Config) { c.HostCodec = "auto" }, ""},
+		{func(c *Config) { c.HostCodec, c.NVMeCodec = "auto", "fp8-e4m3" }, "nvme_codec: \"fp8-e4m3\" with host_codec auto"},
+		{func(c *Config) { c.HostCodec, c.RemoteCodec = "auto", "fp8-e4m3" }, "remote_codec: \"fp8-e4m3\" with host_codec auto"},
+		{func(c *Config) { b := 0.01; c.CodecErrorBudget = &b }, "codec_error_budget: without host_codec auto"},
+		{func(c *Config) { b := 1.0; c.HostCodec, c.CodecErrorBudget = "auto", &b }, "codec_error_budget: 1: must be"},
 	} {
 		cfg := DefaultConfig()
 		tc.edit(&cfg)
@@ -97,5 +103,38 @@ func TestCodecShapeRefused(t *testing.T) {
 	e.model.HeadDim = 128
 	if err := e.checkCodecShape(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCodecAuto: host_codec auto replays as the codec cost.ChooseCodec
+// picks for the host link, and says why: FP8 over PCIe 5 within the
+// default budget (the same replay as naming it), none within a budget
+// below its error (the same as none).
+func TestCodecAuto(t *testing.T) {
+	src, _ := bundled()
+	base := testConfig()
+	base.Baselines = false
+	named := base
+	named.HostCodec, named.NVMeCodec = "fp8-e4m3", "fp8-e4m3"
+	auto := base
+	auto.HostCodec = "auto"
+	tight := auto
+	b := 0.01
+	tight.CodecErrorBudget = &b
+	for _, tc := range []struct {
+		name      string
+		cfg, same Config
+		reason    string
+	}{
+		{"default budget", auto, named, "within the budget"},
+		{"budget 0.01", tight, base, "over the budget 0.01"},
+	} {
+		got, want := replayEngine(t, src, tc.cfg), replayEngine(t, src, tc.same)
+		if !strings.Contains(got.res.CodecChoice, tc.reason) {
+			t.Errorf("%s: codec choice %q, want it to say %q", tc.name, got.res.CodecChoice, tc.reason)
+		}
+		if got.codec.Name != want.codec.Name || got.res.CapacityBlocks != want.res.CapacityBlocks || !slices.Equal(got.ttfts, want.ttfts) {
+			t.Errorf("%s: replayed as %q with %v blocks, want as %q with %v, TTFTs alike", tc.name, got.codec.Name, got.res.CapacityBlocks, want.codec.Name, want.res.CapacityBlocks)
+		}
 	}
 }

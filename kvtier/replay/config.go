@@ -72,10 +72,16 @@ type Config struct {
 	// bytes: a 64 MiB block of Llama-3.1-8B's 512 tokens is 32.03 MiB, so
 	// a 256 GiB host tier holds 7,992 blocks instead of 4,096). The tiers
 	// that exist share one codec for now; the remote tier follows the
-	// host tier's unless RemoteCodec is given (codec.go).
+	// host tier's unless RemoteCodec is given (codec.go). HostCodec
+	// "auto" is the server's default: the codec cost.ChooseCodec says
+	// pays over the host link within CodecErrorBudget (the other two
+	// empty: they follow it).
 	HostCodec   string `json:"host_codec,omitempty"`
 	NVMeCodec   string `json:"nvme_codec,omitempty"`
 	RemoteCodec string `json:"remote_codec,omitempty"`
+	// CodecErrorBudget is HostCodec auto's budget, as the server's
+	// -codec-error-budget (nil: cost.DefaultErrorBudget).
+	CodecErrorBudget *float64 `json:"codec_error_budget,omitempty"`
 	// PrefetchBlocks is how many of its NVMe blocks a request that waits
 	// for the GPU has copied into the host tier while it waits
 	// (kvtier.Manager.PrefetchKeys), as the model server's

@@ -174,6 +174,10 @@ func (e *engine) start(blockTokens int) error {
 	}
 	e.bt = blockTokens
 	e.blockBytes = e.model.KVBytesPerTokenPerRank(cfg.TP) * int64(blockTokens)
+	var err error
+	if e.res.CodecChoice, err = e.chooseCodec(blockTokens); err != nil {
+		return err
+	}
 	if e.cal != nil { // the codec's kernels as the calibration learned them
 		e.codec = e.cal.Current().Codec(e.codec, int64(e.codec.ChunkBlocks)*e.blockBytes)
 	}
@@ -213,7 +217,6 @@ func (e *engine) start(blockTokens int) error {
 	pcfg.Paths[cost.TierHost] = cost.DirectPath(e.hostLink)
 	pcfg.Paths[cost.TierNVMe] = e.nvmePath
 	pcfg.Paths[cost.TierHost].Codec, pcfg.Paths[cost.TierNVMe].Codec = e.codec, e.codec
-	var err error
 	if e.costs, err = cost.NewPlanner(pcfg); err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}

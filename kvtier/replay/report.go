@@ -48,6 +48,7 @@ type tally struct {
 	End                         time.Duration
 	BlockBytes                  int64
 	CapacityBlocks              [kvtier.NumTiers]int64
+	CodecChoice                 string // host_codec auto's (Config.HostCodec)
 	copies                      [kvtier.NumTiers][kvtier.NumTiers]int64
 }
 
@@ -106,7 +107,10 @@ type StrategyResult struct {
 	HitRatio TierRatios `json:"hit_ratio"`
 	// CapacityBlocks is each tier's size in blocks (0: absent).
 	CapacityBlocks TierCounts `json:"capacity_blocks"`
-	InputTokens    int64      `json:"input_tokens"`
+	// CodecChoice is, with host_codec auto, the codec the lower tiers
+	// held and why (cost.ChooseCodec).
+	CodecChoice string `json:"codec_choice,omitempty"`
+	InputTokens int64  `json:"input_tokens"`
 	// TokensReused are the prompt tokens not prefilled: their blocks were
 	// used on the GPU or loaded.
 	TokensReused int64 `json:"tokens_reused"`
@@ -329,6 +333,7 @@ func (e *engine) result() StrategyResult {
 			Overall: ratio(t.HitBlocks[kvtier.GPU]+t.HitBlocks[kvtier.Host]+t.HitBlocks[kvtier.NVMe], t.Blocks),
 		},
 		CapacityBlocks: TierCounts{t.CapacityBlocks[kvtier.GPU], t.CapacityBlocks[kvtier.Host], t.CapacityBlocks[kvtier.NVMe]},
+		CodecChoice:    t.CodecChoice,
 		Loads: LoadResult{Blocks: t.LoadedBlocks, FromHost: t.LoadsFrom[kvtier.Host], FromNVMe: t.LoadsFrom[kvtier.NVMe],
 			PrefillSavedSeconds: t.LoadSavedCompute.Seconds()},
 		Recomputes: RecomputeStats{Blocks: t.RecomputedBlocks, Forced: t.ForcedRecomputes,
