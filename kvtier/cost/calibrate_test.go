@@ -273,8 +273,8 @@ func TestCalibrationWindow(t *testing.T) {
 	}
 }
 
-// TestCalibrationConcurrent: samples from many goroutines while others read
-// the fit and plan with it (run with -race).
+// TestCalibrationConcurrent: prefills, copies and codec launches from many
+// goroutines while others read the fit and plan with it (run with -race).
 func TestCalibrationConcurrent(t *testing.T) {
 	g, _ := LookupGPU("h200")
 	c, _ := NewCalibration(g)
@@ -282,6 +282,8 @@ func TestCalibrationConcurrent(t *testing.T) {
 	pcie, _ := LookupLink("pcie5-pinned")
 	cfg := PlannerConfig{Model: m, GPU: g, TP: 1, BlockTokens: 16, MaxBlocks: 64, Calibration: c}
 	cfg.Paths[TierHost] = DirectPath(pcie)
+	cd := fp8(t)
+	cfg.Paths[TierHost].Codec = cd // the planner prices it by the kernels' fit
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -295,6 +297,9 @@ func TestCalibrationConcurrent(t *testing.T) {
 					}
 				} else {
 					_ = c.AddCopy(pcie, int64(1+i)<<20, time.Duration(20+i)*time.Microsecond)
+					if w == 3 { // a codec launch, as the copy engine reports them
+						_ = c.AddCodecKernel(cd, i%2 == 0, int64(1+i)<<21, time.Duration(5+i)*time.Microsecond)
+					}
 				}
 			}
 		}()
@@ -323,8 +328,9 @@ func TestCalibrationConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if f := c.Current(); f.Prefill.Samples != 40 || len(f.Links) != 1 || f.Links[0].Samples != 40 {
-		t.Errorf("after 40 prefills and 40 copies: %+v", f)
+	if f := c.Current(); f.Prefill.Samples != 40 || len(f.Links) != 1 || f.Links[0].Samples != 40 ||
+		len(f.CodecKernels) != 2 || f.CodecKernels[0].Samples+f.CodecKernels[1].Samples != 20 {
+		t.Errorf("after 40 prefills, 40 copies and 20 codec launches: %+v", f)
 	}
 }
 
