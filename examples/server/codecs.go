@@ -87,7 +87,8 @@ func (f *codecFlags) check() error {
 // resolve turns -host-codec auto into a codec: cost.ChooseCodec's for the
 // host tier's path under the presets (-cost-link), within the budget;
 // none for a server that keeps no lower tier or whose model the cost model
-// has no preset of. It says what it chose, and why, in the log.
+// has no preset of; -nvme-codec's or -remote-codec's where one is given
+// (the tiers share one codec for now). It says what it chose, and why, in the log.
 func (f *codecFlags) resolve(c *config, s shape) error {
 	if !f.hostAuto {
 		return nil
@@ -95,6 +96,10 @@ func (f *codecFlags) resolve(c *config, s shape) error {
 	f.hostAuto, f.host = false, codec.None
 	reason := ""
 	switch {
+	case f.nvmeGiven: // the tiers share one codec for now
+		f.host, reason = f.nvme, "-nvme-codec given"
+	case f.remoteGiven:
+		f.host, reason = f.remote, "-remote-codec given"
 	case !c.strategy.LowerTiers():
 		reason = "no lower tier (-strategy " + c.strategy.String() + ")"
 	default:

@@ -109,7 +109,8 @@ func TestCodecFlags(t *testing.T) {
 // says so in the log with its reason: FP8 for llama-3.1-8b over PCIe 5
 // within the default budget; none under a budget below FP8's error, with
 // no lower tier, or for a model the cost model has no preset of; a codec
-// given by name is kept.
+// given by name is kept, and one given for the NVMe or remote tier is
+// followed (the tiers share one codec).
 func TestHostCodecAuto(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -121,6 +122,8 @@ func TestHostCodecAuto(t *testing.T) {
 		{[]string{"-model", "llama-3.1-8b", "-strategy", "gpu-only"}, codec.None, "no lower tier"},
 		{[]string{"-model", "tiny"}, codec.None, "no preset of tiny"},
 		{[]string{"-model", "llama-3.1-8b", "-host-codec", "none"}, codec.None, ""},
+		{[]string{"-model", "llama-3.1-8b", "-nvme-codec", "none"}, codec.None, "-nvme-codec given"},
+		{[]string{"-model", "tiny", "-remote-codec", "fp8-e4m3"}, codec.FP8E4M3PerHead, "-remote-codec given"},
 		{[]string{"-model", "llama-3.1-8b", "-host-codec", "fp8-e4m3", "-codec-error-budget", "0"}, codec.FP8E4M3PerHead, ""},
 	} {
 		var log strings.Builder
