@@ -188,6 +188,9 @@ func TestReplayBadInput(t *testing.T) {
 		{[]string{"--max-batch", "4"}, "max_batch: 4 without decode_on_gpu"},
 		{[]string{"--decode-on-gpu", "--max-batch", "-1"}, "max_batch: -1 is negative"},
 		{[]string{"--requests-out", filepath.Join(dir, "absent", "requests.jsonl")}, "--requests-out"},
+		{[]string{"--host-codec", "auto", "--codec-error-budget", "x"}, `invalid value "x" for flag -codec-error-budget`},
+		{[]string{"--host-codec", "auto", "--codec-error-budget", "1"}, "codec_error_budget: 1: must be at least 0 and below 1"},
+		{[]string{"--codec-error-budget", "0.1"}, "codec_error_budget: without host_codec auto"},
 	}
 	for _, c := range cases {
 		code, _, errs := runReplayArgs(t, c.args...)

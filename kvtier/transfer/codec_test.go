@@ -200,12 +200,7 @@ func TestCodecLayersLandInGroups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for more := true; more; {
-			_, more = f.step(t, e)
-		}
-		if err := tr.Err(); err != nil {
-			t.Fatal(err)
-		}
+		f.settle(t, e, tr)
 		ready := make([]time.Duration, fxLayers)
 		for l := range ready {
 			at, ok := f.sim.EventTime(tr.LayerEvent(l))
@@ -524,12 +519,7 @@ func TestCodecKernelsTimed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for more := true; more; {
-				_, more = f.step(t, e)
-			}
-			if err := tr.Err(); err != nil {
-				t.Fatal(err)
-			}
+			f.settle(t, e, tr)
 			tr.Release()
 		}
 		if len(got) != 2 {

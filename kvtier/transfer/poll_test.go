@@ -25,6 +25,18 @@ func (f *fixture) step(t *testing.T, e *Engine) (n int, ok bool) {
 	return e.Poll(), true
 }
 
+// settle steps the device until it is idle, polling e, and fails t on
+// tr's error.
+func (f *fixture) settle(t *testing.T, e *Engine, tr *Transfer) {
+	t.Helper()
+	for more := true; more; {
+		_, more = f.step(t, e)
+	}
+	if err := tr.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPolledEngineCompletesAtModelledTimes: a polled engine starts no
 // goroutine, completes nothing until its device has (the virtual clock
 // stands still without a step), completes each transfer in the Poll after
